@@ -1,0 +1,261 @@
+"""Tracing: running the user's kernel function once, with symbolic refs, to build a KernelIR.
+
+The active trace lives in a context variable, so that traces of different kernels (on
+different threads, or nested during JAX tracing) never see each other's statements.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from .expr import Const, Expr, IntLike, Var, VarKind, as_expr, static_value, format_expr
+from .nodes import Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt, UNKNOWN_LOC
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_source_loc() -> SourceLoc:
+    """The innermost frame outside this package: the line of the user's kernel."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE_DIR + os.sep):
+            return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return UNKNOWN_LOC
+
+
+@dataclass(frozen=True)
+class DynSlice:
+    """`T.ds(start, size)`: a window of static size at a (possibly run-time) start."""
+
+    start: Expr
+    size: int
+
+
+@dataclass
+class TraceState:
+    """Everything a kernel trace accumulates."""
+
+    grid: tuple[int, ...]
+    threads: int
+    num_pes: int
+    body: list[Stmt] = field(default_factory=list)
+    allocs: list[Buffer] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
+
+    def fresh_name(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}{i}"
+        self.names.add(name)
+        return name
+
+    def emit(self, stmt: Stmt) -> None:
+        self.body.append(stmt)
+
+
+_STATE: contextvars.ContextVar[TraceState | None] = contextvars.ContextVar("tilescale_trace", default=None)
+
+
+def current_trace(op: str) -> TraceState:
+    state = _STATE.get()
+    if state is None:
+        raise KernelTraceError(
+            f"T.{op}() can only be called inside a function decorated with @jax_tilescale.kernel",
+            user_source_loc(),
+        )
+    return state
+
+
+@contextmanager
+def _tracing(state: TraceState) -> Iterator[TraceState]:
+    token = _STATE.set(state)
+    try:
+        yield state
+    finally:
+        _STATE.reset(token)
+
+
+class Ref:
+    """What a kernel function receives (and `alloc_*` returns): a whole buffer, sliceable."""
+
+    def __init__(self, buffer: Buffer):
+        self.buffer = buffer
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.buffer.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.buffer.dtype
+
+    def region(self) -> Region:
+        return Region(self.buffer, tuple(Const(0) for _ in self.shape), self.shape)
+
+    def __getitem__(self, index: Any) -> RegionRef:
+        return RegionRef(slice_region(self.region(), index, user_source_loc()))
+
+    def __repr__(self) -> str:
+        return f"Ref({self.buffer})"
+
+
+class RegionRef:
+    """A slice of a ref; can be sliced again."""
+
+    def __init__(self, region: Region):
+        self.region_ = region
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.region_.sizes
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.region_.buffer.dtype
+
+    def region(self) -> Region:
+        return self.region_
+
+    def __getitem__(self, index: Any) -> RegionRef:
+        return RegionRef(slice_region(self.region_, index, user_source_loc()))
+
+    def __repr__(self) -> str:
+        return f"RegionRef({self.region_})"
+
+
+def as_region(value: Any, what: str, loc: SourceLoc) -> Region:
+    if isinstance(value, (Ref, RegionRef)):
+        return value.region()
+    raise KernelTraceError(f"{what} must be a kernel ref or a slice of one, got {type(value).__name__}", loc)
+
+
+def _dim_window(index: Any, extent: int, dim: int, buffer: Buffer, loc: SourceLoc) -> tuple[Expr, int, bool]:
+    """(start, size, keep_dim) of one subscript along a dimension of static `extent`."""
+    if isinstance(index, DynSlice):
+        return index.start, index.size, True
+    if isinstance(index, slice):
+        if index.step not in (None, 1):
+            raise KernelTraceError(f"slices of {buffer.name} must have step 1 (got {index.step})", loc)
+        start = as_expr(0 if index.start is None else index.start)
+        stop = as_expr(extent if index.stop is None else index.stop)
+        size = static_value(stop - start)
+        if size is None:
+            raise KernelTraceError(
+                f"the slice {format_expr(start)}:{format_expr(stop)} of {buffer.name} (dimension {dim}) has a size "
+                "that is only known at run time; tiles need static sizes: write start:start+SIZE or T.ds(start, SIZE)",
+                loc,
+            )
+        if size <= 0:
+            raise KernelTraceError(
+                f"the slice {format_expr(start)}:{format_expr(stop)} of {buffer.name} (dimension {dim}) is empty", loc
+            )
+        return start, size, True
+    if index is Ellipsis:
+        raise KernelTraceError("`...` in a kernel subscript is not supported; spell out each dimension", loc)
+    try:
+        return as_expr(index), 1, False
+    except TypeError:
+        raise KernelTraceError(f"cannot index {buffer.name} with {index!r}", loc) from None
+
+
+def slice_region(region: Region, index: Any, loc: SourceLoc) -> Region:
+    """Applies a subscript to a region; integer indices drop nothing (regions keep rank)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) > len(region.sizes):
+        raise KernelTraceError(
+            f"too many indices for {region.buffer.name}: it has {len(region.sizes)} dimensions, got {len(index)}", loc
+        )
+    index = index + (slice(None),) * (len(region.sizes) - len(index))
+    starts, sizes = [], []
+    for dim, (sub, base, extent) in enumerate(zip(index, region.starts, region.sizes)):
+        start, size, _ = _dim_window(sub, extent, dim, region.buffer, loc)
+        lo = static_value(start)
+        if lo is not None and (lo < 0 or lo + size > extent):
+            raise KernelTraceError(
+                f"slice [{format_expr(start)}:{format_expr(start + size)}] is out of bounds for dimension {dim} "
+                f"of {region.buffer.name} (extent {extent})",
+                loc,
+            )
+        starts.append(base + start)
+        sizes.append(size)
+    return Region(region.buffer, tuple(starts), tuple(sizes))
+
+
+def trace_kernel(
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    inputs: Sequence[tuple[tuple[int, ...], np.dtype]],
+    outputs: Sequence[tuple[tuple[int, ...], np.dtype]],
+    grid: tuple[int, ...],
+    threads: int,
+    mesh_axes: tuple[str, ...],
+    num_pes: int,
+) -> KernelIR:
+    """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR."""
+    state = TraceState(grid=grid, threads=threads, num_pes=num_pes)
+    in_bufs = tuple(
+        Buffer(state.fresh_name(f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
+        for i, (shape, dtype) in enumerate(inputs)
+    )
+    out_bufs = tuple(
+        Buffer(state.fresh_name(f"out{i}"), tuple(shape), np.dtype(dtype), BufferKind.OUTPUT)
+        for i, (shape, dtype) in enumerate(outputs)
+    )
+    try:
+        code = fn.__code__
+        loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
+    except AttributeError:
+        loc = UNKNOWN_LOC
+    with _tracing(state):
+        result = fn(*(Ref(b) for b in in_bufs + out_bufs))
+    if result is not None:
+        raise KernelTraceError(
+            "a kernel function writes its outputs through its output refs and must return None", loc
+        )
+    return KernelIR(
+        name=name,
+        inputs=in_bufs,
+        outputs=out_bufs,
+        allocs=tuple(state.allocs),
+        body=tuple(state.body),
+        grid=grid,
+        threads=threads,
+        mesh_axes=mesh_axes,
+        num_pes=num_pes,
+        loc=loc,
+    )
+
+
+def program_id_var(axis: int) -> Var:
+    return Var(VarKind.PROGRAM_ID, axis)
+
+
+PE_VAR = Var(VarKind.PE)
+
+__all__ = [
+    "DynSlice",
+    "IntLike",
+    "PE_VAR",
+    "Ref",
+    "RegionRef",
+    "TraceState",
+    "as_region",
+    "current_trace",
+    "program_id_var",
+    "slice_region",
+    "trace_kernel",
+    "user_source_loc",
+]
