@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .expr import format_expr
 from .nodes import BarrierAll, Copy, Fence, KernelIR, Put, Quiet, SignalWait, Stmt
@@ -30,10 +30,11 @@ def format_stmt(stmt: Stmt) -> str:
 
 
 def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
-    lines = [
+    header = (
         f"kernel {kernel.name}(grid={kernel.grid}, threads={kernel.threads}, "
         f"mesh_axes={kernel.mesh_axes}, num_pes={kernel.num_pes})"
-    ]
+    )
+    lines = [header]
     lines += [f"  param {b}" for b in kernel.params]
     lines += [f"  alloc {b}" for b in kernel.allocs]
     for s in kernel.body:

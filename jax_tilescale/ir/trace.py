@@ -9,15 +9,16 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..errors import KernelTraceError
-from .expr import Const, Expr, IntLike, Var, VarKind, as_expr, static_value, format_expr
-from .nodes import Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt, UNKNOWN_LOC
+from .expr import Const, Expr, IntLike, Var, VarKind, as_expr, format_expr, static_value
+from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -246,9 +247,9 @@ def program_id_var(axis: int) -> Var:
 PE_VAR = Var(VarKind.PE)
 
 __all__ = [
+    "PE_VAR",
     "DynSlice",
     "IntLike",
-    "PE_VAR",
     "Ref",
     "RegionRef",
     "TraceState",

@@ -8,7 +8,7 @@ interpreter and to the run-time checks of the generated code.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import KernelTraceError
 from .expr import Expr, Var, VarKind, format_expr, value_range

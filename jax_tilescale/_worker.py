@@ -1,0 +1,42 @@
+"""One rank started by `jax_tilescale.launch`: set up jax.distributed (and NVSHMEM), run the script."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def _init_distributed() -> None:
+    import jax
+
+    local_rank = int(os.environ["TILESCALE_LOCAL_RANK"])
+    kwargs = {}
+    if os.environ.get("TILESCALE_PLATFORM", "").lower() != "cpu" and _has_gpu():
+        kwargs["local_device_ids"] = [local_rank]  # one GPU per process: NVSHMEM has one PE per process
+    jax.distributed.initialize(
+        coordinator_address=os.environ["TILESCALE_COORDINATOR"],
+        num_processes=int(os.environ["TILESCALE_NUM_PROCESSES"]),
+        process_id=int(os.environ["TILESCALE_PROCESS_ID"]),
+        **kwargs,
+    )
+
+
+def _has_gpu() -> bool:
+    from .launch import _visible_gpu_count
+
+    return _visible_gpu_count() > 0
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m jax_tilescale._worker script.py [args]")
+    _init_distributed()
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

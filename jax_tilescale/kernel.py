@@ -1,0 +1,269 @@
+"""`jax_tilescale.kernel`: a traced tile kernel as a JAX primitive.
+
+`@kernel(...)` returns a `TileKernel`. Calling it (inside `jax.jit`, usually inside
+`jax.shard_map`) traces the Python kernel into IR for the argument shapes, verifies it, and
+binds `tilescale_call_p`. The primitive has one abstract evaluation (the declared outputs) and
+two lowerings: on CPU (or with `interpret=True`) the IR runs in the interpreter through an
+`io_callback`, one call per simulated device; on CUDA it is compiled to a cubin and launched by
+the `jax_tilescale_launch` FFI handler (docs/calling_convention.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src import mesh as mesh_lib
+from jax.experimental import io_callback
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from .errors import KernelTraceError, LaunchError
+from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
+from .ir.nodes import BufferKind, SourceLoc
+
+ABI_VERSION = 1
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What `@kernel(...)` was given, normalised and checked once."""
+
+    out_shape: tuple[jax.ShapeDtypeStruct, ...]
+    out_is_tuple: bool
+    grid: tuple[int, ...]
+    threads: int
+    mesh_axes: tuple[str, ...] | None  # None: every axis of the enclosing shard_map
+    interpret: bool | None  # None: interpret on CPU, compile on GPU
+    name: str
+
+    @staticmethod
+    def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
+             interpret: bool | None, name: str | None) -> KernelSpec:
+        loc = _fn_loc(fn)
+        is_tuple = isinstance(out_shape, (tuple, list))
+        outs = tuple(out_shape) if is_tuple else (out_shape,)
+        if not outs:
+            raise KernelTraceError("out_shape must name at least one output", loc)
+        for o in outs:
+            if not hasattr(o, "shape") or not hasattr(o, "dtype"):
+                raise KernelTraceError(f"out_shape entries must be jax.ShapeDtypeStruct, got {o!r}", loc)
+        norm = tuple(jax.ShapeDtypeStruct(tuple(int(d) for d in o.shape), np.dtype(o.dtype)) for o in outs)
+        grid_t = (grid,) if isinstance(grid, int) else tuple(grid)
+        if isinstance(mesh_axes, str):
+            mesh_axes = (mesh_axes,)
+        axes = None if mesh_axes is None else tuple(mesh_axes)
+        if axes is not None and len(set(axes)) != len(axes):
+            raise KernelTraceError(f"mesh_axes {axes} names an axis twice", loc)
+        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """Static parameters of one primitive binding (hashable: part of JAX's caches)."""
+
+    kernel: KernelIR
+    mesh_axis_names: tuple[str, ...]  # every manual axis of the enclosing shard_map, mesh order
+    interpret: bool | None
+
+
+def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
+    code = getattr(fn, "__code__", None)
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name) if code else None
+
+
+def _enclosing_axes() -> tuple[tuple[str, ...], dict[str, int]]:
+    """Manual (shard_map) axes in scope and their sizes; empty outside shard_map."""
+    am = mesh_lib.get_abstract_mesh()
+    if am is None or am.empty:
+        return (), {}
+    manual = tuple(n for n in am.axis_names if n in am.manual_axes)
+    return manual, dict(zip(am.axis_names, am.axis_sizes))
+
+
+class TileKernel:
+    """A user kernel; call it like a JAX function on arrays (one per kernel input)."""
+
+    def __init__(self, fn: Callable[..., Any], spec: KernelSpec):
+        self.fn = fn
+        self.spec = spec
+        functools.update_wrapper(self, fn)
+
+    def trace(self, *args: Any, mesh_axes: tuple[str, ...] | None = None, num_pes: int = 1) -> KernelIR:
+        """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs)."""
+        axes = self.spec.mesh_axes if mesh_axes is None else mesh_axes
+        return _trace_cached(self, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args), axes or (), num_pes)
+
+    def ir_text(self, *args: Any, **kw: Any) -> str:
+        return format_kernel(self.trace(*args, **kw), with_locs=True)
+
+    def __call__(self, *args: Any) -> Any:
+        loc = _fn_loc(self.fn)
+        manual, sizes = _enclosing_axes()
+        axes = self.spec.mesh_axes
+        if axes is None:
+            axes = manual
+        elif axes and not manual:
+            raise KernelTraceError(
+                f"kernel {self.spec.name} has mesh_axes={axes} but is called outside jax.shard_map; call it "
+                "inside shard_map over a mesh with those axes",
+                loc,
+            )
+        missing = [a for a in axes if a not in manual]
+        if missing:
+            raise KernelTraceError(
+                f"kernel {self.spec.name}: mesh axes {missing} are not axes of the enclosing shard_map "
+                f"(its axes: {list(manual)})",
+                loc,
+            )
+        axes = tuple(a for a in manual if a in axes)  # mesh order defines PE numbering
+        num_pes = math.prod(sizes[a] for a in axes)
+        arrays = [jnp.asarray(a) for a in args]
+        kernel_ir = self.trace(*arrays, mesh_axes=axes, num_pes=num_pes)
+        others = tuple(a for a in manual if a not in axes)
+        pe = jax.lax.axis_index(axes) if axes else jnp.int32(0)
+        team = jax.lax.axis_index(others) if others else jnp.int32(0)
+        pe_info = jnp.stack([jnp.asarray(pe, jnp.int32), jnp.asarray(team, jnp.int32)])
+        outs = tilescale_call_p.bind(pe_info, *arrays, call=CallSpec(kernel_ir, manual, self.spec.interpret))
+        return tuple(outs) if self.spec.out_is_tuple else outs[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _trace_cached(k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes: int) -> KernelIR:
+    spec = k.spec
+    ir = trace_kernel(
+        k.fn,
+        name=spec.name,
+        inputs=in_avals,
+        outputs=[(o.shape, o.dtype) for o in spec.out_shape],
+        grid=spec.grid,
+        threads=spec.threads,
+        mesh_axes=axes,
+        num_pes=num_pes,
+    )
+    return verify_kernel(ir)
+
+
+def kernel(
+    fn: Callable[..., Any] | None = None,
+    *,
+    out_shape: Any,
+    grid: int | Sequence[int],
+    threads: int = 128,
+    mesh_axes: str | Sequence[str] | None = None,
+    interpret: bool | None = None,
+    name: str | None = None,
+) -> Any:
+    """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
+
+    out_shape: a `jax.ShapeDtypeStruct` (or a tuple of them) per output, per device.
+    grid: blocks along up to 3 axes; `T.program_id(i)` is the index along axis i.
+    threads: threads per block.
+    mesh_axes: the shard_map mesh axes whose devices form the kernel's PE space (row-major);
+      default: all axes of the enclosing shard_map.
+    interpret: True runs the CPU interpreter on any backend; default: on CPU only.
+    """
+
+    def wrap(f: Callable[..., Any]) -> TileKernel:
+        return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name))
+
+    return wrap(fn) if fn is not None else wrap
+
+
+# --- the primitive --------------------------------------------------------------------------------
+
+tilescale_call_p = Primitive("tilescale_call")
+tilescale_call_p.multiple_results = True
+
+
+@tilescale_call_p.def_abstract_eval
+def _abstract_eval(pe_info: Any, *args: Any, call: CallSpec) -> list[jax.core.ShapedArray]:
+    k = call.kernel
+    if len(args) != len(k.inputs):
+        raise KernelTraceError(f"kernel {k.name} takes {len(k.inputs)} inputs, got {len(args)}", k.loc)
+    for a, b in zip(args, k.inputs):
+        if tuple(a.shape) != b.shape or np.dtype(a.dtype) != b.dtype:
+            raise KernelTraceError(
+                f"kernel {k.name}: input {b.name} was traced as {b.dtype.name}{list(b.shape)}, "
+                f"got {np.dtype(a.dtype).name}{list(a.shape)}",
+                k.loc,
+            )
+    return [jax.core.ShapedArray(b.shape, b.dtype) for b in k.outputs]
+
+
+def _lower_interpret(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
+    from .interpret import InterpreterSession, InterpretOptions
+
+    session = InterpreterSession(call.kernel, InterpretOptions())
+    out_types = [jax.ShapeDtypeStruct(b.shape, b.dtype) for b in call.kernel.outputs]
+
+    def callback(info: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+        return session.run(int(info[0]), int(info[1]), [np.asarray(a) for a in arrays])
+
+    def impl(info: Any, *xs: Any) -> Any:
+        return io_callback(callback, out_types, info, *xs)
+
+    return mlir.lower_fun(impl, multiple_results=True)(ctx, pe_info, *args)
+
+
+def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
+    if call.interpret:
+        return _lower_interpret(ctx, pe_info, *args, call=call)
+    from .codegen import generate_cuda
+    from .compiler import compile_cubin
+    from .runtime import ensure_initialized, ensure_registered, mesh_pe_table
+
+    k = call.kernel
+    mesh = getattr(ctx.module_context.axis_context, "mesh", None)
+    if k.mesh_axes and not hasattr(mesh, "devices"):
+        raise LaunchError(f"kernel {k.name}: cannot find the concrete device mesh of the enclosing shard_map")
+    ensure_registered()
+    if k.uses_nvshmem():
+        ensure_initialized()
+    if mesh is not None and hasattr(mesh, "devices"):
+        pe_table, mesh_shape = mesh_pe_table(mesh)
+        names = tuple(mesh.axis_names)
+        kernel_axes = [names.index(a) for a in k.mesh_axes]
+    else:
+        pe_table, mesh_shape, kernel_axes = (0,), (1,), []
+    module = generate_cuda(k)
+    cubin = compile_cubin(module.source, arch=_cuda_arch(), entry=module.entry)
+    remote = k.remote_written()
+    staged = [1 if (b in remote and b.kind is BufferKind.OUTPUT) else 0 for b in k.params]
+    grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
+    rule = jax.ffi.ffi_lowering("jax_tilescale_launch", has_side_effect=True)
+    return rule(
+        ctx,
+        pe_info,
+        *args,
+        abi_version=np.int64(ABI_VERSION),
+        cubin=str(cubin),
+        entry=module.entry,
+        grid=np.asarray(grid3, np.int64),
+        threads=np.int64(module.threads),
+        smem_bytes=np.int64(module.smem_bytes),
+        scratch_bytes=np.int64(module.scratch_bytes),
+        staged=np.asarray(staged, np.int64),
+        pe_table=np.asarray(pe_table, np.int64),
+        mesh_shape=np.asarray(mesh_shape, np.int64),
+        kernel_axes=np.asarray(kernel_axes, np.int64),
+        uses_nvshmem=bool(module.uses_nvshmem),
+        grid_barrier=bool(module.grid_barrier),
+    )
+
+
+@functools.cache
+def _cuda_arch() -> str:
+    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
+    cc = getattr(gpus[0], "compute_capability", "9.0") if gpus else "9.0"
+    return "sm_" + str(cc).replace(".", "")
+
+
+mlir.register_lowering(tilescale_call_p, _lower_interpret, platform="cpu")
+mlir.register_lowering(tilescale_call_p, _lower_cuda, platform="cuda")
