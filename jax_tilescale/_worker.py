@@ -30,8 +30,14 @@ def _has_gpu() -> bool:
 
 def main() -> None:
     if len(sys.argv) < 2:
-        sys.exit("usage: python -m jax_tilescale._worker script.py [args]")
+        sys.exit("usage: python -m jax_tilescale._worker script.py [args] | -m module [args]")
     _init_distributed()
+    if sys.argv[1] == "-m":  # python -m jax_tilescale.launch -n 2 -m pytest ...
+        module = sys.argv[2]
+        sys.argv = [module, *sys.argv[3:]]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -81,9 +81,11 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     p.add_argument("--master-addr", default=env.get("MASTER_ADDR", "127.0.0.1"))
     p.add_argument("--master-port", type=int, default=int(env["MASTER_PORT"]) if "MASTER_PORT" in env else None)
     p.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
-    p.add_argument("script")
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.add_argument("-m", dest="module", help="run a module as a script (like python -m), e.g. -m pytest")
+    p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args] (or, with -m, the module's args)")
     ns = p.parse_args(list(argv))
+    if not ns.module and not ns.target:
+        p.error("name a script to run (or -m MODULE)")
     gpus = _visible_gpu_count()
     nproc = ns.nproc or gpus or 1
     if gpus and nproc > gpus:
@@ -95,7 +97,8 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
         if ns.nodes > 1:
             p.error("multi-node runs need MASTER_PORT (or --master-port), the same on every node")
         port = _free_port()
-    return LaunchConfig(nproc, ns.nodes, ns.node_rank, ns.master_addr, port, ns.timeout), [ns.script, *ns.args]
+    command = ["-m", ns.module, *ns.target] if ns.module else list(ns.target)
+    return LaunchConfig(nproc, ns.nodes, ns.node_rank, ns.master_addr, port, ns.timeout), command
 
 
 def _visible_gpu_count() -> int:

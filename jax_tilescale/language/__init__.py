@@ -28,7 +28,7 @@ from ..ir.nodes import (
     SignalUpdate,
     SignalWait,
 )
-from ..ir.trace import DynSlice, PE_VAR, Ref, RegionRef, as_region, current_trace, program_id_var, user_source_loc
+from ..ir.trace import PE_VAR, DynSlice, Ref, RegionRef, as_region, current_trace, program_id_var, user_source_loc
 
 __all__ = [
     "Cmp",

@@ -1,0 +1,75 @@
+"""All-gather bandwidth: examples/allgather.py's kernel against jax.lax.all_gather, same run.
+
+    python -m jax_tilescale.launch -n 2 benchmarks/bench_allgather.py [--mib 1,16,256,1024]
+
+Bus bandwidth as nccl-tests counts it for all-gather: bytes per rank * (npes - 1) / time.
+Times are medians over repetitions of a jitted call, each rep `iters` calls then one
+block_until_ready (so launch overhead overlaps, as in a real program).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import allgather as ag  # noqa: E402
+
+import jax_tilescale as ts  # noqa: E402
+
+
+def median_time(f, x, iters: int, reps: int) -> float:
+    jax.block_until_ready(f(x))
+    jax.block_until_ready(f(x))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            out = f(x)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - t0) / iters)
+    return float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--mib", default="1,16,256,1024", help="MiB per rank, comma separated")
+    ap.add_argument("--n", type=int, default=8192, help="row length (bf16 elements)")
+    ap.add_argument("--block-m", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=7)
+    a = ap.parse_args()
+    platform = ts.platform.setup()
+    mesh = jax.make_mesh((platform.num_devices,), ("x",))
+    npes = mesh.size
+    rows = []
+    for mib in [int(v) for v in a.mib.split(",")]:
+        per_rank = mib << 20
+        m = per_rank // (a.n * 2)
+        block_m = min(a.block_m, m)
+        x = jax.device_put(
+            jax.random.normal(jax.random.key(mib), (npes * m, a.n), jnp.float32).astype(jnp.bfloat16),
+            NamedSharding(mesh, P("x")),
+        )
+        ours, xla = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m), ag.xla_gather_fn(mesh)
+        ok = ts.testing.allclose(ours(x), xla(x))
+        iters = 20 if mib <= 64 else 5
+        t_ours, t_xla = median_time(ours, x, iters, a.reps), median_time(xla, x, iters, a.reps)
+        bus = lambda t: per_rank * (npes - 1) / t / 1e9  # noqa: E731
+        rows.append((mib, ok, t_ours * 1e3, bus(t_ours), t_xla * 1e3, bus(t_xla), t_xla / t_ours))
+        del x
+    if platform.is_lead:
+        print(f"all-gather, {npes} x {jax.devices()[0].device_kind}, bf16, {platform.describe()}")
+        print(f"{'MiB/rank':>9} {'ok':>5} {'ours ms':>9} {'ours GB/s':>10} {'xla ms':>9} {'xla GB/s':>9} {'speedup':>8}")
+        for mib, ok, to, bo, tx, bx, r in rows:
+            print(f"{mib:>9} {ok!s:>5} {to:>9.3f} {bo:>10.1f} {tx:>9.3f} {bx:>9.1f} {r:>7.2f}x")
+
+
+if __name__ == "__main__":
+    main()

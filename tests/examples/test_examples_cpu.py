@@ -1,0 +1,78 @@
+"""Every example on 2, 4 and 8 simulated CPU devices, through the interpreter, on random data."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from tests.conftest import load_example
+
+shift = load_example("simple_shift")
+allgather = load_example("allgather")
+
+
+def mesh_of(n: int, name: str = "x") -> jax.sharding.Mesh:
+    return jax.make_mesh((n,), (name,), devices=jax.devices()[:n])
+
+
+@pytest.mark.parametrize("npes", [2, 4, 8])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_simple_shift_matches_ppermute(npes, dtype):
+    assert shift.check(mesh_of(npes), m=128, n=64, dtype=dtype, seed=npes)
+
+
+@pytest.mark.parametrize("npes", [2, 4, 8])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_allgather_matches_all_gather(npes, dtype):
+    assert allgather.check(mesh_of(npes), m_per_pe=128, n=32, dtype=dtype, seed=10 + npes)
+
+
+def test_shift_result_is_really_shifted():
+    """Independent of the lax reference: block of PE i lands on PE i+1."""
+    mesh = mesh_of(4)
+    f = jax.jit(jax.shard_map(shift.simple_shift(64, 8, jnp.float32), mesh=mesh, in_specs=P("x"),
+                              out_specs=P("x"), check_vma=False))
+    x = np.random.default_rng(0).standard_normal((4 * 64, 8)).astype(np.float32)
+    out = np.asarray(f(jax.device_put(x, NamedSharding(mesh, P("x")))))
+    np.testing.assert_array_equal(out, np.roll(x.reshape(4, 64, 8), 1, axis=0).reshape(-1, 8))
+
+
+def test_kernel_over_one_axis_of_a_2d_mesh():
+    """mesh_axes picks the PE space; PEs of different rows never talk to each other."""
+    mesh = jax.make_mesh((2, 4), ("r", "x"), devices=jax.devices()[:8])
+    kern = shift.simple_shift(64, 8, jnp.float32)
+    kern_x = ts.kernel(kern.fn, out_shape=jax.ShapeDtypeStruct((64, 8), jnp.float32), grid=(1,), mesh_axes=("x",))
+    f = jax.jit(jax.shard_map(kern_x, mesh=mesh, in_specs=P(("r", "x")), out_specs=P(("r", "x")), check_vma=False))
+    x = np.random.default_rng(1).standard_normal((8 * 64, 8)).astype(np.float32)
+    out = np.asarray(f(jax.device_put(x, NamedSharding(mesh, P(("r", "x"))))))
+    want = np.roll(x.reshape(2, 4, 64, 8), 1, axis=1).reshape(-1, 8)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_kernel_with_mesh_axes_outside_shard_map_is_an_error():
+    k = ts.kernel(lambda a, b: None, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,), mesh_axes="x")
+    with pytest.raises(ts.KernelTraceError, match="outside jax.shard_map"):
+        jax.jit(k)(jnp.ones((8,), jnp.float32))
+
+
+def test_unknown_mesh_axis_is_an_error():
+    k = ts.kernel(lambda a, b: None, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,), mesh_axes="y")
+    f = jax.jit(jax.shard_map(k, mesh=mesh_of(2), in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with pytest.raises(ts.KernelTraceError, match=r"\['y'\] are not axes"):
+        f(jnp.ones((16,), jnp.float32))
+
+
+def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,))
+    def bad(a, b):
+        T.putmem_nbi_block(b, a, pe=(T.get_pe() * 3) % 5)  # not affine: only caught at run time
+
+    f = jax.jit(jax.shard_map(bad, mesh=mesh_of(4), in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    with pytest.raises(Exception, match="putmem_nbi_block") as info:
+        jax.block_until_ready(f(jnp.ones((32,), jnp.float32)))
+    assert "4" in str(info.value)
