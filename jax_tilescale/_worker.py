@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import traceback
 
 
 def _init_distributed() -> None:
@@ -28,7 +29,29 @@ def _has_gpu() -> bool:
     return _visible_gpu_count() > 0
 
 
+def _fail_fast(code: int) -> None:
+    """Exits without jax.distributed's shutdown barrier, which would wait for ranks that still run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main() -> None:
+    try:
+        _run()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code:
+            if not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+            _fail_fast(code)
+        raise
+    except BaseException:
+        traceback.print_exc()
+        _fail_fast(1)
+
+
+def _run() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m jax_tilescale._worker script.py [args] | -m module [args]")
     _init_distributed()

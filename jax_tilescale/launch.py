@@ -74,7 +74,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
         prog="python -m jax_tilescale.launch",
         description="Run SCRIPT in one process per GPU, with jax.distributed and NVSHMEM initialised.",
     )
-    p.add_argument("-n", "--nproc", type=int, default=int(env.get("GPUS", "0")) or None,
+    p.add_argument("-n", "--nproc", type=int, default=int(env["GPUS"]) if env.get("GPUS") else None,
                    help="processes (GPUs) on this node; default $GPUS, else every visible GPU")
     p.add_argument("--nodes", type=int, default=int(env.get("NODES", "1")))
     p.add_argument("--node-rank", type=int, default=int(env.get("NODE_RANK", "0")))
@@ -87,7 +87,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     if not ns.module and not ns.target:
         p.error("name a script to run (or -m MODULE)")
     gpus = _visible_gpu_count()
-    nproc = ns.nproc or gpus or 1
+    nproc = ns.nproc if ns.nproc is not None else (gpus or 1)
     if gpus and nproc > gpus:
         p.error(f"-n {nproc} processes but this node has {gpus} visible GPUs (one process per GPU)")
     if nproc < 1 or ns.nodes < 1 or not 0 <= ns.node_rank < ns.nodes:
