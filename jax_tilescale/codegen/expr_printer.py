@@ -1,0 +1,80 @@
+"""Index expressions as CUDA C++ (int64 arithmetic with Python's `//` and `%`).
+
+Every printed expression has type `int64_t`: run-time variables are declared `int64_t` at the
+top of the kernel and every helper takes and returns `int64_t`, so no sub-expression is ever
+evaluated in 32 bits. Floor division and modulo go through `ts_floordiv`/`ts_mod` (defined in
+tilescale_device.cuh), which round like Python, because the CPU interpreter, the reference,
+does; they take the name of a `const char*` holding the user's source line, for the
+division-by-zero message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir.expr import BinOp, BinOpKind, Const, Expr, Var, VarKind
+
+# Names the kernel prologue declares for the run-time variables.
+GRID_VAR_NAMES = ("ts_bx", "ts_by", "ts_bz")
+PE_VAR_NAME = "ts_pe"
+WHERE_NAME = "ts_where"  # a `const char*` in scope of every statement: "file.py:LINE"
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def var_name(v: Var) -> str:
+    if v.kind is VarKind.PROGRAM_ID:
+        return GRID_VAR_NAMES[v.axis]
+    if v.kind is VarKind.PE:
+        return PE_VAR_NAME
+    raise NotImplementedError(f"no CUDA spelling for kernel variable {v!r}")
+
+
+def const_literal(value: int) -> str:
+    # Literals outside int32 need a suffix; the rest are promoted by the int64 operand beside them.
+    text = str(value) if _INT32_MIN <= value <= _INT32_MAX else f"{value}LL"
+    return f"({text})" if value < 0 else text
+
+
+def _infix(symbol: str) -> Callable[[str, str], str]:
+    return lambda a, b: f"({a} {symbol} {b})"
+
+
+def _call(fn: str, with_where: bool) -> Callable[[str, str], str]:
+    if with_where:
+        return lambda a, b: f"{fn}({a}, {b}, {WHERE_NAME})"
+    return lambda a, b: f"{fn}({a}, {b})"
+
+
+BINOP_RULES: dict[BinOpKind, Callable[[str, str], str]] = {
+    BinOpKind.ADD: _infix("+"),
+    BinOpKind.SUB: _infix("-"),
+    BinOpKind.MUL: _infix("*"),
+    BinOpKind.FLOORDIV: _call("ts_floordiv", with_where=True),
+    BinOpKind.MOD: _call("ts_mod", with_where=True),
+    BinOpKind.MIN: _call("ts_min", with_where=False),
+    BinOpKind.MAX: _call("ts_max", with_where=False),
+}
+
+
+def c_expr(e: Expr) -> str:
+    """CUDA spelling of `e`; an `int64_t` value whenever it contains a variable."""
+    if isinstance(e, Const):
+        return const_literal(e.value)
+    if isinstance(e, Var):
+        return var_name(e)
+    if isinstance(e, BinOp):
+        return BINOP_RULES[e.op](c_expr(e.lhs), c_expr(e.rhs))
+    raise TypeError(f"not an index expression: {e!r}")
+
+
+def c_int64(e: Expr) -> str:
+    """Like `c_expr`, but always an `int64_t` (constants included)."""
+    return f"(int64_t){c_expr(e)}" if isinstance(e, Const) else c_expr(e)
+
+
+def uses_where(e: Expr) -> bool:
+    """Whether the printed form of `e` refers to WHERE_NAME."""
+    if isinstance(e, BinOp):
+        return e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD) or uses_where(e.lhs) or uses_where(e.rhs)
+    return False

@@ -1,0 +1,76 @@
+"""Where a kernel's allocations live: shared-memory offsets and the symmetric scratch layout.
+
+Scratch layout (all of it zero when the kernel starts, per the calling convention):
+
+    [signal buffers, in allocation order, each at an 8-byte-aligned offset (uint64 words)]
+    [grid barrier: uint32 arrival count, uint32 generation]   (only when the kernel needs it)
+    [padding up to a multiple of 256 bytes]
+
+Every PE runs the same kernel, so a signal word is at the same scratch offset on every PE;
+with the scratch at the same symmetric address everywhere, the local address of a word is the
+symmetric address that NVSHMEM translates for a peer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import KernelTraceError
+from ..ir.nodes import BarrierAll, Buffer, BufferKind, KernelIR
+
+SHARED_ALIGN = 128
+SIGNAL_ALIGN = 8
+SCRATCH_ROUND = 256
+# Per-block dynamic shared memory that sm_90 grants on request (227 KiB).
+MAX_SHARED_BYTES = 227 * 1024
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class Layout:
+    shared_offsets: dict[Buffer, int]  # byte offset into ts_smem
+    smem_bytes: int
+    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch
+    barrier_offset: int | None  # byte offset of the grid barrier's two uint32 words
+    scratch_bytes: int
+
+
+def needs_grid_barrier(kernel: KernelIR) -> bool:
+    """A grid barrier is generated when blocks of one PE must meet (BarrierAll, several blocks)."""
+    blocks = 1
+    for g in kernel.grid:
+        blocks *= g
+    return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
+
+
+def plan_layout(kernel: KernelIR) -> Layout:
+    shared: dict[Buffer, int] = {}
+    signals: dict[Buffer, int] = {}
+    smem = scratch = 0
+    for buf in kernel.allocs:
+        if buf.kind is BufferKind.SHARED:
+            smem = _round_up(smem, SHARED_ALIGN)
+            shared[buf] = smem
+            smem += buf.nbytes
+        elif buf.kind is BufferKind.SIGNAL:
+            scratch = _round_up(scratch, SIGNAL_ALIGN)
+            signals[buf] = scratch
+            scratch += buf.nbytes
+        else:
+            raise KernelTraceError(f"internal: {buf} is not an allocation kind the code generator knows", kernel.loc)
+    barrier = None
+    if needs_grid_barrier(kernel):
+        barrier = _round_up(scratch, SIGNAL_ALIGN)
+        scratch = barrier + 8
+    smem_bytes = _round_up(smem, SHARED_ALIGN)
+    if smem_bytes > MAX_SHARED_BYTES:
+        allocs = ", ".join(str(b) for b in shared)
+        raise KernelTraceError(
+            f"kernel {kernel.name} needs {smem_bytes} bytes of shared memory per block ({allocs}); "
+            f"a block can have at most {MAX_SHARED_BYTES}",
+            kernel.loc,
+        )
+    return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND))

@@ -1,0 +1,138 @@
+"""Kernels the code-generator tests build: the TileScale examples in miniature, plus corner cases."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jax_tilescale import language as T
+from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir.expr import expr_max, expr_min
+
+
+def build(fn, *, name, inputs, outputs, grid, num_pes, threads=128) -> KernelIR:
+    return verify_kernel(
+        trace_kernel(
+            fn, name=name, inputs=inputs, outputs=outputs, grid=grid, threads=threads, mesh_axes=("x",), num_pes=num_pes
+        )
+    )
+
+
+def ring_shift(m: int, n: int, npes: int, block_m: int, dtype) -> KernelIR:
+    """Each PE puts its [block_m, n] blocks, straight from the global input, to PE + 1."""
+
+    def kernel(a, b):
+        bx, me = T.program_id(0), T.get_pe()
+        rows = a[bx * block_m : (bx + 1) * block_m, :]
+        T.putmem_nbi_block(b[bx * block_m : (bx + 1) * block_m, :], rows, pe=(me + 1) % T.get_pe_num())
+
+    return build(
+        kernel,
+        name="ring_shift",
+        inputs=[((m, n), dtype)],
+        outputs=[((m, n), dtype)],
+        grid=(m // block_m,),
+        num_pes=npes,
+    )
+
+
+def ring_allgather(m_per_pe: int, n: int, npes: int, block_m: int, dtype) -> KernelIR:
+    """TileScale's ring all-gather: tile to shared, own rows locally, the tile to PE me + by + 1."""
+
+    def kernel(a, b):
+        bx, by = T.program_id(0), T.program_id(1)
+        me, npes_ = T.get_pe(), T.get_pe_num()
+        tile = T.alloc_shared((block_m, n), dtype)
+        T.copy(a[bx * block_m : (bx + 1) * block_m, :], tile)
+        rows = b[T.ds(me * m_per_pe + bx * block_m, block_m), :]
+        T.copy(tile, rows)
+        T.putmem_nbi_block(rows, tile, pe=(me + by + 1) % npes_)
+
+    return build(
+        kernel,
+        name="ring_allgather",
+        inputs=[((m_per_pe, n), dtype)],
+        outputs=[((m_per_pe * npes, n), dtype)],
+        grid=(m_per_pe // block_m, npes - 1),
+        num_pes=npes,
+    )
+
+
+def signal_exchange(rows: int, n: int, npes: int, dtype, blocks: int = 2) -> KernelIR:
+    """Put-with-signal (contiguous and strided), wait, quiet, fence and barrier_all in one kernel.
+
+    Block bx sends its rows of `a` to the next PE's `b` (signalling word bx), and a column slice
+    to the previous PE's `b2` (signalling word blocks + bx with SET); it then waits for its own
+    word, copies what arrived to `c` through shared memory, and after barrier_all copies the
+    rows of the neighbouring block (written by another block) from `c` to `d`.
+    """
+    half = n // 2
+
+    def kernel(a, b, b2, c, d):
+        bx, me, npes_ = T.program_id(0), T.get_pe(), T.get_pe_num()
+        sig = T.alloc_signal(2 * blocks)
+        tile = T.alloc_shared((rows, n), dtype)
+        mine = T.ds(bx * rows, rows)
+        T.putmem_signal_nbi_block(b[mine, :], a[mine, :], sig=sig[bx], value=1, op=T.SignalOp.ADD, pe=(me + 1) % npes_)
+        T.putmem_signal_nbi_block(
+            b2[mine, 0:half],
+            a[mine, half:n],
+            sig=sig[blocks + bx],
+            value=me + 7,
+            op=T.SignalOp.SET,
+            pe=(me - 1) % npes_,
+        )
+        T.signal_wait_until(sig[bx], T.Cmp.GE, 1)
+        T.copy(b[mine, :], tile)
+        T.copy(tile, c[mine, :])
+        T.signal_wait_until(sig[blocks + bx], T.Cmp.NE, 0)
+        T.quiet()
+        T.fence()
+        T.barrier_all()
+        T.copy(c[T.ds(((bx + 1) % blocks) * rows, rows), :], d[mine, :])
+
+    shape = (rows * blocks, n)
+    return build(
+        kernel,
+        name="signal_exchange",
+        inputs=[(shape, dtype)],
+        outputs=[(shape, dtype)] * 4,
+        grid=(blocks,),
+        num_pes=npes,
+    )
+
+
+def python_index_math(npes: int = 4) -> KernelIR:
+    """Floor division and modulo of negative values, and min/max, in offsets and PEs.
+
+    Block bx copies row (3 bx - 4) % 4 of `a` to row min(bx, 2) + max(bx - 3, 0) = bx of `c`,
+    and puts row 0 of `a` to row (bx - 5) // 2 + 3 of `b` on PE (me - 1) % npes. With C's
+    truncating division both would pick other (or out-of-range) rows.
+    """
+
+    def kernel(a, b, c):
+        bx, me = T.program_id(0), T.get_pe()
+        T.copy(a[T.ds((bx * 3 - 4) % 4, 1), :], c[T.ds(expr_min(bx, 2) + expr_max(bx - 3, 0), 1), :])
+        T.putmem_nbi_block(b[T.ds((bx - 5) // 2 + 3, 1), :], a[0:1, :], pe=(me - 1) % npes)
+
+    return build(
+        kernel,
+        name="index_math",
+        inputs=[((4, 8), np.float32)],
+        outputs=[((4, 8), np.float32), ((4, 8), np.float32)],
+        grid=(4,),
+        num_pes=npes,
+    )
+
+
+def local_copy(dtype=np.float32) -> KernelIR:
+    """No communication at all: builds without NVSHMEM."""
+
+    def kernel(a, b):
+        bx = T.program_id(0)
+        tile = T.alloc_shared((16, 33), dtype)
+        T.copy(a[T.ds(bx * 16, 16), 1:34], tile)
+        T.copy(tile, b[T.ds(bx * 16, 16), 0:33])
+
+    return build(
+        kernel, name="local_copy", inputs=[((64, 40), dtype)], outputs=[((64, 40), dtype)], grid=(4,), num_pes=1
+    )
