@@ -1,0 +1,124 @@
+"""What each IR statement does, one rule per statement type, run by one block of one PE.
+
+A rule takes the block's context and the statement, does its effect on the world, and returns
+a `Wait` when the block must wait (signal_wait_until, barrier_all) or None. `block_program` is
+the block as a generator: it yields after every statement (None, or the wait to satisfy before
+it continues), which lets one thread interleave all blocks of its PE. Every memory access goes
+through `BlockContext.access` and from there through `LaunchMemory.access`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+
+import numpy as np
+
+from ..errors import KernelRuntimeError
+from ..ir.expr import Expr, Var, VarKind, format_expr
+from ..ir.nodes import BarrierAll, Copy, Fence, Put, Quiet, Region, SignalWait, Stmt
+from .memory import SIGNAL_MODULUS, Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
+from .transfers import SignalDelivery
+from .waits import SignalWaitOn, Wait
+from .world import World
+
+
+class BlockContext:
+    """One block of one PE: its program ids, its PE, and the world it runs in."""
+
+    def __init__(self, world: World, pe: int, block: Block):
+        self.world, self.pe, self.block = world, pe, block
+        self.env: dict[Var, int] = {Var(VarKind.PROGRAM_ID, i): b for i, b in enumerate(block)}
+        self.env[Var(VarKind.PE)] = pe
+
+    def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
+        return eval_index(e, self.env, what, stmt, self.pe, self.block)
+
+    def resolve(self, region: Region, role: str, stmt: Stmt) -> ResolvedRegion:
+        return resolve_region(region, self.env, role, stmt, self.pe, self.block)
+
+    def access(self, kind: AccessKind, region: ResolvedRegion, stmt: Stmt, owner: int | None = None) -> Access:
+        """Describes an access by this block; `owner` defaults to this PE (and its shared memory)."""
+        owner = self.pe if owner is None else owner
+        owner_block = self.block if owner == self.pe else None
+        return Access(kind, region, owner, owner_block, self.pe, self.block, stmt)
+
+    def read(self, region: ResolvedRegion, stmt: Stmt) -> np.ndarray:
+        return self.world.memory.read(self.access(AccessKind.READ, region, stmt))
+
+    def write(self, region: ResolvedRegion, data: np.ndarray, stmt: Stmt) -> None:
+        self.world.memory.write(self.access(AccessKind.WRITE, region, stmt), data)
+
+    def target_pe(self, pe: Expr, stmt: Stmt) -> int:
+        """Evaluates a put's target PE and checks it names a PE of the kernel's PE space."""
+        value = self.eval(pe, "the target PE", stmt)
+        n = self.world.num_pes
+        if not 0 <= value < n:
+            k = self.world.kernel
+            raise KernelRuntimeError(
+                f"{stmt.op_name}: target PE {value} (pe={format_expr(pe)}) is out of range: the kernel's PE space "
+                f"{k.mesh_axes} has {n} PEs (0..{n - 1}) {where(self.pe, self.block, stmt.loc)}"
+            )
+        return value
+
+
+Rule = Callable[[BlockContext, Stmt], "Wait | None"]
+
+
+def _copy(ctx: BlockContext, s: Copy) -> None:
+    src = ctx.resolve(s.src, "src", s)
+    dst = ctx.resolve(s.dst, "dst", s)
+    ctx.write(dst, ctx.read(src, s), s)
+
+
+def _put(ctx: BlockContext, s: Put) -> None:
+    target = ctx.target_pe(s.pe, s)
+    src = ctx.resolve(s.src, "src", s)
+    dst = ctx.resolve(s.dst, "dst", s)  # a symmetric address: evaluated on the issuing PE
+    data = ctx.read(src, s).reshape(dst.sizes)  # NVSHMEM reads the source at issue (snapshot)
+    signal = None
+    if s.signal is not None:
+        word = ctx.resolve(s.signal.word, "signal word", s)
+        value = ctx.eval(s.signal.value, "the signal value", s) % SIGNAL_MODULUS
+        signal = SignalDelivery(word, s.signal.op, value)
+    ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal)
+
+
+def _signal_wait(ctx: BlockContext, s: SignalWait) -> Wait:
+    word = ctx.resolve(s.word, "signal word", s)
+    value = ctx.eval(s.value, "the compared value", s) % SIGNAL_MODULUS
+    return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s)
+
+
+def _quiet(ctx: BlockContext, s: Quiet) -> None:
+    ctx.world.quiet(ctx.pe)
+
+
+def _fence(ctx: BlockContext, s: Fence) -> None:
+    ctx.world.fence(ctx.pe)
+
+
+def _barrier_all(ctx: BlockContext, s: BarrierAll) -> Wait:
+    return ctx.world.barrier_all(ctx.pe, ctx.block, s)
+
+
+RULES: dict[type, Rule] = {
+    Copy: _copy,
+    Put: _put,
+    SignalWait: _signal_wait,
+    Quiet: _quiet,
+    Fence: _fence,
+    BarrierAll: _barrier_all,
+}
+
+
+def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | None, None, None]:
+    """Runs the kernel body for one block; yields after each statement (the wait, if any).
+
+    The caller must hold the world's lock while advancing it and must not resume it before the
+    yielded wait is ready.
+    """
+    for stmt in body:
+        rule = RULES.get(type(stmt))
+        if rule is None:
+            raise KernelRuntimeError(f"internal: the interpreter has no rule for {type(stmt).__name__} at {stmt.loc}")
+        yield rule(ctx, stmt)

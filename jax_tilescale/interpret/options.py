@@ -1,0 +1,37 @@
+"""Options of the CPU interpreter (one immutable value per session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DELIVERY_MODES = ("late", "eager")
+
+
+@dataclass(frozen=True)
+class InterpretOptions:
+    """How the interpreter simulates NVSHMEM's delivery of non-blocking puts.
+
+    delivery: "late" (default) delivers each `_nbi` put as late as NVSHMEM allows: at the issuing
+        PE's `quiet`, at a `barrier_all`, at the end of the kernel, or when every block of every
+        PE is waiting and only a delivery can make progress. A kernel that reads remote data
+        without the synchronisation that guarantees it sees poison instead of the data.
+        "eager" delivers every put when it is issued (the most forgiving schedule).
+    timeout_s: wall-clock limit of one PE's `run`; nothing ever hangs longer than this.
+    reorder_unfenced: deliver puts from one PE to one PE that no `fence` separates newest first
+        (NVSHMEM does not order them), which exposes a missing `T.fence()`. Off by default:
+        deliveries then follow issue order per (source PE, target PE).
+    """
+
+    delivery: str = "late"
+    timeout_s: float = 60.0
+    reorder_unfenced: bool = False
+
+    def __post_init__(self) -> None:
+        if self.delivery not in DELIVERY_MODES:
+            raise ValueError(f"InterpretOptions.delivery must be one of {DELIVERY_MODES}, got {self.delivery!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"InterpretOptions.timeout_s must be positive, got {self.timeout_s!r}")
+
+    @property
+    def eager(self) -> bool:
+        return self.delivery == "eager"

@@ -1,0 +1,131 @@
+"""In-flight non-blocking puts of one launch, and their delivery.
+
+A `_nbi` put is snapshotted when issued (its data and its resolved destination) and queued here.
+It is delivered later, at a time the world chooses (quiet, barrier, kernel end, or when nothing
+else can progress). Order rules, from NVSHMEM:
+- puts from one PE to one PE that a `fence` separates are delivered in fence order: every put
+  carries the issuing PE's fence epoch, and a put is never delivered while an older epoch of the
+  same (source, target) pair is pending;
+- puts that no fence separates may arrive in any order: by default they go in issue order; with
+  `reorder_unfenced` the newest goes first, so a kernel that forgot a fence sees it;
+- a put-with-signal applies its signal only after its own data is delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.nodes import Put, SignalOp
+from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
+
+
+@dataclass(frozen=True)
+class SignalDelivery:
+    word: ResolvedRegion
+    op: SignalOp
+    value: int  # already reduced modulo 2**64
+
+
+@dataclass(frozen=True, eq=False)
+class Transfer:
+    """One put, from issue to delivery (compared by identity)."""
+
+    seq: int  # issue order over the whole launch
+    src_pe: int
+    dst_pe: int
+    dst: ResolvedRegion
+    data: np.ndarray  # snapshot of the source at issue time, in the destination's shape
+    signal: SignalDelivery | None
+    epoch: int  # the issuing PE's fence count at issue
+    stmt: Put
+    issuer_block: Block
+
+    def describe(self) -> str:
+        sig = ""
+        if self.signal is not None:
+            sig = f" then {self.signal.word} {self.signal.op.name} {self.signal.value}"
+        return f"PE {self.src_pe} -> PE {self.dst_pe}: {self.dst}{sig} ({self.stmt.op_name} at {self.stmt.loc})"
+
+
+def deliver(t: Transfer, memory: LaunchMemory) -> None:
+    """Writes a transfer's data on its target, then applies its signal (data before signal)."""
+    memory.write(Access(AccessKind.WRITE, t.dst, t.dst_pe, None, t.src_pe, None, t.stmt), t.data)
+    if t.signal is not None:
+        acc = Access(AccessKind.SYNC_UPDATE, t.signal.word, t.dst_pe, None, t.src_pe, None, t.stmt)
+        memory.update_signal(acc, t.signal.value, add=t.signal.op is SignalOp.ADD)
+
+
+class TransferQueue:
+    """Pending transfers in issue order, with the choice of which one may be delivered next."""
+
+    def __init__(self, reorder_unfenced: bool = False):
+        self.reorder_unfenced = reorder_unfenced
+        self._pending: list[Transfer] = []
+        self._seq = 0
+        self._epochs: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __iter__(self) -> Iterator[Transfer]:
+        return iter(list(self._pending))
+
+    def issue(
+        self,
+        src_pe: int,
+        dst_pe: int,
+        dst: ResolvedRegion,
+        data: np.ndarray,
+        signal: SignalDelivery | None,
+        stmt: Put,
+        issuer_block: Block,
+    ) -> Transfer:
+        t = Transfer(self._seq, src_pe, dst_pe, dst, data, signal, self._epochs.get(src_pe, 0), stmt, issuer_block)
+        self._seq += 1
+        self._pending.append(t)
+        return t
+
+    def fence(self, src_pe: int) -> None:
+        """Puts `src_pe` issues from now on are delivered after those it issued before."""
+        self._epochs[src_pe] = self._epochs.get(src_pe, 0) + 1
+
+    def next(self, src_pe: int | None = None, dst_pe: int | None = None) -> Transfer | None:
+        """The transfer to deliver next (of `src_pe`'s, of those to `dst_pe`, or of all): the
+        oldest pending one, or with `reorder_unfenced` the newest of its unfenced group."""
+        if src_pe is None and dst_pe is None and not self.reorder_unfenced:
+            return self._pending[0] if self._pending else None
+        pending = [
+            t
+            for t in self._pending
+            if (src_pe is None or t.src_pe == src_pe) and (dst_pe is None or t.dst_pe == dst_pe)
+        ]
+        if not pending:
+            return None
+        first = pending[0]
+        if not self.reorder_unfenced:
+            return first
+        group = [t for t in pending if (t.src_pe, t.dst_pe, t.epoch) == (first.src_pe, first.dst_pe, first.epoch)]
+        return group[-1]
+
+    def deliver_next(
+        self, memory: LaunchMemory, src_pe: int | None = None, dst_pe: int | None = None
+    ) -> Transfer | None:
+        """Delivers one transfer and returns it; None when none (matching the filters) is pending."""
+        t = self.next(src_pe, dst_pe)
+        if t is None:
+            return None
+        self._pending.remove(t)
+        deliver(t, memory)
+        return t
+
+    def deliver_all(
+        self, memory: LaunchMemory, src_pe: int | None = None, dst_pe: int | None = None
+    ) -> list[Transfer]:
+        """Delivers every pending transfer matching the filters, in an allowed order."""
+        done = []
+        while (t := self.deliver_next(memory, src_pe, dst_pe)) is not None:
+            done.append(t)
+        return done

@@ -1,0 +1,100 @@
+"""What a block (or a finished PE) can wait for, and the barriers it can wait at.
+
+A wait is a small object the scheduler polls with `ready()` (always under the launch's lock)
+and that can say in words what it waits for: deadlock and timeout reports are made of these
+descriptions. A statement rule returns a wait instead of blocking, so one OS thread can run all
+blocks of a PE.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+from ..ir.nodes import Cmp, SignalWait, Stmt
+from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
+
+# `Cmp.holds` as plain operators: readiness is polled very often, and `holds` builds a dict per call.
+_CMP_OPS: dict[Cmp, Callable[[int, int], bool]] = {
+    Cmp.EQ: operator.eq,
+    Cmp.NE: operator.ne,
+    Cmp.GT: operator.gt,
+    Cmp.GE: operator.ge,
+    Cmp.LT: operator.lt,
+    Cmp.LE: operator.le,
+}
+
+
+class Wait:
+    """Base: a condition on launch state, with the block waiting for it."""
+
+    pe: int
+    block: Block | None
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class SignalWaitOn(Wait):
+    """`signal_wait_until(word cmp value)` on this PE; the word is only read, never changed.
+
+    The word is accessed once, through the memory's access path, when the wait starts; polling
+    then reads that live view (it is polled often: by the scheduler and by deadlock checks).
+    """
+
+    def __init__(
+        self, memory: LaunchMemory, pe: int, block: Block, word: ResolvedRegion, cmp: Cmp, value: int, stmt: SignalWait
+    ):
+        self.pe, self.block, self.word, self.cmp, self.value, self.stmt = pe, block, word, cmp, value, stmt
+        self._holds = _CMP_OPS[cmp]
+        self._view = memory.access(Access(AccessKind.SYNC_READ, word, pe, None, pe, block, stmt)).reshape(-1)
+
+    def current(self) -> int:
+        return int(self._view[0])
+
+    def ready(self) -> bool:
+        return self._holds(int(self._view[0]), self.value)
+
+    def describe(self) -> str:
+        return (
+            f"{self.stmt.op_name}({self.word} {self.cmp.value} {self.value}): {self.word} is {self.current()}, "
+            f"at {self.stmt.loc}"
+        )
+
+
+class Barrier:
+    """A reusable counting barrier; `generation` counts completed rounds."""
+
+    def __init__(self, participants: int, what: str):
+        self.participants = participants
+        self.what = what
+        self.arrived = 0
+        self.generation = 0
+
+    def arrive(self) -> tuple[int, bool]:
+        """Counts one arrival; returns (the round joined, whether this arrival completes it).
+        The caller completes the round with `release()` after its side effects (deliveries)."""
+        self.arrived += 1
+        return self.generation, self.arrived == self.participants
+
+    def release(self) -> None:
+        self.arrived = 0
+        self.generation += 1
+
+
+class BarrierWait(Wait):
+    """A block (or, at the kernel's end, a PE) waiting for a barrier round to complete."""
+
+    def __init__(self, barrier: Barrier, generation: int, pe: int, block: Block | None, stmt: Stmt | None):
+        self.barrier, self.generation, self.pe, self.block, self.stmt = barrier, generation, pe, block, stmt
+
+    def ready(self) -> bool:
+        return self.barrier.generation > self.generation
+
+    def describe(self) -> str:
+        loc = f", at {self.stmt.loc}" if self.stmt is not None else ""
+        return f"{self.barrier.what} ({self.barrier.arrived} of {self.barrier.participants} arrived){loc}"
+

@@ -1,0 +1,244 @@
+"""The shared state of one launch: memory, in-flight puts, barriers, waiting PEs, failure.
+
+One `World` per launch, shared by the threads of its PEs (one thread per PE). All of its state is
+guarded by one lock (`World.lock`). Each PE sleeps on its own condition of that lock, and whoever
+changes state that a sleeping PE may care about (a delivery to it, a barrier release, a failure)
+wakes exactly that PE. The world decides what the simulated hardware does when nobody can progress:
+- if every live block of every PE is waiting and puts are in flight, puts are delivered one at a
+  time, oldest (allowed) first, until one of them satisfies a waiter; this is "as late as NVSHMEM
+  allows";
+- if nothing is in flight either, it is a deadlock: a DeadlockError listing each waiter goes to
+  every PE;
+- a PE that fails marks the world failed, and every other PE raises promptly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import DeadlockError, KernelRuntimeError
+from ..ir.nodes import BarrierAll, KernelIR, Put
+from .memory import Block, LaunchMemory, ResolvedRegion
+from .options import InterpretOptions
+from .transfers import SignalDelivery, Transfer, TransferQueue
+from .waits import Barrier, BarrierWait, Wait
+
+POLL_S = 0.25  # fallback re-check period of sleeping PEs; state changes wake them at once
+MAX_BLOCKS_LISTED = 4
+
+
+class World:
+    """The rendezvous and simulated NVSHMEM of one launch (launch `index` of team `team`)."""
+
+    def __init__(self, kernel: KernelIR, options: InterpretOptions, team: object, index: int):
+        self.kernel, self.options, self.team, self.index = kernel, options, team, index
+        self.num_pes = kernel.num_pes
+        self.blocks: list[Block] = list(itertools.product(*(range(g) for g in kernel.grid)))
+        self.lock = threading.RLock()  # re-entrant: `fail` may run inside a locked wait
+        self._wakeup = [threading.Condition(self.lock) for _ in range(self.num_pes)]
+        self.memory = LaunchMemory(kernel)
+        self.transfers = TransferQueue(options.reorder_unfenced)
+        self.barrier = Barrier(self.num_pes * len(self.blocks), "barrier_all")
+        self.end = Barrier(self.num_pes, "the end of the kernel (all PEs finish, then every put is delivered)")
+        self.joined: set[int] = set()
+        self.left: set[int] = set()
+        self.waiting: dict[int, list[Wait]] = {}  # PEs whose every live block waits, and on what
+        self._changed: set[int] = set()  # waiting PEs whose waits may have become ready since checked
+        self.failure: BaseException | None = None
+        self.failed_pe: int | None = None
+
+    # --- membership and failure ---------------------------------------------------------------
+
+    def join(self, pe: int, inputs: Sequence[np.ndarray], deadline: float) -> None:
+        """Binds `pe`'s memory, then waits for every PE of the launch: the launch-start barrier
+        (the GPU runtime zeroes signals and stages buffers, then barriers, so no peer writes a PE's
+        memory before it exists)."""
+        with self.lock:
+            if pe in self.joined:
+                raise KernelRuntimeError(f"internal: PE {pe} joined launch {self.index} of team {self.team!r} twice")
+            self.check_failed(pe)
+            self.memory.bind_pe(pe, inputs)
+            self.joined.add(pe)
+            self._wake(range(self.num_pes))
+            while len(self.joined) < self.num_pes:
+                self.check_failed(pe)
+                self._sleep(pe, deadline)
+
+    def leave(self, pe: int) -> bool:
+        """Records that `pe` returned or raised; True when every PE has left (drop the world)."""
+        with self.lock:
+            self.left.add(pe)
+            return len(self.left) == self.num_pes
+
+    def fail(self, pe: int, error: BaseException) -> None:
+        """Marks the launch failed (the first failure wins) and wakes everybody."""
+        with self.lock:
+            if self.failure is None:
+                self.failure, self.failed_pe = error, pe
+            self._wake(range(self.num_pes))
+
+    def check_failed(self, pe: int) -> None:
+        """Raises on `pe` if another PE has failed: the same DeadlockError, or "PE k failed"."""
+        err = self.failure
+        if err is None or self.failed_pe == pe:
+            return
+        if isinstance(err, DeadlockError):
+            raise DeadlockError(str(err)) from err
+        raise KernelRuntimeError(f"PE {self.failed_pe} failed: {err}") from err
+
+    # --- state changes (all under `lock`) -----------------------------------------------------
+
+    def _wake(self, pes: Iterable[int]) -> None:
+        for pe in pes:
+            self._wakeup[pe].notify_all()
+
+    def _delivered(self, transfers: Iterable[Transfer]) -> None:
+        """After deliveries: the waits of their targets may be ready now."""
+        targets = {t.dst_pe for t in transfers}
+        self._changed |= targets & self.waiting.keys()
+        self._wake(targets)
+
+    def put(
+        self,
+        stmt: Put,
+        src_pe: int,
+        block: Block,
+        dst_pe: int,
+        dst: ResolvedRegion,
+        data: np.ndarray,
+        signal: SignalDelivery | None,
+    ) -> None:
+        """Issues a put; blocking puts and eager mode deliver it now (with everything to that PE
+        issued before it, to keep the order), `_nbi` puts in late mode stay in flight."""
+        self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block)
+        if stmt.blocking or self.options.eager:
+            self._delivered(self.transfers.deliver_all(self.memory, src_pe=src_pe, dst_pe=dst_pe))
+
+    def quiet(self, pe: int) -> None:
+        self._delivered(self.transfers.deliver_all(self.memory, src_pe=pe))
+
+    def fence(self, pe: int) -> None:
+        self.transfers.fence(pe)
+
+    def _arrive(self, barrier: Barrier, pe: int, block: Block | None, stmt: BarrierAll | None) -> BarrierWait:
+        generation, complete = barrier.arrive()
+        if complete:
+            # Every participant is here, so every put issued before the barrier is delivered now.
+            self.transfers.deliver_all(self.memory)
+            barrier.release()
+            self._changed |= self.waiting.keys()
+            self._wake(range(self.num_pes))
+        return BarrierWait(barrier, generation, pe, block, stmt)
+
+    def barrier_all(self, pe: int, block: Block, stmt: BarrierAll) -> BarrierWait:
+        return self._arrive(self.barrier, pe, block, stmt)
+
+    def arrive_at_end(self, pe: int) -> BarrierWait:
+        """The implicit quiet + barrier at the end of the kernel (end-of-kernel consistency)."""
+        return self._arrive(self.end, pe, None, None)
+
+    # --- waiting ------------------------------------------------------------------------------
+
+    def _everyone_stuck(self) -> bool:
+        """True when every PE waits and none of their waits is ready. Only PEs whose waits may
+        have changed since last checked are re-checked, so this is cheap in the common case."""
+        if len(self.waiting) < self.num_pes:
+            return False
+        for pe in list(self._changed):
+            if any(w.ready() for w in self.waiting[pe]):
+                return False
+            self._changed.discard(pe)
+        return True
+
+    def _deliver_until_someone_can_go(self) -> bool:
+        """Everybody is stuck: delivers in-flight puts one at a time, in an allowed order, until one
+        satisfies a waiter (True) or none is left (False: a deadlock)."""
+        while (t := self.transfers.deliver_next(self.memory)) is not None:
+            if any(w.ready() for w in self.waiting[t.dst_pe]):
+                self._delivered([t])
+                return True
+        return False
+
+    def _sleep(self, pe: int, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self._raise_timeout(pe)
+        self._wakeup[pe].wait(min(remaining, POLL_S))
+
+    def wait_any(self, pe: int, waits: list[Wait], deadline: float) -> None:
+        """Blocks `pe` (whose every live block waits) until one of `waits` is ready.
+
+        Must be called with `lock` held. Delivers in-flight puts when everybody is stuck, and
+        raises DeadlockError when that cannot help, or KernelRuntimeError past the deadline.
+        """
+        self.waiting[pe] = waits
+        try:
+            while True:
+                self.check_failed(pe)
+                if any(w.ready() for w in waits):
+                    return
+                self._changed.discard(pe)
+                if self._everyone_stuck():
+                    if self._deliver_until_someone_can_go():
+                        continue
+                    self._raise_deadlock(pe)
+                self._sleep(pe, deadline)
+        finally:
+            del self.waiting[pe]
+            self._changed.discard(pe)
+
+    # --- reports ------------------------------------------------------------------------------
+
+    def _describe_waits(self) -> list[str]:
+        lines = []
+        for pe in range(self.num_pes):
+            if pe not in self.joined:
+                lines.append(f"  PE {pe}: has not started launch {self.index} (its `run` was not called)")
+                continue
+            if len(self.joined) < self.num_pes:
+                lines.append(f"  PE {pe}: waits at the start of the launch for the other PEs")
+                continue
+            if pe not in self.waiting:
+                state = "returned or failed" if pe in self.left else "running"
+                lines.append(f"  PE {pe}: {state}")
+                continue
+            groups: dict[str, list[Block | None]] = defaultdict(list)
+            for w in self.waiting[pe]:
+                groups[w.describe()].append(w.block)
+            for text, blocks in groups.items():
+                if blocks == [None]:
+                    who = ""
+                else:
+                    shown = ", ".join(str(b) for b in blocks[:MAX_BLOCKS_LISTED])
+                    more = f" and {len(blocks) - MAX_BLOCKS_LISTED} more" if len(blocks) > MAX_BLOCKS_LISTED else ""
+                    who = f" block{'s' if len(blocks) > 1 else ''} {shown}{more}"
+                verb = "wait" if len(blocks) > 1 else "waits"
+                lines.append(f"  PE {pe}{who} {verb} for {text}")
+        return lines
+
+    def _header(self) -> str:
+        return f"kernel {self.kernel.name!r} (launch {self.index} of team {self.team!r}, {self.num_pes} PEs)"
+
+    def _raise_deadlock(self, pe: int) -> None:
+        err = DeadlockError(
+            f"deadlock in {self._header()}: every block of every PE is waiting and no put is in flight:\n"
+            + "\n".join(self._describe_waits())
+        )
+        self.fail(pe, err)
+        raise err
+
+    def _raise_timeout(self, pe: int) -> None:
+        lines = self._describe_waits()
+        lines += [f"  in flight: {t.describe()}" for t in self.transfers]
+        err = KernelRuntimeError(
+            f"{self._header()} timed out after {self.options.timeout_s} s on PE {pe} "
+            f"(InterpretOptions.timeout_s):\n" + "\n".join(lines)
+        )
+        self.fail(pe, err)
+        raise err
