@@ -8,21 +8,8 @@ blocks of a PE.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
-
 from ..ir.nodes import Cmp, SignalWait, Stmt
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
-
-# `Cmp.holds` as plain operators: readiness is polled very often, and `holds` builds a dict per call.
-_CMP_OPS: dict[Cmp, Callable[[int, int], bool]] = {
-    Cmp.EQ: operator.eq,
-    Cmp.NE: operator.ne,
-    Cmp.GT: operator.gt,
-    Cmp.GE: operator.ge,
-    Cmp.LT: operator.lt,
-    Cmp.LE: operator.le,
-}
 
 
 class Wait:
@@ -49,7 +36,7 @@ class SignalWaitOn(Wait):
         self, memory: LaunchMemory, pe: int, block: Block, word: ResolvedRegion, cmp: Cmp, value: int, stmt: SignalWait
     ):
         self.pe, self.block, self.word, self.cmp, self.value, self.stmt = pe, block, word, cmp, value, stmt
-        self._holds = _CMP_OPS[cmp]
+        self._holds = cmp.holds
         self._view = memory.access(Access(AccessKind.SYNC_READ, word, pe, None, pe, block, stmt)).reshape(-1)
 
     def current(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,14 +36,11 @@ class Cmp(enum.Enum):
     LE = "<="
 
     def holds(self, lhs: int, rhs: int) -> bool:
-        return {
-            Cmp.EQ: lhs == rhs,
-            Cmp.NE: lhs != rhs,
-            Cmp.GT: lhs > rhs,
-            Cmp.GE: lhs >= rhs,
-            Cmp.LT: lhs < rhs,
-            Cmp.LE: lhs <= rhs,
-        }[self]
+        return _CMP_OPS[self](lhs, rhs)
+
+
+_CMP_OPS = {Cmp.EQ: operator.eq, Cmp.NE: operator.ne, Cmp.GT: operator.gt, Cmp.GE: operator.ge,
+            Cmp.LT: operator.lt, Cmp.LE: operator.le}
 
 
 class Scope(enum.Enum):

@@ -62,9 +62,10 @@ def test_kernel_with_mesh_axes_outside_shard_map_is_an_error():
 
 def test_unknown_mesh_axis_is_an_error():
     k = ts.kernel(lambda a, b: None, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,), mesh_axes="y")
-    f = jax.jit(jax.shard_map(k, mesh=mesh_of(2), in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    mesh = mesh_of(2)
+    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     with pytest.raises(ts.KernelTraceError, match=r"\['y'\] are not axes"):
-        f(jnp.ones((16,), jnp.float32))
+        f(jax.device_put(jnp.ones((16,), jnp.float32), NamedSharding(mesh, P("x"))))
 
 
 def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
@@ -72,7 +73,9 @@ def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
     def bad(a, b):
         T.putmem_nbi_block(b, a, pe=(T.get_pe() * 3) % 5)  # not affine: only caught at run time
 
-    f = jax.jit(jax.shard_map(bad, mesh=mesh_of(4), in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    mesh = mesh_of(4)
+    f = jax.jit(jax.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    x = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("x")))
     with pytest.raises(Exception, match="putmem_nbi_block") as info:
-        jax.block_until_ready(f(jnp.ones((32,), jnp.float32)))
+        jax.block_until_ready(f(x))
     assert "4" in str(info.value)
