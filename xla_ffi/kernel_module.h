@@ -1,0 +1,32 @@
+// Loading a generated kernel: cubin -> CUmodule (cached per process) -> CUfunction, with the checks and
+// attributes its launch configuration needs.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "driver_api.h"
+
+namespace jax_tilescale {
+
+struct KernelConfig {
+  std::string cubin;
+  std::string entry;
+  int64_t grid[3] = {1, 1, 1};
+  int64_t threads = 1;
+  int64_t smem_bytes = 0;
+  bool uses_nvshmem = false;
+  bool grid_barrier = false;
+};
+
+// Loads `config.cubin` into the current context (once per process and context; the module stays loaded
+// for the life of the process), runs nvshmemx_cumodule_init on it when the kernel uses NVSHMEM, finds
+// `config.entry`, raises its dynamic shared memory limit when needed and, for a grid barrier, checks that
+// all blocks can be resident at once. Returns "" and sets *fn, or an error message (without prefix).
+std::string LoadKernel(const DriverApi& cu, const KernelConfig& config, CUfunction* fn);
+
+int64_t LoadedModuleCount();
+
+}  // namespace jax_tilescale

@@ -1,0 +1,383 @@
+// `jax_tilescale_launch`: instantiate validates the attributes into a per-call-site state; execute loads
+// the kernel once, then enqueues the calling convention's steps on XLA's stream.
+#include "launch_handler.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>  // cudaStream_t, for PlatformStream (types only; nothing is linked)
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "driver_api.h"
+#include "kernel_module.h"
+#include "nvshmem_api.h"
+#include "pe_map.h"
+#include "ts_abi.h"
+#include "workspace.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace jax_tilescale {
+namespace {
+
+std::atomic<int64_t> g_default_pe{0};
+
+constexpr const char* kNotInitialised =
+    "NVSHMEM is not initialised: run under `python -m jax_tilescale.launch` or call "
+    "jax_tilescale.runtime.init()";
+
+struct LaunchState {
+  static ffi::TypeId id;
+
+  KernelConfig config;
+  int64_t scratch_bytes = 0;
+  std::vector<int64_t> staged;
+  std::vector<int64_t> pe_table, mesh_shape, kernel_axes;
+
+  // Filled by the first execute (under `mutex`), kept for the life of the call site.
+  std::mutex mutex;
+  bool loaded = false;
+  std::string load_error;
+  CUcontext ctx = nullptr;
+  CUfunction fn = nullptr;
+  int32_t my_kernel_pe = 0;
+  int32_t npes = 1;
+  std::vector<int32_t> host_pe_map;
+  CUdeviceptr pe_map = 0;
+  CUdeviceptr plain_scratch = 0;  // scratch of a launch without NVSHMEM (not symmetric)
+
+  ~LaunchState() {
+    std::string ignored;
+    const DriverApi* cu = Driver(&ignored);
+    if (cu == nullptr || ctx == nullptr || (pe_map == 0 && plain_scratch == 0)) return;
+    // Errors are ignored: at process exit the driver may already be shutting down.
+    if (cu->cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return;
+    if (pe_map != 0) cu->cuMemFree(pe_map);
+    if (plain_scratch != 0) cu->cuMemFree(plain_scratch);
+    CUcontext popped;
+    cu->cuCtxPopCurrent(&popped);
+  }
+};
+ffi::TypeId LaunchState::id = {};
+
+// How XLA destroys a call site's state when its executable goes away (jaxlib >= 0.10 has MakeTypeInfo).
+const XLA_FFI_TypeInfo kLaunchStateTypeInfo = ffi::MakeTypeInfo<LaunchState>();
+
+std::vector<int64_t> ToVector(ffi::Span<const int64_t> s) { return std::vector<int64_t>(s.begin(), s.end()); }
+
+// An instantiate-stage failure (ErrorOr is built from Unexpected, not from Error).
+ffi::Unexpected<ffi::Error> Invalid(std::string_view entry, const std::string& msg) {
+  return ffi::Unexpected<ffi::Error>(
+      ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_tilescale kernel `" + std::string(entry) + "`: " + msg));
+}
+
+ffi::Error Internal(const LaunchState& s, const std::string& msg) {
+  return ffi::Error(ffi::ErrorCode::kInternal, "jax_tilescale kernel `" + s.config.entry + "`: " + msg);
+}
+
+ffi::Error CuFailed(const LaunchState& s, const std::string& what, CUresult r) {
+  return Internal(s, what + " failed: " + CuErrorText(r));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Instantiate: everything that can be checked without a GPU, once per call site at executable load.
+
+ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
+    int64_t abi_version, std::string_view cubin, std::string_view entry, ffi::Span<const int64_t> grid,
+    int64_t threads, int64_t smem_bytes, int64_t scratch_bytes, ffi::Span<const int64_t> staged,
+    ffi::Span<const int64_t> pe_table, ffi::Span<const int64_t> mesh_shape, ffi::Span<const int64_t> kernel_axes,
+    bool uses_nvshmem, bool grid_barrier) {
+  if (abi_version != TS_ABI_VERSION) {
+    return Invalid(entry, "it was generated for calling-convention ABI " + std::to_string(abi_version) +
+                              " but this jax_tilescale._ffi implements ABI " + std::to_string(TS_ABI_VERSION) +
+                              ": rebuild the extension (pip install -e .) from the same checkout");
+  }
+  if (cubin.empty() || entry.empty()) return Invalid(entry, "empty `cubin` or `entry` attribute");
+  if (grid.size() != 3) return Invalid(entry, "`grid` must have 3 entries, got " + std::to_string(grid.size()));
+  const int64_t grid_max[3] = {2147483647, 65535, 65535};
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] < 1 || grid[i] > grid_max[i]) {
+      return Invalid(entry, "grid dimension " + std::to_string(i) + " = " + std::to_string(grid[i]) +
+                                " is outside 1.." + std::to_string(grid_max[i]));
+    }
+  }
+  if (threads < 1 || threads > 1024) return Invalid(entry, "threads = " + std::to_string(threads) + " not in 1..1024");
+  if (smem_bytes < 0 || smem_bytes > (int64_t{1} << 30)) return Invalid(entry, "bad smem_bytes");
+  if (scratch_bytes < 0) return Invalid(entry, "negative scratch_bytes");
+  if (staged.size() > TS_MAX_BUFFERS) {
+    return Invalid(entry, std::to_string(staged.size()) + " buffers, more than TS_MAX_BUFFERS = " +
+                              std::to_string(TS_MAX_BUFFERS));
+  }
+  for (int64_t flag : staged) {
+    if (flag < 0 || flag > (kCopyIn | kCopyOut)) return Invalid(entry, "bad `staged` value " + std::to_string(flag));
+  }
+  auto state = std::make_unique<LaunchState>();
+  state->pe_table = ToVector(pe_table);
+  state->mesh_shape = ToVector(mesh_shape);
+  state->kernel_axes = ToVector(kernel_axes);
+  if (std::string err = ValidateMesh(state->pe_table, state->mesh_shape, state->kernel_axes); !err.empty()) {
+    return Invalid(entry, err);
+  }
+  KernelConfig& c = state->config;
+  c.cubin = std::string(cubin);
+  c.entry = std::string(entry);
+  for (int i = 0; i < 3; ++i) c.grid[i] = grid[i];
+  c.threads = threads;
+  c.smem_bytes = smem_bytes;
+  c.uses_nvshmem = uses_nvshmem;
+  c.grid_barrier = grid_barrier;
+  state->scratch_bytes = scratch_bytes;
+  state->staged = ToVector(staged);
+  return state;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Execute.
+
+// Makes the context of XLA's stream current for the handler's driver calls: the calling thread may have
+// none, or another device's, and cuModuleLoad/cuMemAlloc act on the current context.
+class StreamContext {
+ public:
+  StreamContext(const DriverApi& cu, CUstream stream) : cu_(cu) {
+    if ((result_ = cu.cuStreamGetCtx(stream, &ctx_)) != CUDA_SUCCESS) return;
+    CUcontext current = nullptr;
+    if ((result_ = cu.cuCtxGetCurrent(&current)) != CUDA_SUCCESS) return;
+    if (current != ctx_) {
+      if ((result_ = cu.cuCtxPushCurrent(ctx_)) != CUDA_SUCCESS) return;
+      pushed_ = true;
+    }
+  }
+  ~StreamContext() {
+    CUcontext popped;
+    if (pushed_) cu_.cuCtxPopCurrent(&popped);
+  }
+  CUresult result() const { return result_; }
+  CUcontext ctx() const { return ctx_; }
+
+ private:
+  const DriverApi& cu_;
+  CUcontext ctx_ = nullptr;
+  CUresult result_ = CUDA_SUCCESS;
+  bool pushed_ = false;
+};
+
+// First execute of a call site: kernel, PE map on the device, plain scratch. Caller holds s.mutex.
+ffi::Error Load(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext ctx) {
+  s.ctx = ctx;
+  if (std::string err = LoadKernel(cu, s.config, &s.fn); !err.empty()) return Internal(s, err);
+
+  int64_t my_pe = g_default_pe.load();
+  if (const NvshmemApi* shm = Nvshmem(); shm != nullptr && shm->initialized()) {
+    my_pe = shm->nvshmem_my_pe();
+    const int64_t n_pes = shm->nvshmem_n_pes();
+    for (int64_t pe : s.pe_table) {
+      if (pe >= n_pes) {
+        return Internal(s, "the mesh names NVSHMEM PE " + std::to_string(pe) + " but NVSHMEM has " +
+                               std::to_string(n_pes) + " PEs: NVSHMEM must span every process of the mesh");
+      }
+    }
+  }
+  PeMap map;
+  if (std::string err = ComputePeMap(s.pe_table, s.mesh_shape, s.kernel_axes, my_pe, &map); !err.empty()) {
+    return Internal(s, err);
+  }
+  s.my_kernel_pe = map.my_kernel_pe;
+  s.npes = static_cast<int32_t>(map.pe_map.size());
+  s.host_pe_map = std::move(map.pe_map);
+  const size_t map_bytes = s.host_pe_map.size() * sizeof(int32_t);
+  if (CUresult r = cu.cuMemAlloc(&s.pe_map, map_bytes); r != CUDA_SUCCESS) return CuFailed(s, "cuMemAlloc(pe_map)", r);
+  // host_pe_map lives as long as the state, so the asynchronous copy may read it at any time.
+  if (CUresult r = cu.cuMemcpyHtoDAsync(s.pe_map, s.host_pe_map.data(), map_bytes, stream); r != CUDA_SUCCESS) {
+    return CuFailed(s, "cuMemcpyHtoDAsync(pe_map)", r);
+  }
+  if (!s.config.uses_nvshmem && s.scratch_bytes > 0) {
+    if (CUresult r = cu.cuMemAlloc(&s.plain_scratch, static_cast<size_t>(s.scratch_bytes)); r != CUDA_SUCCESS) {
+      return CuFailed(s, "cuMemAlloc(scratch)", r);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error LaunchKernel(const DriverApi& cu, const LaunchState& s, CUstream stream, TsLaunchArgs& args) {
+  void* params[] = {&args};
+  const KernelConfig& c = s.config;
+  const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
+             gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
+             smem = static_cast<unsigned>(c.smem_bytes);
+  // A grid barrier needs every block resident: a cooperative launch guarantees it (and fails rather than
+  // deadlocks when it cannot), where a plain launch only makes it likely.
+  CUresult r = c.grid_barrier ? cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params)
+                              : cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+  if (r != CUDA_SUCCESS) return CuFailed(s, c.grid_barrier ? "cuLaunchCooperativeKernel" : "cuLaunchKernel", r);
+  return ffi::Error::Success();
+}
+
+struct Param {
+  void* data;
+  size_t bytes;
+  int64_t staged;
+  size_t offset;  // in the workspace, when staged
+};
+
+ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets) {
+  LaunchState& s = *state;
+  auto stream = reinterpret_cast<CUstream>(cuda_stream);
+  std::string driver_error;
+  const DriverApi* cu_ptr = Driver(&driver_error);
+  if (cu_ptr == nullptr) return Internal(s, driver_error);
+  const DriverApi& cu = *cu_ptr;
+
+  const NvshmemApi* shm = Nvshmem();
+  if (s.config.uses_nvshmem && (shm == nullptr || !shm->initialized())) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jax_tilescale kernel `" + s.config.entry + "`: " + kNotInitialised);
+  }
+  StreamContext scope(cu, stream);
+  if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
+
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.loaded) {
+      ffi::Error err = Load(cu, s, stream, scope.ctx());
+      s.loaded = true;
+      if (err.failure()) s.load_error = err.message();
+    }
+  }
+  if (!s.load_error.empty()) return ffi::Error(ffi::ErrorCode::kInternal, s.load_error);
+
+  // Operand 0 is pe_info (for the CPU interpreter); the kernel's buffers are the rest, then the results.
+  if (args.size() < 1) return Internal(s, "missing the pe_info operand");
+  const size_t n_in = args.size() - 1, n_params = n_in + rets.size();
+  if (n_params != s.staged.size()) {
+    return Internal(s, "the call has " + std::to_string(n_params) + " buffers but `staged` describes " +
+                           std::to_string(s.staged.size()));
+  }
+  std::vector<Param> params(n_params);
+  for (size_t i = 0; i < n_params; ++i) {
+    void* data = nullptr;
+    size_t bytes = 0;
+    if (i < n_in) {
+      auto arg = args.get<ffi::AnyBuffer>(i + 1);
+      if (arg.has_error()) return Internal(s, "operand " + std::to_string(i + 1) + " is not a buffer");
+      data = arg->untyped_data();
+      bytes = arg->size_bytes();
+    } else {
+      auto ret = rets.get<ffi::AnyBuffer>(i - n_in);
+      if (ret.has_error()) return Internal(s, "result " + std::to_string(i - n_in) + " is not a buffer");
+      data = (*ret)->untyped_data();
+      bytes = (*ret)->size_bytes();
+    }
+    params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0};
+  }
+
+  TsLaunchArgs launch{};
+  launch.pe = s.my_kernel_pe;
+  launch.npes = s.npes;
+  launch.pe_map = reinterpret_cast<const int32_t*>(s.pe_map);
+
+  if (!s.config.uses_nvshmem) {
+    // A plain launch: no peers, so nothing is staged and the scratch needs no symmetry.
+    for (size_t i = 0; i < n_params; ++i) launch.buffers[i] = params[i].data;
+    launch.scratch = reinterpret_cast<unsigned char*>(s.plain_scratch);
+    if (s.scratch_bytes > 0) {
+      if (CUresult r = cu.cuMemsetD8Async(s.plain_scratch, 0, s.scratch_bytes, stream); r != CUDA_SUCCESS) {
+        return CuFailed(s, "cuMemsetD8Async(scratch)", r);
+      }
+    }
+    return LaunchKernel(cu, s, stream, launch);
+  }
+
+  // Workspace layout of this call: scratch, then each staged buffer, each 256-byte aligned.
+  size_t total = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
+  for (Param& p : params) {
+    if (p.staged == kDirect) continue;
+    p.offset = total;
+    total += AlignUp(p.bytes, kWorkspaceAlign);
+  }
+
+  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
+  std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  unsigned char* base = nullptr;
+  if (total > 0) {
+    if (std::string err = ws.Reserve(total, stream, cu, *shm, s.config.entry, &base); !err.empty()) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+    }
+  }
+  launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
+  for (size_t i = 0; i < n_params; ++i) {
+    launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + params[i].offset;
+  }
+
+  // 1. zero the scratch, copy staged inputs in.
+  if (s.scratch_bytes > 0) {
+    if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base), 0, s.scratch_bytes, stream);
+        r != CUDA_SUCCESS) {
+      return CuFailed(s, "cuMemsetD8Async(scratch)", r);
+    }
+  }
+  for (size_t i = 0; i < n_params; ++i) {
+    const Param& p = params[i];
+    if (!(p.staged & kCopyIn) || p.bytes == 0) continue;
+    if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(base + p.offset),
+                                          reinterpret_cast<CUdeviceptr>(p.data), p.bytes, stream);
+        r != CUDA_SUCCESS) {
+      return CuFailed(s, "copying buffer " + std::to_string(i) + " into the symmetric workspace", r);
+    }
+  }
+  // 2. nobody signals or writes into this PE before it has zeroed its scratch and copied out the last call.
+  shm->nvshmemx_barrier_all_on_stream(cuda_stream);
+  // 3. launch.
+  if (ffi::Error err = LaunchKernel(cu, s, stream, launch); err.failure()) return err;
+  // 4. every PE's remote writes are complete and visible (the barrier includes quiet).
+  shm->nvshmemx_barrier_all_on_stream(cuda_stream);
+  // 5. staged outputs back to XLA's buffers.
+  for (size_t i = 0; i < n_params; ++i) {
+    const Param& p = params[i];
+    if (!(p.staged & kCopyOut) || p.bytes == 0) continue;
+    if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(p.data),
+                                          reinterpret_cast<CUdeviceptr>(base + p.offset), p.bytes, stream);
+        r != CUDA_SUCCESS) {
+      return CuFailed(s, "copying buffer " + std::to_string(i) + " out of the symmetric workspace", r);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_TypeId* LaunchStateTypeId() { return &LaunchState::id; }
+
+const XLA_FFI_TypeInfo* LaunchStateTypeInfo() { return &kLaunchStateTypeInfo; }
+
+void SetDefaultPe(int64_t pe) { g_default_pe.store(pe); }
+
+}  // namespace jax_tilescale
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
+                              ffi::Ffi::BindInstantiate()
+                                  .Attr<int64_t>("abi_version")
+                                  .Attr<std::string_view>("cubin")
+                                  .Attr<std::string_view>("entry")
+                                  .Attr<ffi::Span<const int64_t>>("grid")
+                                  .Attr<int64_t>("threads")
+                                  .Attr<int64_t>("smem_bytes")
+                                  .Attr<int64_t>("scratch_bytes")
+                                  .Attr<ffi::Span<const int64_t>>("staged")
+                                  .Attr<ffi::Span<const int64_t>>("pe_table")
+                                  .Attr<ffi::Span<const int64_t>>("mesh_shape")
+                                  .Attr<ffi::Span<const int64_t>>("kernel_axes")
+                                  .Attr<bool>("uses_nvshmem")
+                                  .Attr<bool>("grid_barrier"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecute, jax_tilescale::Execute,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::State<jax_tilescale::LaunchState>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());

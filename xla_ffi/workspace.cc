@@ -1,0 +1,83 @@
+#include "workspace.h"
+
+namespace jax_tilescale {
+namespace {
+
+// Growth is rounded up so that a sequence of slightly larger calls does not reallocate every time.
+// The rounding is a pure function of the request, so every process still makes the same sizes.
+constexpr size_t kGrowthGranularity = size_t{2} << 20;
+
+std::string Human(size_t bytes) {
+  const double mib = static_cast<double>(bytes) / (1 << 20);
+  char buf[64];
+  snprintf(buf, sizeof buf, "%zu bytes (%.1f MiB)", bytes, mib);
+  return buf;
+}
+
+}  // namespace
+
+SymmetricWorkspace& SymmetricWorkspace::Get() {
+  // Leaked on purpose: freeing symmetric memory from a static destructor would run after NVSHMEM
+  // and the driver may be gone.
+  static SymmetricWorkspace* ws = new SymmetricWorkspace();
+  return *ws;
+}
+
+size_t SymmetricWorkspace::bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
+std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                        const std::string& entry, unsigned char** base) {
+  if (bytes <= bytes_) {
+    *base = base_;
+    return "";
+  }
+  const size_t grow_to = (bytes + kGrowthGranularity - 1) / kGrowthGranularity * kGrowthGranularity;
+  if (base_ != nullptr) {
+    if (CUresult r = cu.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+      return "kernel `" + entry + "`: cuStreamSynchronize before growing the symmetric workspace failed: " +
+             CuErrorText(r);
+    }
+    shm.nvshmem_free(base_);
+    base_ = nullptr;
+    bytes_ = 0;
+  }
+  void* p = shm.nvshmem_malloc(grow_to);
+  if (p == nullptr) {
+    return "kernel `" + entry + "` needs a symmetric workspace of " + Human(bytes) + " (scratch plus staged " +
+           "buffers) and nvshmem_malloc(" + Human(grow_to) + ") failed: the NVSHMEM symmetric heap is too " +
+           "small. Raise NVSHMEM_SYMMETRIC_SIZE (e.g. NVSHMEM_SYMMETRIC_SIZE=8G) in every process before " +
+           "NVSHMEM starts, and leave GPU memory outside XLA's pool for it (XLA_PYTHON_CLIENT_MEM_FRACTION)";
+  }
+  base_ = static_cast<unsigned char*>(p);
+  bytes_ = grow_to;
+  *base = base_;
+  return "";
+}
+
+std::string SymmetricWorkspace::Release(const DriverApi* cu) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (base_ == nullptr) return "";
+  const NvshmemApi* shm = Nvshmem();
+  if (shm == nullptr || !shm->initialized()) {
+    // NVSHMEM is already gone and took its heap with it.
+    base_ = nullptr;
+    bytes_ = 0;
+    return "";
+  }
+  // Every call that used the region must have finished on the device before it is freed.
+  CUcontext ctx = nullptr;
+  if (cu != nullptr && cu->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx != nullptr) {
+    if (CUresult r = cu->cuCtxSynchronize(); r != CUDA_SUCCESS) {
+      return "cuCtxSynchronize before freeing the symmetric workspace failed: " + CuErrorText(r);
+    }
+  }
+  shm->nvshmem_free(base_);
+  base_ = nullptr;
+  bytes_ = 0;
+  return "";
+}
+
+}  // namespace jax_tilescale
