@@ -101,17 +101,45 @@ def signal_exchange(rows: int, n: int, npes: int, dtype, blocks: int = 2) -> Ker
     )
 
 
+def barrier_chain(rows: int, n: int, npes: int, dtype, blocks: int) -> KernelIR:
+    """Data that crosses blocks and PEs only through barrier_all.
+
+    Block bx puts its rows of `a` to the next PE's `b`; after a barrier_all it copies the rows
+    that the peer delivered for block bx + 1 into `c`; after another, the rows of `c` that block
+    bx + 1 wrote into `d`. So b = a of PE - 1, c = b shifted by one block, d = b by two.
+    """
+
+    def kernel(a, b, c, d):
+        bx, me = T.program_id(0), T.get_pe()
+        mine, nxt = T.ds(bx * rows, rows), T.ds(((bx + 1) % blocks) * rows, rows)
+        T.putmem_nbi_block(b[mine, :], a[mine, :], pe=(me + 1) % T.get_pe_num())
+        T.barrier_all()
+        T.copy(b[nxt, :], c[mine, :])
+        T.barrier_all()
+        T.copy(c[nxt, :], d[mine, :])
+
+    shape = (rows * blocks, n)
+    return build(
+        kernel,
+        name="barrier_chain",
+        inputs=[(shape, dtype)],
+        outputs=[(shape, dtype)] * 3,
+        grid=(blocks,),
+        num_pes=npes,
+    )
+
+
 def python_index_math(npes: int = 4) -> KernelIR:
     """Floor division and modulo of negative values, and min/max, in offsets and PEs.
 
-    Block bx copies row (3 bx - 4) % 4 of `a` to row min(bx, 2) + max(bx - 3, 0) = bx of `c`,
+    Block bx copies row (3 bx - 4) % 4 of `a` to row min(bx, 2) + max(bx - 2, 0) = bx of `c`,
     and puts row 0 of `a` to row (bx - 5) // 2 + 3 of `b` on PE (me - 1) % npes. With C's
     truncating division both would pick other (or out-of-range) rows.
     """
 
     def kernel(a, b, c):
         bx, me = T.program_id(0), T.get_pe()
-        T.copy(a[T.ds((bx * 3 - 4) % 4, 1), :], c[T.ds(expr_min(bx, 2) + expr_max(bx - 3, 0), 1), :])
+        T.copy(a[T.ds((bx * 3 - 4) % 4, 1), :], c[T.ds(expr_min(bx, 2) + expr_max(bx - 2, 0), 1), :])
         T.putmem_nbi_block(b[T.ds((bx - 5) // 2 + 3, 1), :], a[0:1, :], pe=(me - 1) % npes)
 
     return build(

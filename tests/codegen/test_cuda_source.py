@@ -83,6 +83,20 @@ def test_scratch_layout_signals_and_grid_barrier():
     assert not one.grid_barrier and "ts_grid_barrier(" not in statement_block(one, 8)
 
 
+def test_each_barrier_all_meets_twice_in_the_grid():
+    m = generate_cuda(kernels.barrier_chain(8, 256, 2, np.float32, blocks=128))
+    assert m.grid_barrier and m.scratch_bytes == 256  # no signals: the barrier words alone
+    for stmt in (1, 3):
+        block = statement_block(m, stmt)
+        assert block.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 128u);") == 2
+        first, nv, second = (
+            block.index("ts_grid_barrier"),
+            block.index("nvshmemx_barrier_all_block"),
+            block.rindex("ts_grid_barrier"),
+        )
+        assert block.index("nvshmem_quiet();") < first < nv < second
+
+
 def test_put_checks_target_pe_and_names_the_line():
     k = kernels.ring_shift(256, 64, 4, 64, np.float32)
     put = k.body[0]
@@ -101,7 +115,7 @@ def test_python_floor_division_helpers_are_used():
     m = generate_cuda(kernels.python_index_math())
     copy, put = statement_block(m, 0), statement_block(m, 1)
     assert "ts_mod(((ts_bx * 3) - 4), 4, ts_where)" in copy
-    assert "ts_min(ts_bx, 2)" in copy and "ts_max((ts_bx - 3), 0)" in copy
+    assert "ts_min(ts_bx, 2)" in copy and "ts_max((ts_bx - 2), 0)" in copy
     assert "ts_floordiv((ts_bx - 5), 2, ts_where)" in put
     assert "ts_mod((ts_pe - 1), 4, ts_where)" in put
     # No raw C division or modulo on index values anywhere in the statements.
