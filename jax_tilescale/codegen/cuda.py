@@ -185,7 +185,7 @@ def _signal_pointer(ctx: _Ctx, word: Region) -> str:
 
 
 def _emit_put(s: Put, ctx: _Ctx) -> list[str]:
-    nbytes_elem = s.src.buffer.dtype.itemsize
+    itemsize = s.src.buffer.dtype.itemsize
     lines = [
         (
             f"const int ts_target = ts_target_pe(args.pe_map, args.npes, {c_int64(s.pe)}, {WHERE_NAME}, "
@@ -205,7 +205,7 @@ def _emit_put(s: Put, ctx: _Ctx) -> list[str]:
             f"{_byte_address(ctx, s.src.buffer, element_offset(s.src))}, {s.src.nbytes}, {sig_args}ts_target);"
         )
     else:
-        lines += _put_rows(s, ctx, nbytes_elem)
+        lines += _put_rows(s, ctx, itemsize)
         if s.signal is not None:
             # The signal must land after every row: each thread orders its own stores (fence),
             # the barrier gathers them, then one thread signals the same PE.
