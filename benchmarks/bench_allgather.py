@@ -17,12 +17,13 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-import allgather as ag  # noqa: E402
+import allgather as ag
 
-import jax_tilescale as ts  # noqa: E402
+import jax_tilescale as ts
 
 
 def median_time(f, x, iters: int, reps: int) -> float:
@@ -61,12 +62,13 @@ def main() -> None:
         ok = ts.testing.allclose(ours(x), xla(x))
         iters = 20 if mib <= 64 else 5
         t_ours, t_xla = median_time(ours, x, iters, a.reps), median_time(xla, x, iters, a.reps)
-        bus = lambda t: per_rank * (npes - 1) / t / 1e9  # noqa: E731
-        rows.append((mib, ok, t_ours * 1e3, bus(t_ours), t_xla * 1e3, bus(t_xla), t_xla / t_ours))
+        bus_ours, bus_xla = (per_rank * (npes - 1) / t / 1e9 for t in (t_ours, t_xla))
+        rows.append((mib, ok, t_ours * 1e3, bus_ours, t_xla * 1e3, bus_xla, t_xla / t_ours))
         del x
     if platform.is_lead:
         print(f"all-gather, {npes} x {jax.devices()[0].device_kind}, bf16, {platform.describe()}")
-        print(f"{'MiB/rank':>9} {'ok':>5} {'ours ms':>9} {'ours GB/s':>10} {'xla ms':>9} {'xla GB/s':>9} {'speedup':>8}")
+        head = ("MiB/rank", "ok", "ours ms", "ours GB/s", "xla ms", "xla GB/s", "speedup")
+        print("{:>9} {:>5} {:>9} {:>10} {:>9} {:>9} {:>8}".format(*head))
         for mib, ok, to, bo, tx, bx, r in rows:
             print(f"{mib:>9} {ok!s:>5} {to:>9.3f} {bo:>10.1f} {tx:>9.3f} {bx:>9.1f} {r:>7.2f}x")
 

@@ -231,7 +231,7 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         names = tuple(mesh.axis_names)
         kernel_axes = [names.index(a) for a in k.mesh_axes]
     else:
-        pe_table, mesh_shape, kernel_axes = (0,), (1,), []
+        pe_table, mesh_shape, kernel_axes = (jax.process_index(),), (1,), []
     module = generate_cuda(k)
     cubin = compile_cubin(module.source, arch=_cuda_arch(), entry=module.entry)
     remote = k.remote_written()

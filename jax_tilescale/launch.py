@@ -58,7 +58,7 @@ class LaunchConfig:
         }
         if self.nodes == 1:
             # The NVSHMEM unique-id bootstrap talks over a socket; one node needs only loopback.
-            env.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo"))
+            env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] = os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
         return env
 
 
@@ -68,11 +68,41 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_VALUE_OPTIONS = ("-n", "--nproc", "--nodes", "--node-rank", "--master-addr", "--master-port", "--timeout")
+
+
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(launcher options, command): the command starts at the script or at `-m`.
+
+    Done by hand because argparse would read the script's own options (`--m 4096`) as ours.
+    """
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" or not arg.startswith("-"):
+            break
+        name = arg.split("=", 1)[0]
+        if name in _VALUE_OPTIONS and "=" not in arg:
+            i += 2
+        elif name in _VALUE_OPTIONS or arg in ("-h", "--help") or (arg.startswith("-n") and arg[2:].isdigit()):
+            i += 1
+        else:
+            break  # unknown option: let argparse report it
+    return argv[:i], argv[i:]
+
+
 def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     env = os.environ
+    own, command = _split_argv(argv)
+    if command[:1] and command[0].startswith("-") and command[0] != "-m":
+        own, command = own + command[:1], command[1:]
     p = argparse.ArgumentParser(
         prog="python -m jax_tilescale.launch",
+        usage="%(prog)s [-n N] [--nodes N] [--node-rank R] [--master-addr A] [--master-port P] [--timeout S] "
+        "(script.py | -m module) [args...]",
         description="Run SCRIPT in one process per GPU, with jax.distributed and NVSHMEM initialised.",
+        allow_abbrev=False,
     )
     p.add_argument("-n", "--nproc", type=int, default=int(env["GPUS"]) if env.get("GPUS") else None,
                    help="processes (GPUs) on this node; default $GPUS, else every visible GPU")
@@ -81,10 +111,8 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     p.add_argument("--master-addr", default=env.get("MASTER_ADDR", "127.0.0.1"))
     p.add_argument("--master-port", type=int, default=int(env["MASTER_PORT"]) if "MASTER_PORT" in env else None)
     p.add_argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
-    p.add_argument("-m", dest="module", help="run a module as a script (like python -m), e.g. -m pytest")
-    p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args] (or, with -m, the module's args)")
-    ns = p.parse_args(list(argv))
-    if not ns.module and not ns.target:
+    ns = p.parse_args(own)
+    if not command or command == ["-m"]:
         p.error("name a script to run (or -m MODULE)")
     gpus = _visible_gpu_count()
     nproc = ns.nproc if ns.nproc is not None else (gpus or 1)
@@ -97,7 +125,6 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
         if ns.nodes > 1:
             p.error("multi-node runs need MASTER_PORT (or --master-port), the same on every node")
         port = _free_port()
-    command = ["-m", ns.module, *ns.target] if ns.module else list(ns.target)
     return LaunchConfig(nproc, ns.nodes, ns.node_rank, ns.master_addr, port, ns.timeout), command
 
 

@@ -277,9 +277,10 @@ def _emit_barrier_all(s: BarrierAll, ctx: _Ctx) -> list[str]:
     # (NVSHMEM barrier, which also quiets), and the PE's blocks meet again to learn it is done.
     lines = ["nvshmem_quiet();"]
     if ctx.layout.barrier_offset is None:  # a single block: the block barrier is the grid barrier
-        return lines + ["__syncthreads();", "nvshmemx_barrier_all_block();", "__syncthreads();"]
+        return [*lines, "__syncthreads();", "nvshmemx_barrier_all_block();", "__syncthreads();"]
     meet = f"ts_grid_barrier(ts_bar_count, ts_bar_gen, {ctx.num_blocks}u);"
-    return lines + [
+    return [
+        *lines,
         meet,
         "if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {",
         f"{_INDENT}nvshmemx_barrier_all_block();",

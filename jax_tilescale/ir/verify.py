@@ -44,7 +44,9 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
 def _check_region(region: Region, ranges: dict[Var, tuple[int, int]], what: str, loc: SourceLoc) -> None:
     buf = region.buffer
     if len(region.starts) != len(buf.shape):
-        raise KernelTraceError(f"{what}: {buf.name} has {len(buf.shape)} dimensions, the slice {len(region.starts)}", loc)
+        raise KernelTraceError(
+            f"{what}: {buf.name} has {len(buf.shape)} dimensions, the slice {len(region.starts)}", loc
+        )
     for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, buf.shape)):
         rng = value_range(start, ranges)
         if rng is None:

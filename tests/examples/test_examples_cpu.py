@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
@@ -56,7 +57,7 @@ def test_kernel_over_one_axis_of_a_2d_mesh():
 
 def test_kernel_with_mesh_axes_outside_shard_map_is_an_error():
     k = ts.kernel(lambda a, b: None, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,), mesh_axes="x")
-    with pytest.raises(ts.KernelTraceError, match="outside jax.shard_map"):
+    with pytest.raises(ts.KernelTraceError, match=r"outside jax\.shard_map"):
         jax.jit(k)(jnp.ones((8,), jnp.float32))
 
 

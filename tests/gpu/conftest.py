@@ -1,17 +1,22 @@
 """GPU suite: run on the GPU machine, one process per GPU, through the launcher:
 
-    python -m jax_tilescale.launch -n 2 -m pytest tests/gpu -m gpu -q
+    python -m jax_tilescale.launch -n 2 -m pytest tests/gpu -q -o addopts=''
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import pytest
 
+_HERE = Path(__file__).resolve().parent
+
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.gpu)
+    for item in items:  # this hook sees the whole session: mark only the GPU suite's items
+        if _HERE in Path(item.path).resolve().parents:
+            item.add_marker(pytest.mark.gpu)
 
 
 @pytest.fixture(scope="session")

@@ -98,7 +98,7 @@ def test_mesh_pe_table_row_major_process_indices():
 
 
 def test_mesh_pe_table_rejects_two_devices_in_one_process():
-    with pytest.raises(LaunchError, match="jax_tilescale.launch"):
+    with pytest.raises(LaunchError, match=r"jax_tilescale\.launch"):
         mesh_pe_table(FakeMesh([0, 0, 1, 1], (2, 2)))
 
 
