@@ -26,6 +26,15 @@ import allgather as ag
 import jax_tilescale as ts
 
 
+def block_rows(m: int, row_bytes: int, target_blocks: int = 64, max_block_bytes: int = 2 << 20) -> int:
+    """Rows per block: about `target_blocks` row blocks per PE (one block-wide put sustains only
+    a few tens of GB/s, so small shards need many blocks), each moving at most ~2 MiB."""
+    rows = max(1, min(m // target_blocks, max(1, max_block_bytes // row_bytes)))
+    while m % rows:
+        rows -= 1
+    return rows
+
+
 def median_time(f, x, iters: int, reps: int) -> float:
     jax.block_until_ready(f(x))
     jax.block_until_ready(f(x))
@@ -43,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--mib", default="1,16,256,1024", help="MiB per rank, comma separated")
     ap.add_argument("--n", type=int, default=8192, help="row length (bf16 elements)")
-    ap.add_argument("--block-m", type=int, default=128)
+    ap.add_argument("--block-m", type=int, default=0, help="rows per block; 0: sized to the shard (see block_rows)")
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
     platform = ts.platform.setup()
@@ -53,7 +62,7 @@ def main() -> None:
     for mib in [int(v) for v in a.mib.split(",")]:
         per_rank = mib << 20
         m = per_rank // (a.n * 2)
-        block_m = min(a.block_m, m)
+        block_m = a.block_m or block_rows(m, a.n * 2)
         x = jax.device_put(
             jax.random.normal(jax.random.key(mib), (npes * m, a.n), jnp.float32).astype(jnp.bfloat16),
             NamedSharding(mesh, P("x")),
@@ -63,14 +72,14 @@ def main() -> None:
         iters = 20 if mib <= 64 else 5
         t_ours, t_xla = median_time(ours, x, iters, a.reps), median_time(xla, x, iters, a.reps)
         bus_ours, bus_xla = (per_rank * (npes - 1) / t / 1e9 for t in (t_ours, t_xla))
-        rows.append((mib, ok, t_ours * 1e3, bus_ours, t_xla * 1e3, bus_xla, t_xla / t_ours))
+        rows.append((mib, block_m, ok, t_ours * 1e3, bus_ours, t_xla * 1e3, bus_xla, t_xla / t_ours))
         del x
     if platform.is_lead:
         print(f"all-gather, {npes} x {jax.devices()[0].device_kind}, bf16, {platform.describe()}")
-        head = ("MiB/rank", "ok", "ours ms", "ours GB/s", "xla ms", "xla GB/s", "speedup")
-        print("{:>9} {:>5} {:>9} {:>10} {:>9} {:>9} {:>8}".format(*head))
-        for mib, ok, to, bo, tx, bx, r in rows:
-            print(f"{mib:>9} {ok!s:>5} {to:>9.3f} {bo:>10.1f} {tx:>9.3f} {bx:>9.1f} {r:>7.2f}x")
+        head = ("MiB/rank", "block_m", "ok", "ours ms", "ours GB/s", "xla ms", "xla GB/s", "speedup")
+        print("{:>9} {:>8} {:>5} {:>9} {:>10} {:>9} {:>9} {:>8}".format(*head))
+        for mib, bm, ok, to, bo, tx, bx, r in rows:
+            print(f"{mib:>9} {bm:>8} {ok!s:>5} {to:>9.3f} {bo:>10.1f} {tx:>9.3f} {bx:>9.1f} {r:>7.2f}x")
 
 
 if __name__ == "__main__":
