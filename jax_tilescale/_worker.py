@@ -1,4 +1,9 @@
-"""One rank started by `jax_tilescale.launch`: set up jax.distributed (and NVSHMEM), run the script."""
+"""One rank started by `jax_tilescale.launch`: set up jax.distributed (and NVSHMEM), run the script.
+
+A rank that fails tells the others through jax.distributed's key-value store before it exits (see
+runtime/watchdog.py), so that ranks on other nodes stop within a second too, and exits without
+jax.distributed's shutdown barrier, which would wait for ranks that still run.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,27 @@ import os
 import runpy
 import sys
 import traceback
+from types import TracebackType
 
 
 def _init_distributed() -> None:
-    import jax
+    from .errors import LaunchError
+    from .runtime import distributed
 
     local_rank = int(os.environ["TILESCALE_LOCAL_RANK"])
-    kwargs = {}
+    local_device_ids = None
     if os.environ.get("TILESCALE_PLATFORM", "").lower() != "cpu" and _has_gpu():
-        kwargs["local_device_ids"] = [local_rank]  # one GPU per process: NVSHMEM has one PE per process
-    jax.distributed.initialize(
-        coordinator_address=os.environ["TILESCALE_COORDINATOR"],
-        num_processes=int(os.environ["TILESCALE_NUM_PROCESSES"]),
-        process_id=int(os.environ["TILESCALE_PROCESS_ID"]),
-        **kwargs,
-    )
+        local_device_ids = [local_rank]  # one GPU per process: NVSHMEM has one PE per process
+    try:
+        distributed.initialize(
+            coordinator_address=os.environ["TILESCALE_COORDINATOR"],
+            num_processes=int(os.environ["TILESCALE_NUM_PROCESSES"]),
+            process_id=int(os.environ["TILESCALE_PROCESS_ID"]),
+            local_device_ids=local_device_ids,
+        )
+    except LaunchError as e:
+        print(f"[jax_tilescale] LaunchError: {e}", file=sys.stderr)
+        _fail_fast(distributed.INIT_TIMEOUT_STATUS)
 
 
 def _has_gpu() -> bool:
@@ -29,11 +40,33 @@ def _has_gpu() -> bool:
     return _visible_gpu_count() > 0
 
 
+def _report(message: str) -> None:
+    """Tells the other ranks (if jax.distributed is up) that this one failed."""
+    if "jax" not in sys.modules:
+        return
+    try:
+        from .runtime import watchdog
+
+        watchdog.report_failure(message)
+    except Exception:
+        pass
+
+
 def _fail_fast(code: int) -> None:
     """Exits without jax.distributed's shutdown barrier, which would wait for ranks that still run."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback without its leading frames of this module and runpy (what the user's script did)."""
+    while tb is not None and tb.tb_next is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name != __file__ and "runpy" not in name:
+            break
+        tb = tb.tb_next
+    return tb
 
 
 def main() -> None:
@@ -44,11 +77,15 @@ def main() -> None:
         if code:
             if not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)
+            _report(f"exited with status {code}" + (f" ({e.code})" if not isinstance(e.code, int) else ""))
             _fail_fast(code)
         raise
-    except BaseException:
-        traceback.print_exc()
-        _fail_fast(1)
+    except BaseException as e:
+        traceback.print_exception(type(e), e, _user_frames(e.__traceback__))
+        from .runtime.watchdog import describe_exception
+
+        _report(describe_exception(e))
+        _fail_fast(130 if isinstance(e, KeyboardInterrupt) else 1)
 
 
 def _run() -> None:

@@ -35,14 +35,20 @@ def request_cpu_devices(n: int) -> None:
 
 
 def setup(cpu_devices: int = 4) -> Platform:
-    """GPU if there is one (one per process, else a LaunchError that says how to launch); else CPU."""
+    """GPU if there is one (one per process, else a LaunchError that says how to launch); else CPU.
+
+    Raises LaunchError if the launcher's RANK / WORLD_SIZE disagree with jax.distributed.
+    """
     request_cpu_devices(cpu_devices)
     import jax
+
+    from .runtime.distributed import check_launch_env
 
     try:
         gpus = jax.devices("gpu")
     except RuntimeError:
         gpus = []
+    check_launch_env()  # a launcher's RANK / WORLD_SIZE must agree with jax.distributed
     if gpus:
         if len(jax.local_devices()) > 1:
             raise LaunchError(

@@ -17,6 +17,8 @@ from typing import Any
 import jax
 
 from ..errors import LaunchError
+from . import watchdog
+from .distributed import process_layout
 
 # NVLink multicast must stay off on the machines we run on (it can take a shared host's GPUs down).
 _ENV_DEFAULTS = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -70,6 +72,11 @@ def init(timeout_s: float = 300.0) -> NvshmemInfo:
         device = _single_local_gpu()
         rank, nranks = jax.process_index(), jax.process_count()
         client = _distributed_client(nranks)
+        # Plain launches (SLURM, mpirun, a user's own jax.distributed.initialize) work too: the layout comes from
+        # jax.distributed and must agree with a launcher's RANK / LOCAL_RANK / WORLD_SIZE where they are set.
+        process_layout(timeout_s)
+        if client is not None:
+            watchdog.install(client, rank)  # a rank that fails stops the others instead of hanging them
         nvshmem_core, cuda_device_cls = _import_nvshmem4py()
         cuda_device = int(getattr(device, "local_hardware_id", None) or 0)
         dev = cuda_device_cls(cuda_device)

@@ -1,0 +1,106 @@
+"""Faults on CPU: a rank that raises, exits or is killed makes every other rank end soon, with a message
+naming it -- under the launcher (one node or several) and in plain jax.distributed launches."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from jax_tilescale.launch import PEER_FAILED_STATUS
+
+from .procs import cpu_env, finish, free_port, start, start_launcher, write_script
+
+
+def launch_one_node(tmp_path, body: str, n: int = 2):
+    script = write_script(tmp_path, body)
+    (code,), (out,), seconds = finish([start_launcher(script, cpu_env(), "-n", str(n))], timeout=120)
+    return code, out, seconds
+
+
+def test_failed_rank_is_named_with_its_last_lines(tmp_path):
+    code, out, seconds = launch_one_node(tmp_path, """
+        import os, time
+        if os.environ["RANK"] == "1":
+            print("about to fail")
+            raise ValueError("boom on rank one")
+        time.sleep(600)
+    """)
+    assert code == 1 and seconds < 60, out
+    report = out[out.index("[launch] rank 1 (node 0) exited with status 1; its last"):]
+    assert "[launch]   | about to fail" in report and "[launch]   | ValueError: boom on rank one" in report
+    assert "_worker.py" not in out  # the traceback starts at the user's script
+
+
+def test_rank_killed_by_a_signal_is_reported_as_such(tmp_path):
+    code, out, seconds = launch_one_node(tmp_path, """
+        import os, signal, time
+        if os.environ["RANK"] == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(600)
+    """)
+    assert code == 128 + 9 and seconds < 60, out
+    assert "[launch] rank 0 was killed by signal SIGKILL (9); stopping the other ranks" in out
+
+
+def test_failure_on_one_node_stops_the_other_node(tmp_path):
+    """Node 1's rank raises; node 0's rank, blocked in a key-value wait, is stopped by the watchdog in ~1 s."""
+    script = write_script(tmp_path, """
+        import os, jax
+        from jax._src import distributed
+        if os.environ["RANK"] == "1":
+            raise RuntimeError("rank one gives up")
+        distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+    """)
+    env = dict(NODES="2", GPUS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               TILESCALE_HEARTBEAT_TIMEOUT="60")  # so that only the watchdog can stop node 0 this soon
+    procs = [start_launcher(script, cpu_env(**env, NODE_RANK=str(node))) for node in (0, 1)]
+    codes, outs, seconds = finish(procs, timeout=120)
+    assert codes == [PEER_FAILED_STATUS, 1], outs
+    assert seconds < 30, outs
+    assert "[rank 0] [jax_tilescale] rank 1 failed: RuntimeError: rank one gives up" in outs[0]
+    assert "[launch] rank 0 (node 0) stopped (status 79) because another rank failed" in outs[0]
+
+
+def _plain_pair(tmp_path, body: str, timeout: float = 120):
+    port = free_port()
+    script = write_script(tmp_path, f"import sys\nrank = int(sys.argv[1])\nPORT = {port}\n" + body)
+    procs = [start([sys.executable, str(script), str(r)], cpu_env()) for r in (0, 1)]
+    return finish(procs, timeout)
+
+
+def test_plain_launch_rank_that_dies_silently_is_caught_by_the_heartbeat(tmp_path):
+    """os._exit leaves no message: JAX's heartbeat, bounded by runtime.initialize, stops the survivor."""
+    codes, outs, seconds = _plain_pair(tmp_path, """
+import os, time
+from jax_tilescale.runtime import initialize
+from jax._src import distributed
+initialize(f"127.0.0.1:{PORT}", 2, rank, heartbeat_timeout=2)
+if rank == 1:
+    time.sleep(0.5)
+    os._exit(1)
+distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+""")
+    assert codes[1] == 1
+    assert codes[0] not in (0, None), outs[0]  # JAX aborts it (SIGABRT)
+    assert seconds < 30, outs
+    assert re.search(r"stopped sending heartbeats\):\s*\S*\b1\b", outs[0]), outs[0]  # names task (= rank) 1
+
+
+def test_plain_launch_rank_that_raises_stops_its_peer_at_once(tmp_path):
+    """A plain jax.distributed.initialize plus watchdog.install(): the failing rank does not sit in JAX's
+    shutdown barrier, and its peer learns who failed and why within about a second."""
+    codes, outs, seconds = _plain_pair(tmp_path, """
+import jax
+from jax._src import distributed
+jax.distributed.initialize(f"127.0.0.1:{PORT}", 2, rank, heartbeat_timeout_seconds=60)
+from jax_tilescale.runtime import watchdog
+watchdog.install()
+if rank == 1:
+    raise ValueError("bad input on rank one")
+distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+""")
+    assert codes == [PEER_FAILED_STATUS, 1], outs
+    assert seconds < 20, outs
+    assert "ValueError: bad input on rank one" in outs[1]  # its own traceback
+    assert "[jax_tilescale] rank 1 failed: ValueError: bad input on rank one" in outs[0]
+    assert "stopping rank 0 (exit status 79) because rank 1 failed" in outs[0]
