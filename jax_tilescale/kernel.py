@@ -11,6 +11,7 @@ the `jax_tilescale_launch` FFI handler (docs/calling_convention.md).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,7 +99,28 @@ class TileKernel:
     def trace(self, *args: Any, mesh_axes: tuple[str, ...] | None = None, num_pes: int = 1) -> KernelIR:
         """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs)."""
         axes = self.spec.mesh_axes if mesh_axes is None else mesh_axes
+        self._check_arity(len(args))
         return _trace_cached(self, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args), axes or (), num_pes)
+
+    def _check_arity(self, n_inputs: int) -> None:
+        """A KernelTraceError (not Python's TypeError from inside the trace) when the arrays do not fit `fn`."""
+        try:
+            params = list(inspect.signature(self.fn).parameters.values())
+        except (TypeError, ValueError):
+            return
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            return
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = [p for p in positional if p.default is p.empty]
+        n_out = len(self.spec.out_shape)
+        if not len(required) <= n_inputs + n_out <= len(positional):
+            names = ", ".join(p.name for p in positional)
+            raise KernelTraceError(
+                f"kernel {self.spec.name} was called with {n_inputs} input array(s), but its function "
+                f"{self.fn.__name__}({names}) takes {len(positional) - n_out} input ref(s) followed by {n_out} "
+                "output ref(s) (one per out_shape entry)",
+                _fn_loc(self.fn),
+            )
 
     def ir_text(self, *args: Any, **kw: Any) -> str:
         return format_kernel(self.trace(*args, **kw), with_locs=True)
