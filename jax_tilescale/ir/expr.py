@@ -12,9 +12,14 @@ import enum
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from .nodes import Buffer
 
 IntLike = Union["Expr", int]
+# Reads one element of a kernel input for `Load` (interpreter): (the load, its indices) -> value.
+Loader = Callable[["Load", tuple[int, ...]], int]
 
 
 class VarKind(enum.Enum):
@@ -132,9 +137,27 @@ class BinOp(Expr):
     rhs: Expr
 
 
-def as_expr(value: IntLike) -> Expr:
+@dataclass(frozen=True, eq=True)
+class Load(Expr):
+    """One element of a kernel input, read when the expression is evaluated (`T.load(ref[i])`).
+
+    Only inputs can be loaded: they never change while the kernel runs, so the value does not
+    depend on when a backend evaluates the expression (the code generator may compute it once
+    per statement, the interpreter whenever it resolves a region). Indices are checked against
+    the buffer's extents (statically where affine, else when the kernel runs).
+    """
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+
+def as_expr(value: IntLike | Any) -> Expr:
     if isinstance(value, Expr):
         return value
+    # Objects that stand for a kernel value (a one-element slice of an integer input) say so.
+    convert = getattr(value, "__tilescale_expr__", None)
+    if convert is not None:
+        return convert()
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             value = operator.index(value)
@@ -207,17 +230,33 @@ def variables(e: Expr) -> frozenset[Var]:
         return frozenset([e])
     if isinstance(e, BinOp):
         return variables(e.lhs) | variables(e.rhs)
+    if isinstance(e, Load):
+        return frozenset().union(*(variables(i) for i in e.indices))
     return frozenset()
 
 
-def evaluate(e: Expr, env: dict[Var, int]) -> int:
-    """Concrete value of `e` given values of its variables (used by the interpreter)."""
+def loads(e: Expr) -> list[Load]:
+    """Every `Load` in `e`, outermost first (a load's indices may hold loads)."""
+    if isinstance(e, BinOp):
+        return loads(e.lhs) + loads(e.rhs)
+    if isinstance(e, Load):
+        return [e] + [inner for i in e.indices for inner in loads(i)]
+    return []
+
+
+def evaluate(e: Expr, env: dict[Var, int], load: Loader | None = None) -> int:
+    """Concrete value of `e` given values of its variables and, for loads, a reader of the
+    kernel's inputs (used by the interpreter)."""
     if isinstance(e, Const):
         return e.value
     if isinstance(e, Var):
         return env[e]
     if isinstance(e, BinOp):
-        return apply_binop(e.op, evaluate(e.lhs, env), evaluate(e.rhs, env))
+        return apply_binop(e.op, evaluate(e.lhs, env, load), evaluate(e.rhs, env, load))
+    if isinstance(e, Load):
+        if load is None:
+            raise TypeError(f"`{format_expr(e)}` reads kernel memory; evaluating it needs a loader")
+        return load(e, tuple(evaluate(i, env, load) for i in e.indices))
     raise TypeError(f"not an index expression: {e!r}")
 
 
@@ -250,6 +289,8 @@ def format_expr(e: Expr) -> str:
         if e.op in (BinOpKind.MIN, BinOpKind.MAX):
             return f"{e.op.value}({format_expr(e.lhs)}, {format_expr(e.rhs)})"
         return f"({format_expr(e.lhs)} {e.op.value} {format_expr(e.rhs)})"
+    if isinstance(e, Load):
+        return f"{e.buffer.name}[{', '.join(format_expr(i) for i in e.indices)}]"
     return repr(e)
 
 

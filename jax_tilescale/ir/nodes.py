@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -26,7 +26,7 @@ class SignalOp(enum.Enum):
 
 
 class Cmp(enum.Enum):
-    """Comparison of `signal_wait_until` (NVSHMEM_CMP_*)."""
+    """Comparison of `signal_wait_until` and the `wait_*` family (NVSHMEM_CMP_*)."""
 
     EQ = "=="
     NE = "!="
@@ -38,17 +38,33 @@ class Cmp(enum.Enum):
     def holds(self, lhs: int, rhs: int) -> bool:
         return _CMP_OPS[self](lhs, rhs)
 
+    @property
+    def suffix(self) -> str:
+        """The name's suffix in TileScale's `wait_eq` ... `wait_lt`."""
+        return self.name.lower()
+
 
 _CMP_OPS = {Cmp.EQ: operator.eq, Cmp.NE: operator.ne, Cmp.GT: operator.gt, Cmp.GE: operator.ge,
             Cmp.LT: operator.lt, Cmp.LE: operator.le}
 
 
 class Scope(enum.Enum):
-    """Which threads of a block take part in an operation (NVSHMEM's thread/warp/block APIs)."""
+    """Which threads of a block issue an operation (NVSHMEM's thread/warp/block APIs).
+
+    Kernels have no per-thread control flow yet, so every statement runs once per block:
+    BLOCK: all threads of the block cooperate; WARP: warp 0 of the block issues it; THREAD:
+    thread 0 of the block issues it. Either way the operation happens once per block (this
+    changes when per-thread conditionals arrive).
+    """
 
     THREAD = "thread"
     WARP = "warp"
     BLOCK = "block"
+
+    @property
+    def suffix(self) -> str:
+        """The name's suffix: `putmem`, `putmem_warp`, `putmem_block`."""
+        return "" if self is Scope.THREAD else f"_{self.value}"
 
 
 class BufferKind(enum.Enum):
@@ -56,9 +72,17 @@ class BufferKind(enum.Enum):
     OUTPUT = "output"  # a result of the JAX call
     SHARED = "shared"  # per-block on-chip tile (`alloc_shared`)
     SIGNAL = "signal"  # symmetric uint64 words, zeroed before each launch (`alloc_signal`)
+    SYMMETRIC = "symmetric"  # symmetric scratch, zeroed before each launch (`alloc_symmetric`)
 
 
 SIGNAL_DTYPE = np.dtype(np.uint64)
+# Buffers a peer can address (write, or read by load/store or get). Outputs qualify because the
+# runtime stages every output peers touch through symmetric memory (KernelIR.remote_written /
+# remote_read); inputs can be read by peers (staged with copy-in) but never written.
+REMOTE_WRITABLE = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC})
+REMOTE_READABLE = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC})
+# Words peers may update or poll (`wait_*`): symmetric, integer, 4 or 8 bytes.
+WAIT_WORD_KINDS = frozenset({BufferKind.SIGNAL, BufferKind.SYMMETRIC, BufferKind.OUTPUT})
 
 
 @dataclass(frozen=True)
@@ -177,7 +201,9 @@ class Put(Stmt):
 
     `blocking=False` is the `_nbi` form: the data is delivered at the latest by the next
     `quiet` (or barrier, or the end of the kernel). With `signal`, the signal is applied on the
-    target after all of the data is delivered.
+    target after all of the data is delivered. `size`, when set, is a run-time byte count: the
+    transfer moves that many bytes, in whole rows, starting at the first row of `src`/`dst`
+    (each one row of its buffer), as TileScale's address + byte-count form does.
     """
 
     dst: Region
@@ -186,12 +212,58 @@ class Put(Stmt):
     scope: Scope
     blocking: bool
     signal: SignalUpdate | None = None
+    size: Expr | None = None
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
         name = "putmem_signal" if self.signal is not None else "putmem"
-        name += "" if self.blocking else "_nbi"
-        return name + ("" if self.scope is Scope.THREAD else f"_{self.scope.value}")
+        return name + ("" if self.blocking else "_nbi") + self.scope.suffix
+
+
+@dataclass(frozen=True)
+class Get(Stmt):
+    """NVSHMEM getmem family: copy `src` (symmetric, on PE `pe`) into local `dst`.
+
+    The blocking form has the data in `dst` when it returns; the `_nbi` form only after the next
+    `quiet` (or barrier, or the end of the kernel): until then `dst` is undefined. `size` as for Put.
+    """
+
+    dst: Region
+    src: Region
+    pe: Expr
+    scope: Scope
+    blocking: bool
+    size: Expr | None = None
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return "getmem" + ("" if self.blocking else "_nbi") + self.scope.suffix
+
+
+class Direction(enum.Enum):
+    PUT = "put"  # local src -> dst on the peer
+    GET = "get"  # src on the peer -> local dst
+
+
+@dataclass(frozen=True)
+class PeerCopy(Stmt):
+    """TileScale's put_block/get_block/put_warp/get_warp: plain loads and stores through
+    `nvshmem_ptr`, the peer's mapping of the symmetric heap (NVLink). Complete when the statement
+    ends (the stores are then visible to the peer). The peer must be load/store reachable."""
+
+    dst: Region
+    src: Region
+    pe: Expr
+    direction: Direction
+    scope: Scope
+
+    @property
+    def remote(self) -> Region:
+        return self.dst if self.direction is Direction.PUT else self.src
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return f"{self.direction.value}_{self.scope.value}"
 
 
 @dataclass(frozen=True)
@@ -202,6 +274,33 @@ class SignalWait(Stmt):
     cmp: Cmp
     value: Expr
     op_name = "signal_wait_until"
+
+
+@dataclass(frozen=True)
+class RemoteSignal(Stmt):
+    """`signal_op(sig, value, op, pe)`: `word op= value` on PE `pe`, atomically. Like a put it
+    completes at the next quiet; `fence` orders it after earlier puts to the same PE."""
+
+    word: Region
+    value: Expr
+    op: SignalOp
+    pe: Expr
+    op_name = "signal_op"
+
+
+@dataclass(frozen=True)
+class WaitUntil(Stmt):
+    """TileScale's `wait_eq` ... `wait_lt`: block until `word cmp value` holds, on this PE, or
+    with `pe` on that peer (polled through `nvshmem_ptr`). The word is not modified."""
+
+    word: Region
+    cmp: Cmp
+    value: Expr
+    pe: Expr | None = None
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return f"wait_{self.cmp.suffix}"
 
 
 @dataclass(frozen=True)
@@ -220,9 +319,84 @@ class Fence(Stmt):
 
 @dataclass(frozen=True)
 class BarrierAll(Stmt):
-    """Every block of every PE arrives before any continues; implies `quiet`."""
+    """Every block of every PE arrives before any continues. `quiet=True` (`barrier_all`) also
+    completes every earlier put; `quiet=False` (`sync_all`) only orders the blocks' own memory
+    accesses (puts may still be in flight)."""
 
-    op_name = "barrier_all"
+    quiet: bool = True
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return "barrier_all" if self.quiet else "sync_all"
+
+
+@dataclass(frozen=True)
+class TeamBarrier(Stmt):
+    """NVSHMEM's `barrier_all_block`/`_warp` (`quiet=True`) and `sync_all_block`/`_warp`: one call
+    per PE per instance (the k-th team collective call of each PE forms the k-th instance), made
+    by one block; the kernel's PE space is the team. The barrier form completes the calling
+    block's puts first."""
+
+    scope: Scope
+    quiet: bool
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return ("barrier_all" if self.quiet else "sync_all") + self.scope.suffix
+
+
+@dataclass(frozen=True)
+class Broadcast(Stmt):
+    """`broadcast(dst, src, root)`: `dst` on every PE (root included) becomes `src` of PE `root`.
+    A team collective (one call per PE per instance); on return the local `dst` holds the data."""
+
+    dst: Region
+    src: Region
+    root: Expr
+    scope: Scope
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return "broadcast" + self.scope.suffix
+
+
+@dataclass(frozen=True)
+class Fcollect(Stmt):
+    """`fcollect(dst, src)`: `dst` on every PE becomes the concatenation along dimension 0 of
+    `src` of PEs 0..npes-1 (`dst` has npes times `src`'s rows). A team collective."""
+
+    dst: Region
+    src: Region
+    scope: Scope
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return "fcollect" + self.scope.suffix
+
+
+# Statements that are NVSHMEM team collectives: the k-th of them on each PE form one instance.
+TEAM_COLLECTIVES = (TeamBarrier, Broadcast, Fcollect)
+# Statements that make a kernel talk to its peers (it then needs NVSHMEM and symmetric memory).
+COMM_STMTS = (Put, Get, PeerCopy, SignalWait, RemoteSignal, WaitUntil, Quiet, Fence, BarrierAll, *TEAM_COLLECTIVES)
+
+
+def stmt_exprs(stmt: Stmt) -> list[Expr]:
+    """Every index expression of a statement: region starts, PEs, values, sizes (the verifier
+    checks the loads in them; the code generator looks at them)."""
+    out: list[Expr] = []
+
+    def visit(value: object) -> None:
+        if isinstance(value, Expr):
+            out.append(value)
+        elif isinstance(value, Region):
+            out.extend(value.starts)
+        elif isinstance(value, SignalUpdate):
+            visit(value.word)
+            visit(value.value)
+
+    for f in fields(stmt):
+        visit(getattr(stmt, f.name))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,12 +407,13 @@ class KernelIR:
     name: str
     inputs: tuple[Buffer, ...]
     outputs: tuple[Buffer, ...]
-    allocs: tuple[Buffer, ...]  # SHARED and SIGNAL buffers, in allocation order
+    allocs: tuple[Buffer, ...]  # SHARED, SIGNAL and SYMMETRIC buffers, in allocation order
     body: tuple[Stmt, ...]
     grid: tuple[int, ...]
     threads: int
     mesh_axes: tuple[str, ...]  # the axes whose devices form the PE space
     num_pes: int  # product of the sizes of `mesh_axes`
+    mesh_axis_sizes: tuple[int, ...] = ()  # the size of each of `mesh_axes` (same order)
     loc: SourceLoc = field(compare=False, default=UNKNOWN_LOC)
 
     @property
@@ -248,9 +423,26 @@ class KernelIR:
 
     def remote_written(self) -> frozenset[Buffer]:
         """Global buffers that peers may write: they must live in symmetric memory."""
-        return frozenset(s.dst.buffer for s in self.body if isinstance(s, Put))
+        out = set()
+        for s in self.body:
+            if isinstance(s, (Put, Broadcast, Fcollect)):
+                out.add(s.dst.buffer)
+            elif isinstance(s, PeerCopy) and s.direction is Direction.PUT:
+                out.add(s.dst.buffer)
+        return frozenset(out)
+
+    def remote_read(self) -> frozenset[Buffer]:
+        """Global buffers that peers may read (gets, loads through `nvshmem_ptr`, remote waits):
+        they must live in symmetric memory too, inputs with their contents copied in."""
+        out = set()
+        for s in self.body:
+            if isinstance(s, Get) or (isinstance(s, PeerCopy) and s.direction is Direction.GET):
+                out.add(s.src.buffer)
+            elif isinstance(s, WaitUntil) and s.pe is not None:
+                out.add(s.word.buffer)
+        return frozenset(out)
 
     def uses_nvshmem(self) -> bool:
-        return any(isinstance(s, (Put, SignalWait, Quiet, Fence, BarrierAll)) for s in self.body) or any(
-            b.kind is BufferKind.SIGNAL for b in self.allocs
+        return any(isinstance(s, COMM_STMTS) for s in self.body) or any(
+            b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC) for b in self.allocs
         )

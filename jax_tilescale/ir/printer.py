@@ -4,24 +4,66 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .expr import format_expr
-from .nodes import BarrierAll, Copy, Fence, KernelIR, Put, Quiet, SignalWait, Stmt
+from .expr import Expr, format_expr
+from .nodes import (
+    BarrierAll,
+    Broadcast,
+    Copy,
+    Direction,
+    Fcollect,
+    Fence,
+    Get,
+    KernelIR,
+    PeerCopy,
+    Put,
+    Quiet,
+    RemoteSignal,
+    SignalWait,
+    Stmt,
+    TeamBarrier,
+    WaitUntil,
+)
+
+
+def _size(size: Expr | None) -> str:
+    return "" if size is None else f", size={format_expr(size)} bytes"
 
 
 def _put(s: Put) -> str:
-    text = f"{s.op_name}({s.dst} <- {s.src}, pe={format_expr(s.pe)}"
+    text = f"{s.op_name}({s.dst} <- {s.src}, pe={format_expr(s.pe)}{_size(s.size)}"
     if s.signal is not None:
         text += f", sig {s.signal.word} {s.signal.op.name} {format_expr(s.signal.value)}"
     return text + ")"
 
 
+def _get(s: Get) -> str:
+    return f"{s.op_name}({s.dst} <- {s.src}, pe={format_expr(s.pe)}{_size(s.size)})"
+
+
+def _peer_copy(s: PeerCopy) -> str:
+    where = "dst_pe" if s.direction is Direction.PUT else "src_pe"
+    return f"{s.op_name}({s.dst} <- {s.src}, {where}={format_expr(s.pe)})"
+
+
+def _wait_until(s: WaitUntil) -> str:
+    on = "" if s.pe is None else f", pe={format_expr(s.pe)}"
+    return f"{s.op_name}({s.word} {s.cmp.value} {format_expr(s.value)}{on})"
+
+
 PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
     Copy: lambda s: f"copy({s.src} -> {s.dst})",
     Put: _put,
+    Get: _get,
+    PeerCopy: _peer_copy,
     SignalWait: lambda s: f"signal_wait_until({s.word} {s.cmp.value} {format_expr(s.value)})",
+    RemoteSignal: lambda s: f"signal_op({s.word} {s.op.name} {format_expr(s.value)}, pe={format_expr(s.pe)})",
+    WaitUntil: _wait_until,
     Quiet: lambda s: "quiet()",
     Fence: lambda s: "fence()",
-    BarrierAll: lambda s: "barrier_all()",
+    BarrierAll: lambda s: f"{s.op_name}()",
+    TeamBarrier: lambda s: f"{s.op_name}()",
+    Broadcast: lambda s: f"{s.op_name}({s.dst} <- {s.src}, root={format_expr(s.root)})",
+    Fcollect: lambda s: f"{s.op_name}({s.dst} <- {s.src} of every PE)",
 }
 
 
@@ -30,9 +72,14 @@ def format_stmt(stmt: Stmt) -> str:
 
 
 def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
+    axes = kernel.mesh_axes
+    if kernel.mesh_axis_sizes and len(axes) > 1:
+        axes_text = "(" + ", ".join(f"{a}={n}" for a, n in zip(axes, kernel.mesh_axis_sizes)) + ")"
+    else:
+        axes_text = str(axes)
     header = (
         f"kernel {kernel.name}(grid={kernel.grid}, threads={kernel.threads}, "
-        f"mesh_axes={kernel.mesh_axes}, num_pes={kernel.num_pes})"
+        f"mesh_axes={axes_text}, num_pes={kernel.num_pes})"
     )
     lines = [header]
     lines += [f"  param {b}" for b in kernel.params]

@@ -7,6 +7,7 @@ different threads, or nested during JAX tracing) never see each other's statemen
 from __future__ import annotations
 
 import contextvars
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from .expr import Const, Expr, IntLike, Var, VarKind, as_expr, format_expr, static_value
+from .expr import Const, Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
 from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,6 +50,8 @@ class TraceState:
     grid: tuple[int, ...]
     threads: int
     num_pes: int
+    mesh_axes: tuple[str, ...] = ()
+    mesh_axis_sizes: tuple[int, ...] = ()
     body: list[Stmt] = field(default_factory=list)
     allocs: list[Buffer] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
@@ -111,11 +114,78 @@ class Ref:
         return f"Ref({self.buffer})"
 
 
+# Loadable element types: every integer an int64 index expression holds exactly.
+LOADABLE_DTYPES = frozenset(
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)
+)
+
+
+def load_of(region: Region, loc: SourceLoc) -> Load:
+    """`region` (one element of an integer input) as a kernel value read when it is used."""
+    buf = region.buffer
+    if buf.kind is not BufferKind.INPUT:
+        raise KernelTraceError(
+            f"only kernel inputs can be read as values (T.load); {buf.name} is a {buf.kind.value} buffer, which "
+            "the kernel or its peers may still change",
+            loc,
+        )
+    if buf.dtype not in LOADABLE_DTYPES:
+        raise KernelTraceError(
+            f"T.load reads integers up to 32 bits and int64 (index values); {buf.name} is {buf.dtype.name}", loc
+        )
+    if region.size != 1:
+        raise KernelTraceError(
+            f"T.load reads one element, e.g. splits[i]; {region} has {region.size} elements", loc
+        )
+    return Load(buf, region.starts)
+
+
+def _operand(value: Any) -> Any:
+    return value.__tilescale_expr__() if isinstance(value, RegionRef) else value
+
+
 class RegionRef:
-    """A slice of a ref; can be sliced again."""
+    """A slice of a ref; can be sliced again. A one-element slice of an integer input is also a
+    kernel value: `splits[i] * 4`, `T.ds(offsets[p], 8)` read it when the kernel runs."""
 
     def __init__(self, region: Region):
         self.region_ = region
+
+    def __tilescale_expr__(self) -> Expr:
+        return load_of(self.region_, user_source_loc())
+
+    def __add__(self, other: Any) -> Expr:
+        return self.__tilescale_expr__() + _operand(other)
+
+    def __radd__(self, other: Any) -> Expr:
+        return _operand(other) + self.__tilescale_expr__()
+
+    def __sub__(self, other: Any) -> Expr:
+        return self.__tilescale_expr__() - _operand(other)
+
+    def __rsub__(self, other: Any) -> Expr:
+        return _operand(other) - self.__tilescale_expr__()
+
+    def __mul__(self, other: Any) -> Expr:
+        return self.__tilescale_expr__() * _operand(other)
+
+    def __rmul__(self, other: Any) -> Expr:
+        return _operand(other) * self.__tilescale_expr__()
+
+    def __floordiv__(self, other: Any) -> Expr:
+        return self.__tilescale_expr__() // _operand(other)
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        return _operand(other) // self.__tilescale_expr__()
+
+    def __mod__(self, other: Any) -> Expr:
+        return self.__tilescale_expr__() % _operand(other)
+
+    def __rmod__(self, other: Any) -> Expr:
+        return _operand(other) % self.__tilescale_expr__()
+
+    def __neg__(self) -> Expr:
+        return -self.__tilescale_expr__()
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -204,9 +274,15 @@ def trace_kernel(
     threads: int,
     mesh_axes: tuple[str, ...],
     num_pes: int,
+    mesh_axis_sizes: Sequence[int] | None = None,
 ) -> KernelIR:
-    """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR."""
-    state = TraceState(grid=grid, threads=threads, num_pes=num_pes)
+    """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
+
+    `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
+    it may be left out when there is at most one axis (its size is then `num_pes`).
+    """
+    sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
+    state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
     in_bufs = tuple(
         Buffer(state.fresh_name(f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
         for i, (shape, dtype) in enumerate(inputs)
@@ -236,8 +312,23 @@ def trace_kernel(
         threads=threads,
         mesh_axes=mesh_axes,
         num_pes=num_pes,
+        mesh_axis_sizes=sizes,
         loc=loc,
     )
+
+
+def _axis_sizes(mesh_axes: Sequence[str], num_pes: int, given: Sequence[int] | None) -> tuple[int, ...]:
+    if given is None:
+        if len(mesh_axes) > 1:
+            raise ValueError(f"trace_kernel: mesh_axis_sizes is required with several mesh axes {tuple(mesh_axes)}")
+        return (num_pes,) if mesh_axes else ()
+    sizes = tuple(int(n) for n in given)
+    if len(sizes) != len(mesh_axes) or math.prod(sizes) != num_pes:
+        raise ValueError(
+            f"trace_kernel: mesh_axis_sizes {sizes} must give one size per axis of {tuple(mesh_axes)} "
+            f"with product num_pes={num_pes}"
+        )
+    return sizes
 
 
 def program_id_var(axis: int) -> Var:

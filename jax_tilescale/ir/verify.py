@@ -8,30 +8,49 @@ interpreter and to the run-time checks of the generated code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from ..errors import KernelTraceError
-from .expr import Expr, Var, VarKind, format_expr, value_range
+from .expr import Expr, Var, VarKind, format_expr, loads, value_range
 from .nodes import (
+    REMOTE_READABLE,
+    REMOTE_WRITABLE,
+    WAIT_WORD_KINDS,
     BarrierAll,
+    Broadcast,
     BufferKind,
     Copy,
+    Direction,
+    Fcollect,
     Fence,
+    Get,
     KernelIR,
+    PeerCopy,
     Put,
     Quiet,
     Region,
+    RemoteSignal,
     Scope,
     SignalWait,
     SourceLoc,
     Stmt,
+    TeamBarrier,
+    WaitUntil,
+    stmt_exprs,
 )
+from .trace import LOADABLE_DTYPES
+
+Ranges = dict[Var, tuple[int, int]]
+# Where the data of a transfer may land on its own PE (inputs are read-only, signals are words).
+LOCAL_WRITABLE = frozenset({BufferKind.OUTPUT, BufferKind.SHARED, BufferKind.SYMMETRIC})
+WAIT_WORD_BYTES = (4, 8)
 
 MAX_GRID_DIMS = 3
 MAX_THREADS = 1024
 
 
-def var_ranges(kernel: KernelIR) -> dict[Var, tuple[int, int]]:
+def var_ranges(kernel: KernelIR) -> Ranges:
     ranges = {Var(VarKind.PROGRAM_ID, i): (0, g - 1) for i, g in enumerate(kernel.grid)}
     ranges[Var(VarKind.PE)] = (0, kernel.num_pes - 1)
     return ranges
@@ -41,7 +60,7 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
-def _check_region(region: Region, ranges: dict[Var, tuple[int, int]], what: str, loc: SourceLoc) -> None:
+def _check_region(region: Region, ranges: Ranges, what: str, loc: SourceLoc) -> None:
     buf = region.buffer
     if len(region.starts) != len(buf.shape):
         raise KernelTraceError(
@@ -72,7 +91,7 @@ def _check_same_shape(a: Region, b: Region, what: str, loc: SourceLoc) -> None:
         )
 
 
-def _check_pe(pe: Expr, kernel: KernelIR, ranges: dict[Var, tuple[int, int]], op: str, loc: SourceLoc) -> None:
+def _check_pe(pe: Expr, kernel: KernelIR, ranges: Ranges, op: str, loc: SourceLoc, what: str = "PE") -> None:
     rng = value_range(pe, ranges)
     if rng is None:
         return
@@ -80,7 +99,7 @@ def _check_pe(pe: Expr, kernel: KernelIR, ranges: dict[Var, tuple[int, int]], op
     if lo < 0 or hi >= kernel.num_pes:
         bad = lo if lo < 0 else hi
         raise KernelTraceError(
-            f"{op}: PE out of range: pe={format_expr(pe)} can be {bad}, but the kernel's PE space "
+            f"{op}: {what} out of range: {what.lower()}={format_expr(pe)} can be {bad}, but the kernel's PE space "
             f"{kernel.mesh_axes} has {kernel.num_pes} PEs (0..{kernel.num_pes - 1})",
             loc,
         )
@@ -93,7 +112,84 @@ def _check_signal_word(word: Region, op: str, loc: SourceLoc) -> None:
         raise KernelTraceError(f"{op}: the signal must be one word, e.g. sig[i]; got {word} of {word.size} words", loc)
 
 
-def _verify_copy(s: Copy, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) -> None:
+def _check_kind(region: Region, kinds: frozenset[BufferKind], op: str, role: str, why: str, loc: SourceLoc) -> None:
+    if region.buffer.kind not in kinds:
+        allowed = ", ".join(sorted(k.value for k in kinds))
+        raise KernelTraceError(
+            f"{op}: the {role} {region.buffer.name} is a {region.buffer.kind.value} buffer; {why} ({allowed})", loc
+        )
+
+
+def _check_not_signal(s: Stmt, *regions: Region) -> None:
+    for r in regions:
+        if r.buffer.kind is BufferKind.SIGNAL:
+            raise KernelTraceError(
+                f"{s.op_name}: {r.buffer.name} holds signal words, which are updated and waited for, not moved as data",
+                s.loc,
+            )
+
+
+def _check_scope(s: Stmt, scope: Scope, allowed: tuple[Scope, ...]) -> None:
+    if scope not in allowed:
+        names = ", ".join(a.value for a in allowed)
+        raise KernelTraceError(f"{s.op_name}: scope {scope.value} is not available here (only {names})", s.loc)
+
+
+def _check_loads(s: Stmt, ranges: Ranges) -> None:
+    """Every `T.load` in the statement reads an integer input inside its bounds (where affine)."""
+    for e in stmt_exprs(s):
+        for ld in loads(e):
+            buf = ld.buffer
+            if buf.kind is not BufferKind.INPUT or buf.dtype not in LOADABLE_DTYPES:
+                raise KernelTraceError(f"{s.op_name}: T.load of {buf}: only integer inputs can be loaded", s.loc)
+            if len(ld.indices) != len(buf.shape):
+                raise KernelTraceError(f"{s.op_name}: T.load of {buf.name} needs {len(buf.shape)} indices", s.loc)
+            for dim, (index, extent) in enumerate(zip(ld.indices, buf.shape)):
+                rng = value_range(index, ranges)
+                if rng is not None and (rng[0] < 0 or rng[1] >= extent):
+                    bad = rng[0] if rng[0] < 0 else rng[1]
+                    raise KernelTraceError(
+                        f"{s.op_name}: T.load {format_expr(ld)} is out of bounds: its index {format_expr(index)} "
+                        f"along dimension {dim} can be {bad}, the extent is {extent}",
+                        s.loc,
+                    )
+
+
+def _check_row(region: Region, op: str, role: str, loc: SourceLoc) -> None:
+    """A transfer with a run-time size starts at one whole row of its buffer."""
+    buf = region.buffer
+    if region.sizes[0] != 1 or tuple(region.sizes[1:]) != tuple(buf.shape[1:]):
+        example = f"{buf.name}[i{', :' * (len(buf.shape) - 1)}]"
+        raise KernelTraceError(
+            f"{op}: with a run-time size the {role} says where the transfer starts: one whole row of {buf.name}, "
+            f"e.g. {example}; got {region}",
+            loc,
+        )
+
+
+def _check_sizes(s: Put | Get, ranges: Ranges) -> None:
+    """Static sizes: equal shapes. A run-time byte count: two whole rows of the same shape."""
+    op = s.op_name
+    if s.size is None:
+        _check_same_shape(s.src, s.dst, op, s.loc)
+        return
+    _check_row(s.src, op, "source", s.loc)
+    _check_row(s.dst, op, "destination", s.loc)
+    if s.src.sizes[1:] != s.dst.sizes[1:] or s.src.buffer.dtype != s.dst.buffer.dtype:
+        raise KernelTraceError(
+            f"{op}: the rows differ: {s.src.buffer.name} has rows of {s.src.buffer.dtype.name}"
+            f"{list(s.src.sizes[1:])}, {s.dst.buffer.name} of {s.dst.buffer.dtype.name}{list(s.dst.sizes[1:])}",
+            s.loc,
+        )
+    rng = value_range(s.size, ranges)
+    if rng is not None and rng[0] < 0:
+        raise KernelTraceError(f"{op}: size={format_expr(s.size)} can be negative ({rng[0]} bytes)", s.loc)
+
+
+# ---- statement rules -----------------------------------------------------------------------------
+
+
+def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
     _check_region(s.src, ranges, "copy src", s.loc)
     _check_region(s.dst, ranges, "copy dst", s.loc)
     for r, what in ((s.src, "src"), (s.dst, "dst")):
@@ -104,7 +200,7 @@ def _verify_copy(s: Copy, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) 
     _check_same_shape(s.src, s.dst, "copy", s.loc)
 
 
-def _verify_put(s: Put, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) -> None:
+def _verify_put(s: Put, kernel: KernelIR, ranges: Ranges) -> None:
     op = s.op_name
     _check_region(s.src, ranges, f"{op} src", s.loc)
     _check_region(s.dst, ranges, f"{op} dst", s.loc)
@@ -114,36 +210,119 @@ def _verify_put(s: Put, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) ->
     if dst_kind is BufferKind.SHARED:
         raise KernelTraceError(
             f"{op}: the destination {s.dst.buffer.name} is shared memory, which peers cannot address; "
-            "put into a kernel output",
+            "put into a kernel output or a T.alloc_symmetric buffer",
             s.loc,
         )
     if dst_kind is BufferKind.SIGNAL or s.src.buffer.kind is BufferKind.SIGNAL:
         raise KernelTraceError(f"{op}: signal words are updated with the signal arguments, not put as data", s.loc)
-    _check_same_shape(s.src, s.dst, op, s.loc)
-    if s.scope is not Scope.BLOCK:
-        raise KernelTraceError(f"{op}: only block scope is supported in this version", s.loc)
+    _check_sizes(s, ranges)
     _check_pe(s.pe, kernel, ranges, op, s.loc)
     if s.signal is not None:
         _check_signal_word(s.signal.word, op, s.loc)
         _check_region(s.signal.word, ranges, f"{op} sig", s.loc)
 
 
-def _verify_wait(s: SignalWait, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) -> None:
+def _verify_get(s: Get, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_region(s.src, ranges, f"{op} src", s.loc)
+    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_kind(s.src, REMOTE_READABLE, op, "source", "a get reads a peer's symmetric memory", s.loc)
+    _check_kind(s.dst, LOCAL_WRITABLE, op, "destination", "a get writes local memory", s.loc)
+    _check_sizes(s, ranges)
+    _check_pe(s.pe, kernel, ranges, op, s.loc)
+
+
+def _verify_peer_copy(s: PeerCopy, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_scope(s, s.scope, (Scope.WARP, Scope.BLOCK))
+    _check_region(s.src, ranges, f"{op} src", s.loc)
+    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_not_signal(s, s.src, s.dst)
+    if s.direction is Direction.PUT:
+        _check_kind(s.dst, REMOTE_WRITABLE, op, "destination", "peers can store only into symmetric memory", s.loc)
+    else:
+        _check_kind(s.src, REMOTE_READABLE, op, "source", "peers can load only from symmetric memory", s.loc)
+        _check_kind(s.dst, LOCAL_WRITABLE, op, "destination", "the data lands in local memory", s.loc)
+    _check_same_shape(s.src, s.dst, op, s.loc)
+    _check_pe(s.pe, kernel, ranges, op, s.loc)
+
+
+def _verify_wait(s: SignalWait, kernel: KernelIR, ranges: Ranges) -> None:
     _check_signal_word(s.word, s.op_name, s.loc)
     _check_region(s.word, ranges, s.op_name, s.loc)
 
 
-def _verify_nothing(s: Stmt, kernel: KernelIR, ranges: dict[Var, tuple[int, int]]) -> None:
+def _verify_remote_signal(s: RemoteSignal, kernel: KernelIR, ranges: Ranges) -> None:
+    _check_signal_word(s.word, s.op_name, s.loc)
+    _check_region(s.word, ranges, s.op_name, s.loc)
+    _check_pe(s.pe, kernel, ranges, s.op_name, s.loc)
+
+
+def _verify_wait_until(s: WaitUntil, kernel: KernelIR, ranges: Ranges) -> None:
+    op, buf = s.op_name, s.word.buffer
+    _check_kind(s.word, WAIT_WORD_KINDS, op, "word", "a waited-for word must be one that peers can write", s.loc)
+    if buf.dtype.kind not in "iu" or buf.dtype.itemsize not in WAIT_WORD_BYTES:
+        raise KernelTraceError(f"{op}: the word must be a 32- or 64-bit integer; {buf.name} is {buf.dtype.name}", s.loc)
+    if s.word.size != 1:
+        raise KernelTraceError(f"{op}: waits for one word, e.g. flags[i]; got {s.word} of {s.word.size}", s.loc)
+    _check_region(s.word, ranges, op, s.loc)
+    if s.pe is not None:
+        _check_pe(s.pe, kernel, ranges, op, s.loc)
+
+
+def _verify_team_barrier(s: TeamBarrier, kernel: KernelIR, ranges: Ranges) -> None:
+    _check_scope(s, s.scope, (Scope.WARP, Scope.BLOCK))
+
+
+def _verify_broadcast(s: Broadcast, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_region(s.src, ranges, f"{op} src", s.loc)
+    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_not_signal(s, s.src)
+    _check_kind(s.dst, REMOTE_WRITABLE, op, "destination", "the root writes it on every PE", s.loc)
+    _check_same_shape(s.src, s.dst, op, s.loc)
+    _check_pe(s.root, kernel, ranges, op, s.loc, what="Root")
+
+
+def _verify_fcollect(s: Fcollect, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_region(s.src, ranges, f"{op} src", s.loc)
+    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_not_signal(s, s.src)
+    _check_kind(s.dst, REMOTE_WRITABLE, op, "destination", "every PE writes its block into it on every PE", s.loc)
+    n, src, dst = kernel.num_pes, s.src.sizes, s.dst.sizes
+    if len(src) != len(dst) or dst[0] != n * src[0] or dst[1:] != src[1:]:
+        raise KernelTraceError(
+            f"{op}: the destination holds the {n} PEs' sources stacked along dimension 0: {list(src)} from each PE "
+            f"needs {[n * src[0], *src[1:]]}, but {s.dst} is {list(dst)}",
+            s.loc,
+        )
+    if s.src.buffer.dtype != s.dst.buffer.dtype:
+        raise KernelTraceError(
+            f"{op}: dtypes differ: {s.src.buffer.name} is {s.src.buffer.dtype.name}, {s.dst.buffer.name} is "
+            f"{s.dst.buffer.dtype.name}",
+            s.loc,
+        )
+
+
+def _verify_nothing(s: Stmt, kernel: KernelIR, ranges: Ranges) -> None:
     return None
 
 
-STMT_RULES: dict[type, Callable[[Stmt, KernelIR, dict[Var, tuple[int, int]]], None]] = {
+STMT_RULES: dict[type, Callable[[Stmt, KernelIR, Ranges], None]] = {
     Copy: _verify_copy,
     Put: _verify_put,
+    Get: _verify_get,
+    PeerCopy: _verify_peer_copy,
     SignalWait: _verify_wait,
+    RemoteSignal: _verify_remote_signal,
+    WaitUntil: _verify_wait_until,
     Quiet: _verify_nothing,
     Fence: _verify_nothing,
     BarrierAll: _verify_nothing,
+    TeamBarrier: _verify_team_barrier,
+    Broadcast: _verify_broadcast,
+    Fcollect: _verify_fcollect,
 }
 
 
@@ -160,10 +339,16 @@ def verify_kernel(kernel: KernelIR) -> KernelIR:
         )
     if kernel.num_pes < 1:
         raise KernelTraceError(f"the kernel's PE space {kernel.mesh_axes} is empty", loc)
+    sizes = kernel.mesh_axis_sizes
+    if sizes and (len(sizes) != len(kernel.mesh_axes) or math.prod(sizes) != kernel.num_pes):
+        raise KernelTraceError(
+            f"mesh axis sizes {sizes} do not make the PE space {kernel.mesh_axes} of {kernel.num_pes} PEs", loc
+        )
     ranges = var_ranges(kernel)
     for stmt in kernel.body:
         rule = STMT_RULES.get(type(stmt))
         if rule is None:
             raise KernelTraceError(f"internal: no verifier rule for {type(stmt).__name__}", stmt.loc)
         rule(stmt, kernel, ranges)
+        _check_loads(stmt, ranges)
     return kernel
