@@ -96,11 +96,26 @@ class TileKernel:
         self.spec = spec
         functools.update_wrapper(self, fn)
 
-    def trace(self, *args: Any, mesh_axes: tuple[str, ...] | None = None, num_pes: int = 1) -> KernelIR:
-        """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs)."""
-        axes = self.spec.mesh_axes if mesh_axes is None else mesh_axes
+    def trace(
+        self,
+        *args: Any,
+        mesh_axes: tuple[str, ...] | None = None,
+        num_pes: int = 1,
+        mesh_axis_sizes: tuple[int, ...] | None = None,
+    ) -> KernelIR:
+        """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs).
+
+        `mesh_axis_sizes` (the size of each mesh axis) may be left out with at most one axis."""
+        axes = tuple(self.spec.mesh_axes if mesh_axes is None else mesh_axes or ())
         self._check_arity(len(args))
-        return _trace_cached(self, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args), axes or (), num_pes)
+        if mesh_axis_sizes is None:
+            if len(axes) > 1:
+                raise KernelTraceError(
+                    f"kernel {self.spec.name}: give mesh_axis_sizes= for the mesh axes {axes}", _fn_loc(self.fn)
+                )
+            mesh_axis_sizes = (num_pes,) if axes else ()
+        avals = tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args)
+        return _trace_cached(self, avals, axes, num_pes, tuple(int(n) for n in mesh_axis_sizes))
 
     def _check_arity(self, n_inputs: int) -> None:
         """A KernelTraceError (not Python's TypeError from inside the trace) when the arrays do not fit `fn`."""
@@ -145,9 +160,10 @@ class TileKernel:
                 loc,
             )
         axes = tuple(a for a in manual if a in axes)  # mesh order defines PE numbering
-        num_pes = math.prod(sizes[a] for a in axes)
+        axis_sizes = tuple(sizes[a] for a in axes)
+        num_pes = math.prod(axis_sizes)
         arrays = [jnp.asarray(a) for a in args]
-        kernel_ir = self.trace(*arrays, mesh_axes=axes, num_pes=num_pes)
+        kernel_ir = self.trace(*arrays, mesh_axes=axes, num_pes=num_pes, mesh_axis_sizes=axis_sizes)
         others = tuple(a for a in manual if a not in axes)
         pe = jax.lax.axis_index(axes) if axes else jnp.int32(0)
         team = jax.lax.axis_index(others) if others else jnp.int32(0)
@@ -157,7 +173,9 @@ class TileKernel:
 
 
 @functools.lru_cache(maxsize=256)
-def _trace_cached(k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes: int) -> KernelIR:
+def _trace_cached(
+    k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes: int, axis_sizes: tuple[int, ...]
+) -> KernelIR:
     spec = k.spec
     ir = trace_kernel(
         k.fn,
@@ -168,6 +186,7 @@ def _trace_cached(k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes
         threads=spec.threads,
         mesh_axes=axes,
         num_pes=num_pes,
+        mesh_axis_sizes=axis_sizes,
     )
     return verify_kernel(ir)
 
@@ -256,8 +275,7 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         pe_table, mesh_shape, kernel_axes = (jax.process_index(),), (1,), []
     module = generate_cuda(k)
     cubin = compile_cubin(module.source, arch=_cuda_arch(), entry=module.entry)
-    remote = k.remote_written()
-    staged = [1 if (b in remote and b.kind is BufferKind.OUTPUT) else 0 for b in k.params]
+    staged = staged_flags(k)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
     rule = jax.ffi.ffi_lowering("jax_tilescale_launch", has_side_effect=True)
     return rule(
@@ -278,6 +296,31 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
     )
+
+
+STAGE_COPY_OUT = 1  # the buffer lives in symmetric memory during the launch; copied out after
+STAGE_COPY_IN = 2  # the buffer lives in symmetric memory during the launch; copied in before
+
+
+def staged_flags(k: KernelIR) -> list[int]:
+    """The handler's `staged` attribute, one flag per param (docs/calling_convention.md).
+
+    Every global buffer that peers touch must be symmetric during the launch. Outputs that peers
+    write or read are staged and copied out afterwards (1): XLA must get what the kernel and its
+    peers wrote, and an output has no contents to copy in. Inputs that peers read (gets, loads
+    through nvshmem_ptr, remote waits) are staged and copied in before (2). 3 (both) would be an
+    input peers also write, which the verifier rejects; the handler accepts it for aliased buffers.
+    """
+    written, read = k.remote_written(), k.remote_read()
+    flags = []
+    for b in k.params:
+        flag = 0
+        if b.kind is BufferKind.OUTPUT and (b in written or b in read):
+            flag |= STAGE_COPY_OUT
+        if b.kind is BufferKind.INPUT and b in read:
+            flag |= STAGE_COPY_IN
+        flags.append(flag)
+    return flags
 
 
 @functools.cache
