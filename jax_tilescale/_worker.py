@@ -21,7 +21,8 @@ def _init_distributed() -> None:
     local_rank = int(os.environ["TILESCALE_LOCAL_RANK"])
     local_device_ids = None
     if os.environ.get("TILESCALE_PLATFORM", "").lower() != "cpu" and _has_gpu():
-        local_device_ids = [local_rank]  # one GPU per process: NVSHMEM has one PE per process
+        # One GPU per process (NVSHMEM has one PE per process): GPU i for local rank i, unless --devices says.
+        local_device_ids = [int(os.environ.get("TILESCALE_DEVICE", local_rank))]
     try:
         distributed.initialize(
             coordinator_address=os.environ["TILESCALE_COORDINATOR"],

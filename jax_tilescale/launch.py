@@ -51,6 +51,7 @@ class LaunchConfig:
     master_port: int
     timeout_s: float | None
     init_timeout_s: float | None = None
+    devices: tuple[int, ...] | None = None  # GPU of each local rank (default: local rank i uses GPU i)
 
     @property
     def world_size(self) -> int:
@@ -73,6 +74,8 @@ class LaunchConfig:
         }
         if self.init_timeout_s is not None:
             env["TILESCALE_INIT_TIMEOUT"] = f"{self.init_timeout_s:g}"
+        if self.devices is not None:
+            env["TILESCALE_DEVICE"] = str(self.devices[local_rank])
         if self.nodes == 1:
             # The NVSHMEM unique-id bootstrap talks over a socket; one node needs only loopback.
             env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] = os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
@@ -86,7 +89,8 @@ def _free_port() -> int:
 
 
 _VALUE_OPTIONS = (
-    "-n", "--nproc", "--nodes", "--node-rank", "--master-addr", "--master-port", "--timeout", "--init-timeout"
+    "-n", "--nproc", "--nodes", "--node-rank", "--master-addr", "--master-port", "--timeout", "--init-timeout",
+    "--devices",
 )
 
 
@@ -119,7 +123,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     p = argparse.ArgumentParser(
         prog="python -m jax_tilescale.launch",
         usage="%(prog)s [-n N] [--nodes N] [--node-rank R] [--master-addr A] [--master-port P] [--timeout S] "
-        "[--init-timeout S] (script.py | -m module) [args...]",
+        "[--init-timeout S] [--devices I,J,...] (script.py | -m module) [args...]",
         description="Run SCRIPT in one process per GPU, with jax.distributed and NVSHMEM initialised.",
         allow_abbrev=False,
     )
@@ -138,6 +142,9 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
                    default=float(env["TILESCALE_INIT_TIMEOUT"]) if env.get("TILESCALE_INIT_TIMEOUT") else None,
                    help="seconds for every rank to join the job before failing; default $TILESCALE_INIT_TIMEOUT, "
                    "else 120")
+    p.add_argument("--devices", default=env.get("TILESCALE_DEVICES") or None,
+                   help="GPU ordinals (among the visible ones) of this node's ranks, one per rank, e.g. 2,3; "
+                   "default $TILESCALE_DEVICES, else 0..N-1")
     ns = p.parse_args(own)
     if not command or command == ["-m"]:
         p.error("name a script to run (or -m MODULE)")
@@ -147,6 +154,18 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
         p.error(f"-n {nproc} processes but this node has {gpus} visible GPUs (one process per GPU)")
     if nproc < 1 or ns.nodes < 1 or not 0 <= ns.node_rank < ns.nodes:
         p.error(f"need -n >= 1, --nodes >= 1 and 0 <= --node-rank < --nodes (got {nproc}, {ns.nodes}, {ns.node_rank})")
+    devices = None
+    if ns.devices is not None:
+        try:
+            devices = tuple(int(d) for d in ns.devices.split(",") if d.strip())
+        except ValueError:
+            p.error(f"--devices must be comma-separated GPU ordinals (got {ns.devices!r})")
+        if ns.nproc is None:
+            nproc = len(devices)
+        if len(devices) != nproc or len(set(devices)) != len(devices) or min(devices) < 0:
+            p.error(f"--devices {ns.devices} must name {nproc} different GPUs, one per process")
+        if gpus and max(devices) >= gpus:
+            p.error(f"--devices {ns.devices} names GPU {max(devices)} but this node has {gpus} visible GPUs")
     if ns.init_timeout is not None and ns.init_timeout <= 0:
         p.error(f"--init-timeout must be positive (got {ns.init_timeout:g})")
     port = ns.master_port
@@ -158,7 +177,7 @@ def parse_args(argv: Sequence[str]) -> tuple[LaunchConfig, list[str]]:
     if port is None:
         port = _free_port()
     addr = ns.master_addr or "127.0.0.1"
-    return LaunchConfig(nproc, ns.nodes, ns.node_rank, addr, port, ns.timeout, ns.init_timeout), command
+    return LaunchConfig(nproc, ns.nodes, ns.node_rank, addr, port, ns.timeout, ns.init_timeout, devices), command
 
 
 def _visible_gpu_count() -> int:

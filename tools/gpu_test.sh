@@ -2,7 +2,7 @@
 # The GPU check of jax_tilescale, for the lent 2 x H200 machine (offline, Python 3.12, jax 0.11.2,
 # NVSHMEM 3.4.5). From the repository root, with the nvshmem4py-cu13 wheel in .whl/:
 #
-#   bash tools/gpu_test.sh            # build, install, GPU tests, examples
+#   bash tools/gpu_test.sh            # build, install, GPU tests, examples, two "nodes" on one machine
 #   bash tools/gpu_test.sh bench      # ... then the benchmarks
 #
 # Logs go to $OUT (or /tmp/ts_gpu); a summary table is printed last.
@@ -26,6 +26,41 @@ step() {  # step NAME COMMAND...: runs, logs, records pass/fail and the time
   return "$rc"
 }
 
+# Two "nodes" of one GPU each on this machine: two launchers (NODES=2, NODE_RANK=0/1, GPUS=1) that meet at
+# MASTER_PORT on loopback. Each node's rank must drive its own GPU: MODE=cvd hides the other GPU
+# (CUDA_VISIBLE_DEVICES=k, the usual multi-node picture), MODE=devices keeps both visible and picks GPU k with
+# --devices k (the fallback if NVSHMEM dislikes per-process CUDA_VISIBLE_DEVICES).
+# two_nodes PORT MODE TIMEOUT SCRIPT [ARGS...]: prints both nodes' output, then "node 0 exit A, node 1 exit B".
+two_nodes() {
+  local port=$1 mode=$2 limit=$3; shift 3
+  local -a node_env=(NODES=2 GPUS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port")
+  local -a pick0=(CUDA_VISIBLE_DEVICES=0) pick1=(CUDA_VISIBLE_DEVICES=1) flag0=() flag1=()
+  if [ "$mode" = devices ]; then pick0=(); pick1=(); flag0=(--devices 0); flag1=(--devices 1); fi
+  env "${node_env[@]}" NODE_RANK=1 "${pick1[@]}" \
+    python3 -m jax_tilescale.launch --timeout "$limit" "${flag1[@]}" "$@" > "$LOG/node1.out" 2>&1 &
+  local pid1=$!
+  env "${node_env[@]}" NODE_RANK=0 "${pick0[@]}" \
+    python3 -m jax_tilescale.launch --timeout "$limit" "${flag0[@]}" "$@" 2>&1 | sed -u 's/^/[node 0] /'
+  local rc0=${PIPESTATUS[0]}
+  wait "$pid1"; local rc1=$?
+  sed 's/^/[node 1] /' "$LOG/node1.out"
+  echo "node 0 exit $rc0, node 1 exit $rc1"
+  [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+}
+
+# A rank fails while its peer (on the other "node", so no launcher stops it) waits on the GPU for its signal:
+# the peer's watchdog must end it within seconds (exit 79), naming the failed rank.
+two_nodes_fault() {
+  local t0=$SECONDS out
+  out=$(two_nodes "$1" "$2" 120 tests/gpu/scripts/peer_fails_while_waiting.py 2>&1)
+  echo "$out"
+  local took=$((SECONDS - t0))
+  echo "took ${took}s"
+  grep -q "node 0 exit 79, node 1 exit 1" <<<"$out" \
+    && grep -q "\[jax_tilescale\] rank 1 failed: RuntimeError: rank 1 fails on purpose" <<<"$out" \
+    && [ "$took" -lt 100 ]
+}
+
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -37,6 +72,13 @@ step codegen_smoke python3 -m pytest -q tests/codegen/test_gpu_smoke.py -o addop
 step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 900 -m pytest tests/gpu -q -x -o addopts=""
 step simple_shift python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/simple_shift.py --m 4096 --n 1024
 step allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather.py --m 4096 --n 1024
+if [ "$NGPU" -ge 2 ]; then
+  PORT2=${TWO_NODE_PORT:-29533}
+  if ! step two_nodes two_nodes "$PORT2" cvd 300 examples/allgather.py --m 4096 --n 1024; then
+    step two_nodes_devices two_nodes "$((PORT2 + 2))" devices 300 examples/allgather.py --m 4096 --n 1024
+  fi
+  step two_nodes_fault two_nodes_fault "$((PORT2 + 4))" cvd
+fi
 if [ "${1:-}" = bench ]; then
   step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py
   grep -A20 "all-gather," "$LOG/bench_allgather.log" | sed 's/^\[rank 0\] //' | grep -v '^\[rank' || true

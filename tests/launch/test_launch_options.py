@@ -77,3 +77,23 @@ def test_noise_of_a_check_failure_is_left_out_of_the_report():
     assert launch._is_noise("    @     0x7f46c3c40634  absl::log_internal::LogMessage::SendToLog()")
     assert launch._is_noise("*** Check failure stack trace: ***")
     assert not launch._is_noise("ValueError: boom")
+
+
+def test_devices_pick_the_gpu_of_each_rank(monkeypatch):
+    monkeypatch.setattr(launch, "_visible_gpu_count", lambda: 4)
+    cfg, _ = launch.parse_args(["--devices", "3,1", "x.py"])
+    assert cfg.procs_per_node == 2 and [cfg.rank_env(i)["TILESCALE_DEVICE"] for i in (0, 1)] == ["3", "1"]
+    assert "TILESCALE_DEVICE" not in launch.parse_args(["x.py"])[0].rank_env(0)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--devices", "0,0", "x.py"], "must name 2 different GPUs"),
+    (["-n", "1", "--devices", "0,1", "x.py"], "must name 1 different GPUs"),
+    (["--devices", "7", "x.py"], "names GPU 7 but this node has 2 visible GPUs"),
+    (["--devices", "a", "x.py"], "comma-separated GPU ordinals"),
+])
+def test_bad_devices(monkeypatch, capsys, argv, msg):
+    monkeypatch.setattr(launch, "_visible_gpu_count", lambda: 2)
+    with pytest.raises(SystemExit):
+        launch.parse_args(argv)
+    assert msg in capsys.readouterr().err

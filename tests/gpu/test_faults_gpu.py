@@ -1,0 +1,82 @@
+"""Faults on real GPUs (run through the launcher, one process per GPU; see conftest.py).
+
+A staged buffer that does not fit NVSHMEM's symmetric heap: every rank gets the same error, which names
+NVSHMEM_SYMMETRIC_SIZE and how to raise it, and the process goes on running kernels afterwards.
+(Ranks that fail or die while a peer waits on the GPU: tools/gpu_test.sh, step two_nodes_fault.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from tests.conftest import load_example
+
+allgather = load_example("allgather")
+
+NVSHMEM_DEFAULT_HEAP = 1 << 30  # NVSHMEM's default NVSHMEM_SYMMETRIC_SIZE
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def heap_bytes() -> int:
+    """NVSHMEM_SYMMETRIC_SIZE as NVSHMEM reads it (a number with an optional K/M/G/T suffix)."""
+    raw = os.environ.get("NVSHMEM_SYMMETRIC_SIZE", "").strip().upper().removesuffix("B")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)", raw)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else NVSHMEM_DEFAULT_HEAP
+
+
+def exchange(tag: str, value: str) -> list[str]:
+    """Every rank's `value` (through jax.distributed's key-value store)."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    client.key_value_set(f"tests/faults_gpu/{tag}/{jax.process_index()}", value)
+    return [client.blocking_key_value_get(f"tests/faults_gpu/{tag}/{r}", 120_000) for r in range(jax.process_count())]
+
+
+def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
+    n = 8192  # float32 rows of 32 KiB
+    want = int(heap_bytes() * 1.25) + (64 << 20)  # a staged output past the heap, whatever the suffix's base
+    rows = math.ceil(want / (n * 4) / 64) * 64
+    if rows * n * 4 > 32 << 30:
+        pytest.skip(f"NVSHMEM_SYMMETRIC_SIZE={os.environ.get('NVSHMEM_SYMMETRIC_SIZE')} is too large to overflow here")
+
+    # Peers write into `dst`, so all of it is staged in the symmetric workspace, though only 64 rows change.
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((rows, n), jnp.float32), grid=(1,), threads=128)
+    def too_big_for_the_heap(src, dst):
+        T.putmem_nbi_block(dst[0:64, :], src, pe=(T.get_pe() + 1) % T.get_pe_num())
+
+    f = jax.jit(jax.shard_map(too_big_for_the_heap, mesh=gpu_mesh, in_specs=P("x"), out_specs=P("x"),
+                              check_vma=False))
+    x = jax.device_put(jnp.ones((gpu_mesh.size * 64, n), jnp.float32), NamedSharding(gpu_mesh, P("x")))
+    try:
+        jax.block_until_ready(f(x))
+    except Exception as e:  # JAX wraps the handler's RESOURCE_EXHAUSTED error
+        message = str(e)
+    else:
+        pytest.fail(f"a staged output of {rows * n * 4} bytes ran with NVSHMEM_SYMMETRIC_SIZE="
+                    f"{os.environ.get('NVSHMEM_SYMMETRIC_SIZE')}: NVSHMEM grew its heap past that size")
+    assert "too_big_for_the_heap" in message and "symmetric heap is too small" in message, message
+    assert "Raise NVSHMEM_SYMMETRIC_SIZE" in message
+    # Every rank failed, and in the same way (no rank left waiting in a collective allocation).
+    first = re.search(r"needs a symmetric workspace of \d+ bytes", message).group(0)
+    assert exchange("heap", first) == [first] * jax.process_count()
+
+    # The process carries on: a kernel that fits runs and is right, again and again.
+    for _ in range(2):
+        xs = jax.device_put(jax.random.normal(jax.random.key(3), (gpu_mesh.size * 256, 128), jnp.float32),
+                            NamedSharding(gpu_mesh, P("x")))
+        got = allgather.gather_fn(gpu_mesh, 256, 128, jnp.float32)(xs)
+        want_ = allgather.xla_gather_fn(gpu_mesh)(xs)
+        for g, w in zip(got.addressable_shards, want_.addressable_shards):
+            np.testing.assert_array_equal(np.asarray(g.data), np.asarray(w.data))
