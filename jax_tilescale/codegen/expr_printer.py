@@ -10,9 +10,12 @@ division-by-zero message.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-from ..ir.expr import BinOp, BinOpKind, Const, Expr, Var, VarKind
+import numpy as np
+
+from ..ir.expr import BinOp, BinOpKind, Const, Expr, Load, Var, VarKind
 
 # Names the kernel prologue declares for the run-time variables.
 GRID_VAR_NAMES = ("ts_bx", "ts_by", "ts_bz")
@@ -20,6 +23,27 @@ PE_VAR_NAME = "ts_pe"
 WHERE_NAME = "ts_where"  # a `const char*` in scope of every statement: "file.py:LINE"
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# C element type of each loadable input dtype (T.load).
+LOAD_TYPES = {
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t",
+    np.dtype(np.int64): "int64_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint32): "uint32_t",
+}
+
+
+def c_identifier(name: str) -> str:
+    ident = re.sub(r"\W", "_", name, flags=re.ASCII)
+    return ident if ident and not ident[0].isdigit() else f"_{ident}"
+
+
+def buffer_pointer_name(name: str) -> str:
+    """The kernel's `unsigned char*` base of a buffer (`p_` keeps buffer names apart from the
+    generator's own `ts_` names and C keywords). Loads of inputs use it; the prologue declares it."""
+    return f"p_{c_identifier(name)}"
 
 
 def var_name(v: Var) -> str:
@@ -65,7 +89,26 @@ def c_expr(e: Expr) -> str:
         return var_name(e)
     if isinstance(e, BinOp):
         return BINOP_RULES[e.op](c_expr(e.lhs), c_expr(e.rhs))
+    if isinstance(e, Load):
+        return _load(e)
     raise TypeError(f"not an index expression: {e!r}")
+
+
+def _load(e: Load) -> str:
+    """`ts_load<T>(base, flat index)`, each run-time index checked against its extent."""
+    shape = e.buffer.shape
+    terms = []
+    stride = 1
+    for index, extent in reversed(list(zip(e.indices, shape))):
+        if isinstance(index, Const):
+            term = const_literal(index.value)  # checked when traced
+        else:
+            term = f"ts_bound({c_expr(index)}, {extent}, {WHERE_NAME})"
+        if not (isinstance(index, Const) and index.value == 0):
+            terms.append(term if stride == 1 else f"{term} * {stride}")
+        stride *= extent
+    flat = " + ".join(reversed(terms)) if terms else "0"
+    return f"ts_load<{LOAD_TYPES[e.buffer.dtype]}>({buffer_pointer_name(e.buffer.name)}, {flat})"
 
 
 def c_int64(e: Expr) -> str:
@@ -77,4 +120,6 @@ def uses_where(e: Expr) -> bool:
     """Whether the printed form of `e` refers to WHERE_NAME."""
     if isinstance(e, BinOp):
         return e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD) or uses_where(e.lhs) or uses_where(e.rhs)
+    if isinstance(e, Load):
+        return True
     return False

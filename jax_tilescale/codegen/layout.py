@@ -2,13 +2,19 @@
 
 Scratch layout (all of it zero when the kernel starts, per the calling convention):
 
-    [signal buffers, in allocation order, each at an 8-byte-aligned offset (uint64 words)]
-    [grid barrier: uint32 arrival count, uint32 generation]   (only when the kernel needs it)
+    [signal and symmetric buffers, in allocation order: signals at 8-byte-aligned offsets
+     (uint64 words), T.alloc_symmetric buffers at 128-byte-aligned offsets]
+    [grid barrier: uint32 arrival count, uint32 generation]   (barrier_all/sync_all, several blocks)
+    [PE barrier: TsTeamBarrier, 16 bytes]                      (barrier_all/sync_all)
+    [team barrier: TsTeamBarrier, 16 bytes]                    (team collectives: barrier_all_block,
+                                                                sync_all_*, broadcast*, fcollect*)
     [padding up to a multiple of 256 bytes]
 
-Every PE runs the same kernel, so a signal word is at the same scratch offset on every PE;
-with the scratch at the same symmetric address everywhere, the local address of a word is the
-symmetric address that NVSHMEM translates for a peer.
+Every PE runs the same kernel, so a word is at the same scratch offset on every PE; with the
+scratch at the same symmetric address everywhere (the runtime guarantees it), the local address
+of a word is the symmetric address that NVSHMEM translates for a peer. The two barrier states
+are separate so that barrier_all (made by block 0 of each PE) never pairs with a team
+collective made by another block.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import KernelTraceError
-from ..ir.nodes import BarrierAll, Buffer, BufferKind, KernelIR
+from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, Buffer, BufferKind, KernelIR
 
 SHARED_ALIGN = 128
 SIGNAL_ALIGN = 8
+SYMMETRIC_ALIGN = 128
+TEAM_BARRIER_BYTES = 16  # sizeof(TsTeamBarrier)
 SCRATCH_ROUND = 256
 # Per-block dynamic shared memory that sm_90 grants on request (227 KiB).
 MAX_SHARED_BYTES = 227 * 1024
@@ -33,9 +41,11 @@ def _round_up(n: int, to: int) -> int:
 class Layout:
     shared_offsets: dict[Buffer, int]  # byte offset into ts_smem
     smem_bytes: int
-    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch
+    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch (SIGNAL and SYMMETRIC buffers)
     barrier_offset: int | None  # byte offset of the grid barrier's two uint32 words
     scratch_bytes: int
+    pe_barrier_offset: int | None = None  # TsTeamBarrier of barrier_all / sync_all
+    team_barrier_offset: int | None = None  # TsTeamBarrier of the team collectives
 
 
 def needs_grid_barrier(kernel: KernelIR) -> bool:
@@ -55,16 +65,22 @@ def plan_layout(kernel: KernelIR) -> Layout:
             smem = _round_up(smem, SHARED_ALIGN)
             shared[buf] = smem
             smem += buf.nbytes
-        elif buf.kind is BufferKind.SIGNAL:
-            scratch = _round_up(scratch, SIGNAL_ALIGN)
+        elif buf.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC):
+            scratch = _round_up(scratch, SIGNAL_ALIGN if buf.kind is BufferKind.SIGNAL else SYMMETRIC_ALIGN)
             signals[buf] = scratch
             scratch += buf.nbytes
         else:
             raise KernelTraceError(f"internal: {buf} is not an allocation kind the code generator knows", kernel.loc)
-    barrier = None
+    barrier = pe_barrier = team_barrier = None
     if needs_grid_barrier(kernel):
         barrier = _round_up(scratch, SIGNAL_ALIGN)
         scratch = barrier + 8
+    if any(isinstance(s, BarrierAll) for s in kernel.body):
+        pe_barrier = _round_up(scratch, SIGNAL_ALIGN)
+        scratch = pe_barrier + TEAM_BARRIER_BYTES
+    if any(isinstance(s, TEAM_COLLECTIVES) for s in kernel.body):
+        team_barrier = _round_up(scratch, SIGNAL_ALIGN)
+        scratch = team_barrier + TEAM_BARRIER_BYTES
     smem_bytes = _round_up(smem, SHARED_ALIGN)
     if smem_bytes > MAX_SHARED_BYTES:
         allocs = ", ".join(str(b) for b in shared)
@@ -73,4 +89,4 @@ def plan_layout(kernel: KernelIR) -> Layout:
             f"a block can have at most {MAX_SHARED_BYTES}",
             kernel.loc,
         )
-    return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND))
+    return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier)

@@ -17,8 +17,15 @@ from ..ir.nodes import Buffer, BufferKind, Region
 
 # Alignment (bytes) of each kind of buffer's base address. XLA buffers are at least 16-byte
 # aligned (staging copies are 256-byte aligned per the calling convention); shared
-# allocations are placed at 128-byte offsets of a 128-byte-aligned array.
-BASE_ALIGN = {BufferKind.INPUT: 16, BufferKind.OUTPUT: 16, BufferKind.SHARED: 128, BufferKind.SIGNAL: 8}
+# allocations are placed at 128-byte offsets of a 128-byte-aligned array. A peer's mapping of a
+# symmetric buffer (nvshmem_ptr) keeps the offset within the heap, so the same alignment holds.
+BASE_ALIGN = {
+    BufferKind.INPUT: 16,
+    BufferKind.OUTPUT: 16,
+    BufferKind.SHARED: 128,
+    BufferKind.SIGNAL: 8,
+    BufferKind.SYMMETRIC: 128,  # 128-byte offsets of the 256-byte-aligned scratch (layout.py)
+}
 MAX_VECTOR_BYTES = 16
 
 

@@ -49,11 +49,14 @@ __device__ __noinline__ void ts_fail(const char* where, const char* what, long l
   __trap();
 }
 
-// Division by zero stops the kernel; host builds of these helpers (tests) return 0 instead.
+// Division by zero and bad indices stop the kernel; host builds of these helpers (tests)
+// return 0 instead.
 #ifdef __CUDA_ARCH__
 #define TS_DIV_BY_ZERO(where, what, a) ts_fail(where, what, a, 0)
+#define TS_CHECK_FAILED(where, what, a, limit) ts_fail(where, what, a, limit)
 #else
 #define TS_DIV_BY_ZERO(where, what, a) return 0
+#define TS_CHECK_FAILED(where, what, a, limit) return 0
 #endif
 
 // Python's a // b: rounds towards minus infinity.
@@ -75,6 +78,29 @@ __host__ __device__ __forceinline__ int64_t ts_mod(int64_t a, int64_t b, const c
 __host__ __device__ __forceinline__ int64_t ts_min(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ __forceinline__ int64_t ts_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
+// T.load: one integer of a kernel input as an index value. `ts_bound` checks one index against
+// its extent (the verifier proves it statically where the index is affine).
+__host__ __device__ __forceinline__ int64_t ts_bound(int64_t v, int64_t extent, const char* where) {
+  if (v < 0 || v >= extent) TS_CHECK_FAILED(where, "T.load index out of bounds", v, extent);
+  return v;
+}
+
+template <typename T>
+__host__ __device__ __forceinline__ int64_t ts_load(const unsigned char* base, int64_t i) {
+  return (int64_t)(reinterpret_cast<const T*>(base)[i]);
+}
+
+// A transfer with a run-time byte count: whole rows, within both buffers (rows left from the
+// start of each); returns the count to pass to NVSHMEM.
+__device__ __forceinline__ size_t ts_row_bytes(int64_t bytes, int64_t row_bytes, int64_t src_rows_left,
+                                               int64_t dst_rows_left, const char* where) {
+  if (bytes < 0 || bytes % row_bytes != 0) ts_fail(where, "transfer size is not a whole number of rows", bytes, row_bytes);
+  const int64_t rows = bytes / row_bytes;
+  if (rows > src_rows_left) ts_fail(where, "transfer runs past the end of its source (rows)", rows, src_rows_left);
+  if (rows > dst_rows_left) ts_fail(where, "transfer runs past the end of its destination (rows)", rows, dst_rows_left);
+  return (size_t)bytes;
+}
+
 #if TS_USES_NVSHMEM
 // Kernel PE -> NVSHMEM PE, after checking that the kernel PE exists (the verifier proves this
 // statically where it can; this is the run-time check for the rest).
@@ -82,6 +108,37 @@ __device__ __forceinline__ int ts_target_pe(const int32_t* pe_map, int32_t npes,
                                             const char* what) {
   if (k < 0 || k >= npes) ts_fail(where, what, k, npes);
   return pe_map[k];
+}
+
+// The peer's mapping of a symmetric address, for plain loads and stores (put_block, get_block,
+// remote waits). Null means the peer is not load/store reachable (another node, no P2P): stop
+// with the op, the PE and the line. Block-uniform, like ts_fail.
+__device__ __noinline__ unsigned char* ts_peer_ptr(const void* local, int nvshmem_pe, int64_t kernel_pe,
+                                                   const char* where, const char* op) {
+  void* p = nvshmem_ptr(local, nvshmem_pe);
+  if (p == nullptr) {
+    if (threadIdx.x == 0) {
+      printf("jax_tilescale: kernel error at %s (block %u,%u,%u): %s: PE %lld (NVSHMEM PE %d) is not load/store "
+             "reachable from this PE (nvshmem_ptr returned null); use the putmem/getmem forms for such peers\n",
+             where, blockIdx.x, blockIdx.y, blockIdx.z, op, (long long)kernel_pe, nvshmem_pe);
+    }
+    __syncthreads();
+    __trap();
+  }
+  return static_cast<unsigned char*>(p);
+}
+
+// Acquire loads at system scope: words that peers update (remote waits, wait_* on local words).
+__device__ __forceinline__ uint32_t ts_ld_acquire_sys_u32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ uint64_t ts_ld_acquire_sys_u64(const void* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
 }
 #endif
 
@@ -113,3 +170,31 @@ __device__ __noinline__ void ts_grid_barrier(unsigned int* count, unsigned int* 
   }
   __syncthreads();
 }
+
+#if TS_USES_NVSHMEM
+// ---- barrier over the kernel's PE space (any PE map: a team of the mesh, or the world) ----
+
+// Words of the zeroed symmetric scratch. `ticket` and `passed` are this PE's own; `arrive` is
+// the word every PE of the team adds 1 to, on every PE, per barrier instance.
+struct TsTeamBarrier {
+  unsigned int ticket;  // calls made by this PE (instance numbers handed out)
+  unsigned int passed;  // instances this PE has completed
+  uint64_t arrive;      // arrivals at this PE, counted over all instances
+};
+
+// One thread calls it. The k-th call of each PE forms instance k (NVSHMEM's team collective
+// rule). A PE's calls arrive in instance order (`passed`), so before anyone completes instance k
+// every PE has arrived at most k + 1 times, and `arrive >= (k + 1) * npes` on a PE proves that
+// every PE made its k-th call. Counting over instances needs no reset within a launch. Every
+// memory access of the calling thread before it (and, with the caller's __syncthreads, of its
+// block) is visible to every PE after it; NVSHMEM puts need a quiet first (the caller's job).
+__device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe_map, int32_t npes) {
+  const unsigned int k = atomicAdd(&b->ticket, 1u);
+  while (ts_ld_acquire_u32(&b->passed) != k) __nanosleep(64);
+  __threadfence_system();
+  for (int32_t q = 0; q < npes; ++q) nvshmemx_signal_op(&b->arrive, 1, NVSHMEM_SIGNAL_ADD, pe_map[q]);
+  nvshmem_signal_wait_until(&b->arrive, NVSHMEM_CMP_GE, (uint64_t)(k + 1u) * (uint64_t)npes);
+  __threadfence_system();
+  atomicExch(&b->passed, k + 1u);
+}
+#endif

@@ -77,7 +77,9 @@ def test_scratch_layout_signals_and_grid_barrier():
     assert "reinterpret_cast<unsigned int*>(args.scratch + 36)" in m.source
     barrier = statement_block(m, 8)
     assert barrier.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 2u);") == 2
-    assert "nvshmemx_barrier_all_block();" in barrier and "nvshmem_quiet();" in barrier
+    # Block 0 meets the other PEs through the PE-space barrier (any PE map), not NVSHMEM's world barrier.
+    assert "ts_team_barrier(ts_pe_bar, args.pe_map, args.npes);" in barrier and "nvshmem_quiet();" in barrier
+    assert "TsTeamBarrier* const ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(args.scratch + 40);" in m.source
     # One block: no grid barrier and no scratch for it.
     one = generate_cuda(kernels.signal_exchange(16, 64, 2, np.float32, blocks=1))
     assert not one.grid_barrier and "ts_grid_barrier(" not in statement_block(one, 8)
@@ -91,7 +93,7 @@ def test_each_barrier_all_meets_twice_in_the_grid():
         assert block.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 128u);") == 2
         first, nv, second = (
             block.index("ts_grid_barrier"),
-            block.index("nvshmemx_barrier_all_block"),
+            block.index("ts_team_barrier(ts_pe_bar"),
             block.rindex("ts_grid_barrier"),
         )
         assert block.index("nvshmem_quiet();") < first < nv < second

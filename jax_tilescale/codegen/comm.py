@@ -1,0 +1,260 @@
+"""CUDA for the point-to-point statements: puts, gets, peer copies, signals, waits, quiet, fence.
+
+Every statement is block-uniform: all threads compute its operands (and run its checks, which
+stop the kernel through the block-uniform ts_fail), then the threads of its scope issue it
+(`scoped`). NVSHMEM names: thread scope `nvshmem_<op>`, warp and block `nvshmemx_<op>_<scope>`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ..ir.expr import Expr
+from ..ir.nodes import (
+    BufferKind,
+    Cmp,
+    Direction,
+    Fence,
+    Get,
+    PeerCopy,
+    Put,
+    Quiet,
+    Region,
+    RemoteSignal,
+    Scope,
+    SignalOp,
+    SignalWait,
+    Stmt,
+    WaitUntil,
+)
+from .common import Ctx, c_string, comment, copy_loop, decompose, indent, linear, region_address, scoped, word_pointer
+from .expr_printer import WHERE_NAME, c_expr, c_int64
+from .regions import walk_pair
+
+CMP_NAMES = {
+    Cmp.EQ: "NVSHMEM_CMP_EQ",
+    Cmp.NE: "NVSHMEM_CMP_NE",
+    Cmp.GT: "NVSHMEM_CMP_GT",
+    Cmp.GE: "NVSHMEM_CMP_GE",
+    Cmp.LT: "NVSHMEM_CMP_LT",
+    Cmp.LE: "NVSHMEM_CMP_LE",
+}
+SIGNAL_OP_NAMES = {SignalOp.SET: "NVSHMEM_SIGNAL_SET", SignalOp.ADD: "NVSHMEM_SIGNAL_ADD"}
+_WORD_TYPES = {("i", 4): "int32_t", ("u", 4): "uint32_t", ("i", 8): "int64_t", ("u", 8): "uint64_t"}
+
+
+def nvshmem_function(base: str, blocking: bool, scope: Scope) -> str:
+    name = base + ("" if blocking else "_nbi")
+    return f"nvshmem_{name}" if scope is Scope.THREAD else f"nvshmemx_{name}_{scope.value}"
+
+
+def target_pe(pe: Expr | str, op: str, var: str = "ts_target", what: str = "target PE") -> str:
+    """`const int var = <NVSHMEM PE of kernel PE pe>;`, checked against the PE space. `pe` is an
+    index expression or the C name of an int64 holding one."""
+    message = c_string(f"{op}: {what} outside the kernel PE space [0, npes)")
+    value = pe if isinstance(pe, str) else c_int64(pe)
+    return f"const int {var} = ts_target_pe(args.pe_map, args.npes, {value}, {WHERE_NAME}, {message});"
+
+
+def transfer_call(
+    ctx: Ctx,
+    *,
+    base: str,
+    dst: Region,
+    src: Region,
+    scope: Scope,
+    blocking: bool,
+    target: str,
+    nbytes: str | None = None,
+    signal: tuple[str, str, SignalOp] | None = None,
+    dst_base: str | None = None,
+    src_base: str | None = None,
+) -> list[str]:
+    """The NVSHMEM call(s) of one transfer, for the threads of `scope` (the caller guards them).
+
+    One call when both regions are contiguous (the signal fused into it), else one call per
+    contiguous run and the signal after a fence, from one thread. `nbytes` is a run-time byte
+    count (then the regions are single rows, contiguous by construction)."""
+    sig_args = ""
+    if signal is not None:
+        ptr, value, op = signal
+        sig_args = f"{ptr}, {value}, {SIGNAL_OP_NAMES[op]}, "
+    dst_addr, src_addr = region_address(ctx, dst, dst_base), region_address(ctx, src, src_base)
+    if nbytes is not None or (src.is_contiguous() and dst.is_contiguous()):
+        fn = nvshmem_function(base + ("_signal" if signal is not None else ""), blocking, scope)
+        size = nbytes if nbytes is not None else str(src.nbytes)
+        return [f"{fn}({dst_addr}, {src_addr}, {size}, {sig_args}{target});"]
+    itemsize = src.buffer.dtype.itemsize
+    walk = walk_pair(src, dst, max_vector_bytes=itemsize)
+    dims = walk.dims
+    run, outer = (dims[-1].size, dims[:-1]) if walk.inner_contiguous else (1, dims)
+    rows = math.prod(d.size for d in outer)
+    fn = nvshmem_function(base, blocking, scope)
+    lines = [
+        comment(f"{rows} runs of {run * itemsize} bytes"),
+        f"const unsigned char* const ts_src = {src_addr};",
+        f"unsigned char* const ts_dst = {dst_addr};",
+        f"for (uint64_t ts_row = 0; ts_row < {rows}u; ++ts_row) {{",
+        *indent(decompose("ts_row", outer, "uint64_t")),
+        (
+            f"  {fn}(ts_dst + ({linear(outer, 'dst', True)}) * {itemsize}, "
+            f"ts_src + ({linear(outer, 'src', True)}) * {itemsize}, {run * itemsize}, {target});"
+        ),
+        "}",
+    ]
+    if signal is not None:
+        # The signal must land after every row: each thread orders its own puts (fence), the
+        # threads of the scope meet, then one of them signals the same PE.
+        ptr, value, op = signal
+        meet = {Scope.BLOCK: ["__syncthreads();"], Scope.WARP: ["__syncwarp();"], Scope.THREAD: []}[scope]
+        call = f"nvshmemx_signal_op({ptr}, {value}, {SIGNAL_OP_NAMES[op]}, {target});"
+        lines += ["nvshmem_fence();", *meet]
+        lines += [call] if scope is Scope.THREAD else ["if (threadIdx.x == 0) {", f"  {call}", "}"]
+    return lines
+
+
+def _rows_left(region: Region) -> str:
+    return f"{region.buffer.shape[0]} - {c_int64(region.starts[0])}"
+
+
+def _dynamic_bytes(s: Put | Get) -> list[str]:
+    """`ts_bytes`: the run-time byte count, checked (whole rows, inside both buffers)."""
+    assert s.size is not None
+    row_bytes = math.prod(s.src.buffer.shape[1:]) * s.src.buffer.dtype.itemsize
+    return [
+        f"const size_t ts_bytes = ts_row_bytes({c_int64(s.size)}, {row_bytes}, {_rows_left(s.src)}, "
+        f"{_rows_left(s.dst)}, {WHERE_NAME});"
+    ]
+
+
+def _finish(scope: Scope, src: Region) -> list[str]:
+    """After a scoped transfer: the block moves on together (and may then overwrite a source
+    tile). A block-wide transfer from global memory needs no barrier."""
+    return ["__syncthreads();"] if scope is not Scope.BLOCK or src.buffer.kind is BufferKind.SHARED else []
+
+
+def emit_put(s: Put, ctx: Ctx) -> list[str]:
+    lines = [target_pe(s.pe, s.op_name)]
+    signal = None
+    if s.signal is not None:
+        lines.append(f"uint64_t* const ts_sig = {word_pointer(ctx, s.signal.word)};")
+        lines.append(f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.signal.value)});")
+        signal = ("ts_sig", "ts_sig_value", s.signal.op)
+    nbytes = None
+    if s.size is not None:
+        lines += _dynamic_bytes(s)
+        nbytes = "ts_bytes"
+    call = transfer_call(
+        ctx, base="putmem", dst=s.dst, src=s.src, scope=s.scope, blocking=s.blocking, target="ts_target",
+        nbytes=nbytes, signal=signal,
+    )
+    return lines + scoped(s.scope, call) + _finish(s.scope, s.src)
+
+
+def emit_get(s: Get, ctx: Ctx) -> list[str]:
+    lines = [target_pe(s.pe, s.op_name, what="source PE")]
+    nbytes = None
+    if s.size is not None:
+        lines += _dynamic_bytes(s)
+        nbytes = "ts_bytes"
+    call = transfer_call(
+        ctx, base="getmem", dst=s.dst, src=s.src, scope=s.scope, blocking=s.blocking, target="ts_target",
+        nbytes=nbytes,
+    )
+    # The data lands in local memory that the other threads may read next (blocking form).
+    return lines + scoped(s.scope, call) + ["__syncthreads();"]
+
+
+def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
+    """`ts_peer`: the peer's mapping of `region`'s buffer (checked: PE range, reachability)."""
+    return [
+        f"const int64_t ts_peer_k = {c_int64(pe)};",
+        target_pe("ts_peer_k", op, var="ts_peer_nv", what="peer PE"),
+        (
+            f"unsigned char* const ts_peer = ts_peer_ptr({ctx.pointers[region.buffer]}, ts_peer_nv, ts_peer_k, "
+            f"{WHERE_NAME}, {c_string(op)});"
+        ),
+    ]
+
+
+def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
+    lines = peer_pointer(ctx, s.remote, s.pe, s.op_name)
+    remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
+    lanes = 32 if s.scope is Scope.WARP else None
+    lines += scoped(s.scope, copy_loop(ctx, s.src, s.dst, lanes=lanes, **remote))
+    if s.direction is Direction.PUT:
+        # Complete when the statement ends: the stores are visible system-wide before any later
+        # signal or barrier of this block.
+        lines.append("__threadfence_system();")
+    return [*lines, "__syncthreads();"]
+
+
+def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
+    return [
+        "if (threadIdx.x == 0) {",
+        (
+            f"  nvshmem_signal_wait_until({word_pointer(ctx, s.word)}, {CMP_NAMES[s.cmp]}, "
+            f"(uint64_t)({c_expr(s.value)}));"
+        ),
+        # NVSHMEM polls with volatile loads; the fence makes the data the signal announces
+        # visible before the barrier hands control to the rest of the block.
+        "  __threadfence();",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
+    return [
+        target_pe(s.pe, s.op_name),
+        f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
+        f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
+        "if (threadIdx.x == 0) {",
+        f"  nvshmemx_signal_op(ts_sig, ts_sig_value, {SIGNAL_OP_NAMES[s.op]}, ts_target);",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
+    dtype = s.word.buffer.dtype
+    ctype = _WORD_TYPES[(dtype.kind, dtype.itemsize)]
+    load = f"ts_ld_acquire_sys_u{8 * dtype.itemsize}"
+    lines = []
+    base = None
+    if s.pe is not None:
+        lines += peer_pointer(ctx, s.word, s.pe, s.op_name)
+        base = "ts_peer"
+    lines += [
+        f"const {ctype}* const ts_word = {word_pointer(ctx, s.word, ctype, base)};",
+        f"const {ctype} ts_value = ({ctype})({c_expr(s.value)});",
+        "if (threadIdx.x == 0) {",
+        f"  while (!(({ctype}){load}(ts_word) {s.cmp.value} ts_value)) __nanosleep(64);",
+        "}",
+        "__syncthreads();",
+    ]
+    return lines
+
+
+def emit_quiet(s: Quiet, ctx: Ctx) -> list[str]:
+    # Quiet is per thread (each thread's share of a block put); the barrier makes it the block's.
+    return ["nvshmem_quiet();", "__syncthreads();"]
+
+
+def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
+    # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
+    # any thread of the block issues after it (signal_op is issued by thread 0).
+    return ["nvshmem_fence();", "__syncthreads();"]
+
+
+RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {
+    Put: emit_put,
+    Get: emit_get,
+    PeerCopy: emit_peer_copy,
+    SignalWait: emit_signal_wait,
+    RemoteSignal: emit_remote_signal,
+    WaitUntil: emit_wait_until,
+    Quiet: emit_quiet,
+    Fence: emit_fence,
+}

@@ -1,0 +1,129 @@
+"""What every statement rule of the code generator shares: the context, C spelling helpers,
+addresses of regions, and the element loop of a region pair (copies and peer copies)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ir.expr import Const, Expr
+from ..ir.nodes import Buffer, KernelIR, Region, Scope
+from .expr_printer import c_expr, c_identifier
+from .layout import Layout
+from .regions import Dim, element_offset, walk_pair
+
+INDENT = "  "
+WARP = 32
+# Same-size types that move bytes (copies never convert, so the element type does not matter).
+MOVE_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint2", 16: "uint4"}
+
+__all__ = ["INDENT", "MOVE_TYPES", "WARP", "Ctx", "c_identifier"]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What statement rules need besides the statement."""
+
+    kernel: KernelIR
+    layout: Layout
+    pointers: dict[Buffer, str]  # C name of each buffer's `unsigned char*` base
+
+    @property
+    def num_blocks(self) -> int:
+        return math.prod(self.kernel.grid)
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def comment(text: str) -> str:
+    # A trailing backslash would continue a `//` comment onto the next line.
+    return "// " + text.replace("\\", "/")
+
+
+def indent(lines: list[str], levels: int = 1) -> list[str]:
+    return [INDENT * levels + line for line in lines]
+
+
+def byte_address(ctx: Ctx, buffer: Buffer, elem_offset: Expr, base: str | None = None) -> str:
+    """`base + offset * itemsize`; `base` defaults to the buffer's own pointer (a peer's mapping
+    of it may be given instead)."""
+    itemsize = buffer.dtype.itemsize
+    base = ctx.pointers[buffer] if base is None else base
+    if isinstance(elem_offset, Const):
+        return base if elem_offset.value == 0 else f"{base} + {elem_offset.value * itemsize}"
+    return f"{base} + {c_expr(elem_offset)} * {itemsize}"
+
+
+def region_address(ctx: Ctx, region: Region, base: str | None = None) -> str:
+    return byte_address(ctx, region.buffer, element_offset(region), base)
+
+
+def word_pointer(ctx: Ctx, word: Region, ctype: str = "uint64_t", base: str | None = None) -> str:
+    base_ptr = f"reinterpret_cast<{ctype}*>({ctx.pointers[word.buffer] if base is None else base})"
+    offset = element_offset(word)
+    return base_ptr if offset == Const(0) else f"{base_ptr} + {c_expr(offset)}"
+
+
+def index_type(limit: int) -> str:
+    return "uint32_t" if limit < 2**31 else "uint64_t"
+
+
+def decompose(counter: str, dims: tuple[Dim, ...], idx: str) -> list[str]:
+    """Lines binding ts_c0..ts_c{n-1} to the row-major coordinates of `counter` over `dims`."""
+    if len(dims) == 1:
+        return [f"const {idx} ts_c0 = {counter};"]
+    lines = [f"{idx} ts_rest = {counter};"]
+    for k in range(len(dims) - 1, 0, -1):
+        lines.append(f"const {idx} ts_c{k} = ts_rest % {dims[k].size}u;")
+        lines.append(f"ts_rest /= {dims[k].size}u;")
+    lines.append(f"const {idx} ts_c0 = ts_rest;")
+    return lines
+
+
+def linear(dims: tuple[Dim, ...], which: str, wide: bool) -> str:
+    """sum(ts_ck * stride_k) for the `src` or `dst` strides; 64-bit when the buffer needs it."""
+    terms = []
+    for k, d in enumerate(dims):
+        stride = d.src_stride if which == "src" else d.dst_stride
+        coord = f"(int64_t)ts_c{k}" if wide else f"ts_c{k}"
+        terms.append(coord if stride == 1 else f"{coord} * {stride}")
+    return " + ".join(terms)
+
+
+def copy_loop(
+    ctx: Ctx, src: Region, dst: Region, *, src_base: str | None = None, dst_base: str | None = None,
+    lanes: int | None = None,
+) -> list[str]:
+    """`dst = src` element by element, the widest provably aligned access, `lanes` threads
+    (default: the whole block; 32: warp 0, whose caller guards the lines). No barrier after."""
+    lanes = ctx.kernel.threads if lanes is None else lanes
+    walk = walk_pair(src, dst)
+    dims = walk.in_vectors()
+    vtype = MOVE_TYPES[walk.vector_bytes]
+    count = math.prod(d.size for d in dims)
+    idx = index_type(count + lanes)
+    wide = max(src.buffer.nbytes, dst.buffer.nbytes) // walk.vector_bytes >= 2**31
+    restrict = "" if src.buffer is dst.buffer and src_base is None and dst_base is None else " __restrict__"
+    src_addr = byte_address(ctx, src.buffer, walk.src_offset, src_base)
+    dst_addr = byte_address(ctx, dst.buffer, walk.dst_offset, dst_base)
+    return [
+        comment(f"{walk.count} x {walk.itemsize}-byte elements as {count} x {walk.vector_bytes}-byte accesses"),
+        f"const {vtype}*{restrict} ts_src = reinterpret_cast<const {vtype}*>({src_addr});",
+        f"{vtype}*{restrict} ts_dst = reinterpret_cast<{vtype}*>({dst_addr});",
+        f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {lanes}u) {{",
+        *indent(decompose("ts_i", dims, idx)),
+        f"{INDENT}ts_dst[{linear(dims, 'dst', wide)}] = ts_src[{linear(dims, 'src', wide)}];",
+        "}",
+    ]
+
+
+def scoped(scope: Scope, lines: list[str]) -> list[str]:
+    """`lines` run by the threads of `scope`: all (BLOCK), warp 0 (WARP) or thread 0 (THREAD).
+    Everything the guarded lines need is computed before, by all threads (checks that fail call
+    ts_fail, which is block-uniform)."""
+    if scope is Scope.BLOCK:
+        return lines
+    guard = "threadIdx.x < 32" if scope is Scope.WARP else "threadIdx.x == 0"
+    return [f"if ({guard}) {{", *indent(lines), "}"]
