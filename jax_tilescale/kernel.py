@@ -106,7 +106,7 @@ class TileKernel:
         """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs).
 
         `mesh_axis_sizes` (the size of each mesh axis) may be left out with at most one axis."""
-        axes = tuple(self.spec.mesh_axes if mesh_axes is None else mesh_axes or ())
+        axes = tuple((self.spec.mesh_axes if mesh_axes is None else mesh_axes) or ())
         self._check_arity(len(args))
         if mesh_axis_sizes is None:
             if len(axes) > 1:
