@@ -117,13 +117,15 @@ def initialize(
         alarm.cancel()
     from . import watchdog as _watchdog
 
-    rank = jax.process_index()
+    # Nothing here may start XLA's backends (jax.process_index() would): the script may still configure them.
     client = distributed_client()
-    if client is not None:
-        _publish_node(client, rank)
-        if watchdog:
-            _watchdog.install()
-    return None if client is None else process_layout()
+    if client is None:
+        return None
+    rank, _ = rank_and_world()
+    _publish_node(client, rank)
+    if watchdog:
+        _watchdog.install(client, rank)
+    return process_layout()
 
 
 def _wait_for_coordinator(address: str, who: str, timeout: float, deadline: float) -> None:
@@ -189,6 +191,19 @@ def distributed_client() -> Any:
     return distributed.global_state.client
 
 
+def rank_and_world() -> tuple[int, int]:
+    """(jax.process_index(), jax.process_count()), from jax.distributed's state when it is up, so that asking
+    does not start XLA's backends."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    if state.client is not None:
+        return int(state.process_id), int(state.num_processes)
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
 def _publish_node(client: Any, rank: int) -> None:
     if rank not in _published:
         client.key_value_set(f"{_NODE_KEY}/{rank}", node_id(), allow_overwrite=True)
@@ -197,10 +212,9 @@ def _publish_node(client: Any, rank: int) -> None:
 
 def check_launch_env() -> None:
     """LaunchError if the launcher's RANK / WORLD_SIZE disagree with jax.distributed (cheap, not collective)."""
-    import jax
-
-    _agree("RANK", jax.process_index(), "jax.process_index()")
-    _agree("WORLD_SIZE", jax.process_count(), "jax.process_count()")
+    rank, world = rank_and_world()
+    _agree("RANK", rank, "jax.process_index()")
+    _agree("WORLD_SIZE", world, "jax.process_count()")
 
 
 def _agree(var: str, actual: int, source: str) -> None:
@@ -232,10 +246,8 @@ def process_layout(timeout_s: float = 60.0) -> ProcessLayout:
     with _lock:
         if _layout is not None:
             return _layout
-        import jax
-
         check_launch_env()
-        rank, world = jax.process_index(), jax.process_count()
+        rank, world = rank_and_world()
         if world == 1:
             layout = ProcessLayout(0, 0, 1, 1)
         else:

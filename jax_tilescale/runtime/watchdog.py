@@ -45,9 +45,9 @@ def enabled() -> bool:
 
 
 def _rank() -> int:
-    import jax
+    from .distributed import rank_and_world
 
-    return jax.process_index()
+    return rank_and_world()[0]
 
 
 def report_failure(message: str, client: Any = None, rank: int | None = None) -> bool:
