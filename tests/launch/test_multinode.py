@@ -100,3 +100,16 @@ def test_coordinator_whose_peers_never_come_fails_in_bounded_time(tmp_path):
     assert seconds < 30
     assert "rank 0 waited 2 s for the other processes of the job (2 in all)" in out
     assert "[launch] rank 0 (node 0) exited with status 3" in out
+
+
+def test_the_script_still_configures_jax(tmp_path):
+    """The launcher's rank set-up must not start XLA's backends: flags the script sets first still count."""
+    script = write_script(tmp_path, """
+        import json, os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=3"
+        import jax
+        print("R " + json.dumps({"local": len(jax.local_devices())}))
+    """)
+    (code,), (out,), _ = finish([start_launcher(script, cpu_env(), "-n", "2")], timeout=120)
+    assert code == 0, out
+    assert [r["local"] for r in records(out)] == [3, 3]
