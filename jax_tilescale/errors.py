@@ -27,6 +27,10 @@ class DeadlockError(KernelRuntimeError):
     """Every live PE is waiting for something no one will do."""
 
 
+class RaceError(KernelRuntimeError):
+    """Two accesses to the same memory, one a write, that no synchronisation orders (interpreter)."""
+
+
 class LaunchError(TileScaleError):
     """The process layout or environment cannot run distributed kernels (names the fix)."""
 

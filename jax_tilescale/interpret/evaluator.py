@@ -90,11 +90,11 @@ def _signal_wait(ctx: BlockContext, s: SignalWait) -> Wait:
 
 
 def _quiet(ctx: BlockContext, s: Quiet) -> None:
-    ctx.world.quiet(ctx.pe)
+    ctx.world.quiet(ctx.pe, ctx.block)
 
 
 def _fence(ctx: BlockContext, s: Fence) -> None:
-    ctx.world.fence(ctx.pe)
+    ctx.world.fence(ctx.pe, ctx.block)
 
 
 def _barrier_all(ctx: BlockContext, s: BarrierAll) -> Wait:

@@ -107,11 +107,12 @@ class AccessKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Access:
-    """One access to kernel memory: what, whose memory, and who does it (for future race checks).
+    """One access to kernel memory: what, whose memory, and who does it (race checks, coverage).
 
     `owner` is the PE whose memory is touched; `owner_block` the block whose shared memory (SHARED
     buffers only). `actor_pe`/`actor_block`/`stmt` name who accesses it: a statement of a block, or,
-    with `actor_block=None`, the delivery of a transfer issued by `actor_pe` at `stmt`.
+    with `via` set, a transfer (`via` is its key, e.g. the Transfer: the race detector's agent for
+    it) issued by `actor_pe` (block `actor_block`, or None) at `stmt`.
     """
 
     kind: AccessKind
@@ -121,6 +122,7 @@ class Access:
     actor_pe: int
     actor_block: Block | None
     stmt: Stmt | None
+    via: object | None = None
 
 
 class LaunchMemory:

@@ -20,11 +20,18 @@ class InterpretOptions:
     reorder_unfenced: deliver puts from one PE to one PE that no `fence` separates newest first
         (NVSHMEM does not order them), which exposes a missing `T.fence()`. Off by default:
         deliveries then follow issue order per (source PE, target PE).
+    detect_races: check every access to global, symmetric and shared memory against the accesses
+        of other agents (blocks, in-flight puts) with vector clocks, and raise RaceError on two
+        overlapping accesses, one a write, that no synchronisation orders (see `race.py`).
+    check_coverage: after the kernel, raise KernelRuntimeError if an element of an output was never
+        written on some PE (it would hold poison): usually a grid that does not cover the output.
     """
 
     delivery: str = "late"
     timeout_s: float = 60.0
     reorder_unfenced: bool = False
+    detect_races: bool = True
+    check_coverage: bool = True
 
     def __post_init__(self) -> None:
         if self.delivery not in DELIVERY_MODES:

@@ -28,30 +28,50 @@ class _BlockRun:
 
 
 def run_pe(world: World, pe: int, deadline: float) -> list[np.ndarray]:
-    """Executes the kernel for `pe` (already joined to `world`) and returns its outputs."""
+    """Executes the kernel for `pe` (already joined to `world`) and returns its outputs.
+
+    An error marks the world failed before the lock is released, so no other PE starts a pass
+    (and, say, reports a second race) before it knows: the first error is the one all PEs report.
+    """
     body = world.kernel.body
     live = [_BlockRun(b, block_program(BlockContext(world, pe, b), body)) for b in world.blocks]
     while live:
         with world.lock:
-            world.check_failed(pe)
-            progressed = False
-            still = []
-            for run in live:
-                if run.wait is not None and not run.wait.ready():
-                    still.append(run)
-                    continue
-                progressed = True
-                try:
-                    run.wait = next(run.program)
-                except StopIteration:
-                    world.memory.release_block(pe, run.block)
-                    continue
-                still.append(run)
-            live = still
-            if live and not progressed:
-                world.wait_any(pe, [run.wait for run in live if run.wait is not None], deadline)
+            try:
+                live = _advance(world, pe, live, deadline)
+            except BaseException as err:
+                world.fail(pe, err)
+                raise
     with world.lock:
-        world.check_failed(pe)
-        end = world.arrive_at_end(pe)
-        world.wait_any(pe, [end], deadline)
+        try:
+            world.check_failed(pe)
+            end = world.arrive_at_end(pe)
+            world.wait_any(pe, [end], deadline)
+        except BaseException as err:
+            world.fail(pe, err)
+            raise
         return world.memory.outputs(pe)
+
+
+def _advance(world: World, pe: int, live: list[_BlockRun], deadline: float) -> list[_BlockRun]:
+    """One pass (under the lock): every block whose wait is ready runs one statement; when none
+    can, the PE waits for one. Returns the blocks still running."""
+    world.check_failed(pe)
+    progressed = False
+    still = []
+    for run in live:
+        if run.wait is not None:
+            if not run.wait.ready():
+                still.append(run)
+                continue
+            world.resumed(run.wait)  # the block is now ordered after what it waited for
+        progressed = True
+        try:
+            run.wait = next(run.program)
+        except StopIteration:
+            world.block_done(pe, run.block)
+            continue
+        still.append(run)
+    if still and not progressed:
+        world.wait_any(pe, [run.wait for run in still if run.wait is not None], deadline)
+    return still

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..ir.nodes import Put, SignalOp
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
+from .race import RaceDetector
 
 
 @dataclass(frozen=True)
@@ -50,19 +51,27 @@ class Transfer:
         return f"PE {self.src_pe} -> PE {self.dst_pe}: {self.dst}{sig} ({self.stmt.op_name} at {self.stmt.loc})"
 
 
-def deliver(t: Transfer, memory: LaunchMemory) -> None:
-    """Writes a transfer's data on its target, then applies its signal (data before signal)."""
-    memory.write(Access(AccessKind.WRITE, t.dst, t.dst_pe, None, t.src_pe, None, t.stmt), t.data)
+def deliver(t: Transfer, memory: LaunchMemory, race: RaceDetector | None = None) -> None:
+    """Writes a transfer's data on its target, then applies its signal (data before signal).
+    Its accesses carry `via=t`: the race detector does them with the transfer's clock."""
+    if race is not None:
+        race.begin_delivery(t)
+    memory.write(Access(AccessKind.WRITE, t.dst, t.dst_pe, None, t.src_pe, t.issuer_block, t.stmt, t), t.data)
     if t.signal is not None:
-        acc = Access(AccessKind.SYNC_UPDATE, t.signal.word, t.dst_pe, None, t.src_pe, None, t.stmt)
+        acc = Access(AccessKind.SYNC_UPDATE, t.signal.word, t.dst_pe, None, t.src_pe, t.issuer_block, t.stmt, t)
         memory.update_signal(acc, t.signal.value, add=t.signal.op is SignalOp.ADD)
+        if race is not None:
+            race.sync_to(race.agent_for(t), t.dst_pe, t.signal.word, t.signal.op)
+    if race is not None:
+        race.end_delivery(t)
 
 
 class TransferQueue:
     """Pending transfers in issue order, with the choice of which one may be delivered next."""
 
-    def __init__(self, reorder_unfenced: bool = False):
+    def __init__(self, reorder_unfenced: bool = False, race: RaceDetector | None = None):
         self.reorder_unfenced = reorder_unfenced
+        self.race = race
         self._pending: list[Transfer] = []
         self._seq = 0
         self._epochs: dict[int, int] = {}
@@ -118,7 +127,7 @@ class TransferQueue:
         if t is None:
             return None
         self._pending.remove(t)
-        deliver(t, memory)
+        deliver(t, memory, self.race)
         return t
 
     def deliver_all(

@@ -22,10 +22,12 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import DeadlockError, KernelRuntimeError
+from ..errors import DeadlockError, KernelRuntimeError, RaceError
 from ..ir.nodes import BarrierAll, KernelIR, Put
+from .coverage import CoverageTracker
 from .memory import Block, LaunchMemory, ResolvedRegion
 from .options import InterpretOptions
+from .race import RaceDetector
 from .transfers import SignalDelivery, Transfer, TransferQueue
 from .waits import Barrier, BarrierWait, Wait
 
@@ -43,7 +45,14 @@ class World:
         self.lock = threading.RLock()  # re-entrant: `fail` may run inside a locked wait
         self._wakeup = [threading.Condition(self.lock) for _ in range(self.num_pes)]
         self.memory = LaunchMemory(kernel)
-        self.transfers = TransferQueue(options.reorder_unfenced)
+        # Race detection (vector clocks, race.py) and output coverage watch every access.
+        self.race = RaceDetector(self.num_pes, self.blocks, enabled=options.detect_races)
+        self.coverage = CoverageTracker(kernel) if options.check_coverage else None
+        if options.detect_races:
+            self.memory.observers.append(self.race.observe)
+        if self.coverage is not None:
+            self.memory.observers.append(self.coverage.observe)
+        self.transfers = TransferQueue(options.reorder_unfenced, self.race if options.detect_races else None)
         self.barrier = Barrier(self.num_pes * len(self.blocks), "barrier_all")
         self.end = Barrier(self.num_pes, "the end of the kernel (all PEs finish, then every put is delivered)")
         self.joined: set[int] = set()
@@ -64,6 +73,8 @@ class World:
                 raise KernelRuntimeError(f"internal: PE {pe} joined launch {self.index} of team {self.team!r} twice")
             self.check_failed(pe)
             self.memory.bind_pe(pe, inputs)
+            if self.coverage is not None:
+                self.coverage.bind_pe(pe)
             self.joined.add(pe)
             self._wake(range(self.num_pes))
             while len(self.joined) < self.num_pes:
@@ -84,12 +95,12 @@ class World:
             self._wake(range(self.num_pes))
 
     def check_failed(self, pe: int) -> None:
-        """Raises on `pe` if another PE has failed: the same DeadlockError, or "PE k failed"."""
+        """Raises on `pe` if another PE has failed: the same DeadlockError or RaceError, or "PE k failed"."""
         err = self.failure
         if err is None or self.failed_pe == pe:
             return
-        if isinstance(err, DeadlockError):
-            raise DeadlockError(str(err)) from err
+        if isinstance(err, (DeadlockError, RaceError)):  # not about one PE: every PE reports it as is
+            raise type(err)(str(err)) from err
         raise KernelRuntimeError(f"PE {self.failed_pe} failed: {err}") from err
 
     # --- state changes (all under `lock`) -----------------------------------------------------
@@ -116,21 +127,42 @@ class World:
     ) -> None:
         """Issues a put; blocking puts and eager mode deliver it now (with everything to that PE
         issued before it, to keep the order), `_nbi` puts in late mode stay in flight."""
-        self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block)
+        t = self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block)
+        self.race.on_issue(t, src_pe, block, dst_pe, own_agent=not stmt.blocking)
         if stmt.blocking or self.options.eager:
             self._delivered(self.transfers.deliver_all(self.memory, src_pe=src_pe, dst_pe=dst_pe))
 
-    def quiet(self, pe: int) -> None:
+    def quiet(self, pe: int, block: Block | None = None) -> None:
+        """Delivers every put `pe` issued; `block`, the quieting block, is ordered after its own."""
         self._delivered(self.transfers.deliver_all(self.memory, src_pe=pe))
+        if block is not None:
+            self.race.on_quiet(pe, block)
 
-    def fence(self, pe: int) -> None:
+    def fence(self, pe: int, block: Block | None = None) -> None:
         self.transfers.fence(pe)
+        if block is not None:
+            self.race.on_fence(pe, block)
+
+    def resumed(self, wait: Wait) -> None:
+        """A block continues past its satisfied `wait`: it is ordered after what it waited for."""
+        self.race.after_wait(wait)
+
+    def block_done(self, pe: int, block: Block) -> None:
+        self.memory.release_block(pe, block)
+        self.race.block_done(pe, block)
 
     def _arrive(self, barrier: Barrier, pe: int, block: Block | None, stmt: BarrierAll | None) -> BarrierWait:
         generation, complete = barrier.arrive()
         if complete:
             # Every participant is here, so every put issued before the barrier is delivered now.
             self.transfers.deliver_all(self.memory)
+            self.race.join_all()
+            if barrier is self.end and self.coverage is not None:
+                try:
+                    self.coverage.check(range(self.num_pes))
+                except KernelRuntimeError as err:
+                    self.fail(pe, err)
+                    raise
             barrier.release()
             self._changed |= self.waiting.keys()
             self._wake(range(self.num_pes))

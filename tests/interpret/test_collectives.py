@@ -133,7 +133,7 @@ def test_unwritten_outputs_are_poisoned() -> None:
 
     kernel = build(half, inputs=[((M, N), F32)], outputs=[((M, N), F32), ((M, N), np.int32)], grid=(1,), num_pes=2)
     x = random_inputs(np.random.default_rng(60), 2, (M, N))
-    res = launch(session(kernel), [[x[0]], [x[1]]])
+    res = launch(session(kernel, check_coverage=False), [[x[0]], [x[1]]])  # the coverage check would refuse it
     for p, (out_f, out_i) in enumerate(res.check()):
         np.testing.assert_array_equal(out_f[:BM], x[p][:BM])
         assert np.isnan(out_f[BM:]).all()

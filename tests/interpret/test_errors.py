@@ -164,8 +164,8 @@ def test_deadlock_report_names_barrier_and_kernel_end_waiters(then: str) -> None
 
     def only_pe0_signalled(a, recv):
         sig = T.alloc_signal(1)
-        T.putmem_signal_nbi_block(recv[T.ds(T.get_pe() * BM, BM), :], a[0:BM, :], sig=sig[0], value=1,
-                                  op=T.SignalOp.ADD, pe=0)
+        rows = T.ds((T.get_pe() * 2 + T.program_id(0)) * (BM // 2), BM // 2)  # distinct rows: no race on PE 0
+        T.putmem_signal_nbi_block(recv[rows, :], a[0:BM // 2, :], sig=sig[0], value=1, op=T.SignalOp.ADD, pe=0)
         T.signal_wait_until(sig[0], T.Cmp.GE, 1)
         if then == "barrier":
             T.barrier_all()
