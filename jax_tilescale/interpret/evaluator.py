@@ -14,8 +14,25 @@ from collections.abc import Callable, Generator
 import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.expr import Expr, Var, VarKind, format_expr
-from ..ir.nodes import BarrierAll, Copy, Fence, Put, Quiet, Region, SignalWait, Stmt
+from ..ir.expr import Expr, Load, Var, VarKind, format_expr
+from ..ir.nodes import (
+    BarrierAll,
+    Broadcast,
+    Copy,
+    Fcollect,
+    Fence,
+    Get,
+    PeerCopy,
+    Put,
+    Quiet,
+    Region,
+    RemoteSignal,
+    SignalWait,
+    Stmt,
+    TeamBarrier,
+    WaitUntil,
+)
+from . import collectives, comm
 from .memory import SIGNAL_MODULUS, Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
 from .transfers import SignalDelivery
 from .waits import SignalWaitOn, Wait
@@ -31,10 +48,25 @@ class BlockContext:
         self.env[Var(VarKind.PE)] = pe
 
     def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
-        return eval_index(e, self.env, what, stmt, self.pe, self.block)
+        return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
 
     def resolve(self, region: Region, role: str, stmt: Stmt) -> ResolvedRegion:
-        return resolve_region(region, self.env, role, stmt, self.pe, self.block)
+        return resolve_region(region, self.env, role, stmt, self.pe, self.block, self._loader(stmt))
+
+    def _loader(self, stmt: Stmt) -> Callable[[Load, tuple[int, ...]], int]:
+        return lambda ld, indices: self.load(ld, indices, stmt)
+
+    def load(self, ld: Load, indices: tuple[int, ...], stmt: Stmt) -> int:
+        """T.load: one element of this PE's input, bounds-checked (the verifier checks affine indices)."""
+        buf = ld.buffer
+        for dim, (i, extent) in enumerate(zip(indices, buf.shape)):
+            if not 0 <= i < extent:
+                raise KernelRuntimeError(
+                    f"{stmt.op_name}: T.load {format_expr(ld)} is out of bounds: index {i} along dimension {dim} of "
+                    f"{buf.name} (extent {extent}) {where(self.pe, self.block, stmt.loc)}"
+                )
+        region = ResolvedRegion(buf, indices, (1,) * len(indices))
+        return int(self.world.memory.access(self.access(AccessKind.READ, region, stmt)).reshape(-1)[0])
 
     def access(self, kind: AccessKind, region: ResolvedRegion, stmt: Stmt, owner: int | None = None) -> Access:
         """Describes an access by this block; `owner` defaults to this PE (and its shared memory)."""
@@ -48,14 +80,15 @@ class BlockContext:
     def write(self, region: ResolvedRegion, data: np.ndarray, stmt: Stmt) -> None:
         self.world.memory.write(self.access(AccessKind.WRITE, region, stmt), data)
 
-    def target_pe(self, pe: Expr, stmt: Stmt) -> int:
-        """Evaluates a put's target PE and checks it names a PE of the kernel's PE space."""
-        value = self.eval(pe, "the target PE", stmt)
+    def target_pe(self, pe: Expr, stmt: Stmt, what: str = "target PE") -> int:
+        """Evaluates a PE operand (a put's target, a get's source, a root) and checks it names a
+        PE of the kernel's PE space."""
+        value = self.eval(pe, f"the {what}", stmt)
         n = self.world.num_pes
         if not 0 <= value < n:
             k = self.world.kernel
             raise KernelRuntimeError(
-                f"{stmt.op_name}: target PE {value} (pe={format_expr(pe)}) is out of range: the kernel's PE space "
+                f"{stmt.op_name}: {what} {value} (pe={format_expr(pe)}) is out of range: the kernel's PE space "
                 f"{k.mesh_axes} has {n} PEs (0..{n - 1}) {where(self.pe, self.block, stmt.loc)}"
             )
         return value
@@ -72,8 +105,7 @@ def _copy(ctx: BlockContext, s: Copy) -> None:
 
 def _put(ctx: BlockContext, s: Put) -> None:
     target = ctx.target_pe(s.pe, s)
-    src = ctx.resolve(s.src, "src", s)
-    dst = ctx.resolve(s.dst, "dst", s)  # a symmetric address: evaluated on the issuing PE
+    src, dst = comm.resolve_pair(ctx, s)  # dst: a symmetric address, evaluated on the issuing PE
     data = ctx.read(src, s).reshape(dst.sizes)  # NVSHMEM reads the source at issue (snapshot)
     signal = None
     if s.signal is not None:
@@ -104,10 +136,17 @@ def _barrier_all(ctx: BlockContext, s: BarrierAll) -> Wait:
 RULES: dict[type, Rule] = {
     Copy: _copy,
     Put: _put,
+    Get: comm.get,
+    PeerCopy: comm.peer_copy,
     SignalWait: _signal_wait,
+    RemoteSignal: comm.remote_signal,
+    WaitUntil: comm.wait_until,
     Quiet: _quiet,
     Fence: _fence,
     BarrierAll: _barrier_all,
+    TeamBarrier: collectives.team_barrier,
+    Broadcast: collectives.broadcast,
+    Fcollect: collectives.fcollect,
 }
 
 

@@ -1,7 +1,8 @@
 """Simulated memory of one launch: every buffer of every PE and block, and the one access path.
 
 Buffers live where NVSHMEM puts them: inputs and outputs per PE (outputs are symmetric, so peers
-may write them), shared tiles per block, signal words per PE (symmetric, zero at launch). Every
+may write them), shared tiles per block, signal words and T.alloc_symmetric buffers per PE
+(the symmetric scratch, zero at launch). Every
 read and write of kernel memory, by a statement or by a delivered transfer, goes through
 `LaunchMemory.access`, so a later race detector needs exactly one hook (`observers`).
 Regions are resolved (index expressions evaluated) and bounds-checked here, before any access.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.expr import Expr, Var, evaluate, format_expr
+from ..ir.expr import Expr, Loader, Var, evaluate, format_expr
 from ..ir.nodes import Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 Block = tuple[int, ...]
@@ -52,10 +53,13 @@ def where(pe: int, block: Block | None, loc: SourceLoc) -> str:
     return f"(PE {pe}{blk}, at {loc})"
 
 
-def eval_index(e: Expr, env: Env, what: str, stmt: Stmt, pe: int, block: Block | None) -> int:
-    """Evaluates an index expression; arithmetic errors become KernelRuntimeError with a location."""
+def eval_index(
+    e: Expr, env: Env, what: str, stmt: Stmt, pe: int, block: Block | None, load: Loader | None = None
+) -> int:
+    """Evaluates an index expression (`load` reads the inputs for T.load); arithmetic errors
+    become KernelRuntimeError with a location."""
     try:
-        return evaluate(e, dict(env))
+        return evaluate(e, dict(env), load)
     except ZeroDivisionError as err:
         raise KernelRuntimeError(
             f"{stmt.op_name}: {what} `{format_expr(e)}`: {err} {where(pe, block, stmt.loc)}"
@@ -80,14 +84,14 @@ class ResolvedRegion:
 
 
 def resolve_region(
-    region: Region, env: Env, role: str, stmt: Stmt, pe: int, block: Block | None
+    region: Region, env: Env, role: str, stmt: Stmt, pe: int, block: Block | None, load: Loader | None = None
 ) -> ResolvedRegion:
     """Evaluates a region's starts and checks it lies inside its buffer (the dynamic half of the
     verifier's static check: only the interpreter sees non-affine starts)."""
     buf = region.buffer
     starts = []
     for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, buf.shape)):
-        value = eval_index(start, env, f"the start of {role} along dimension {dim}", stmt, pe, block)
+        value = eval_index(start, env, f"the start of {role} along dimension {dim}", stmt, pe, block, load)
         if value < 0 or value + size > extent:
             raise KernelRuntimeError(
                 f"{stmt.op_name}: out-of-bounds {role} {region}: along dimension {dim} of {buf.name} "
@@ -155,8 +159,8 @@ class LaunchMemory:
             bound[buf] = arr
         self._inputs[pe] = bound
         self._outputs[pe] = {b: poisoned(b.shape, b.dtype) for b in k.outputs}
-        self._signals[pe] = {
-            b: np.zeros(b.shape, b.dtype) for b in k.allocs if b.kind is BufferKind.SIGNAL
+        self._signals[pe] = {  # the symmetric scratch: signal words and T.alloc_symmetric buffers
+            b: np.zeros(b.shape, b.dtype) for b in k.allocs if b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC)
         }
 
     def _storage(self, buf: Buffer, owner: int, owner_block: Block | None) -> np.ndarray:
@@ -168,7 +172,12 @@ class LaunchMemory:
             if buf not in tiles:
                 tiles[buf] = poisoned(buf.shape, buf.dtype)
             return tiles[buf]
-        table = {BufferKind.INPUT: self._inputs, BufferKind.OUTPUT: self._outputs, BufferKind.SIGNAL: self._signals}
+        table = {
+            BufferKind.INPUT: self._inputs,
+            BufferKind.OUTPUT: self._outputs,
+            BufferKind.SIGNAL: self._signals,
+            BufferKind.SYMMETRIC: self._signals,
+        }
         return table[kind][owner][buf]
 
     def access(self, acc: Access) -> np.ndarray:

@@ -1,6 +1,8 @@
-"""In-flight non-blocking puts of one launch, and their delivery.
+"""In-flight non-blocking transfers of one launch (puts, gets, signal_op), and their delivery.
 
 A `_nbi` put is snapshotted when issued (its data and its resolved destination) and queued here.
+A `_nbi` get reads its remote source only when delivered (as late as NVSHMEM allows, so a
+missing quiet shows), and a `signal_op` is a transfer with a signal and no data.
 It is delivered later, at a time the world chooses (quiet, barrier, kernel end, or when nothing
 else can progress). Order rules, from NVSHMEM:
 - puts from one PE to one PE that a `fence` separates are delivered in fence order: every put
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import Put, SignalOp
+from ..ir.nodes import SignalOp, Stmt
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
 from .race import RaceDetector
 
@@ -30,25 +32,43 @@ class SignalDelivery:
     value: int  # already reduced modulo 2**64
 
 
+@dataclass(frozen=True)
+class RemoteRead:
+    """Where a get's data comes from: a region of PE `owner`, read at delivery."""
+
+    region: ResolvedRegion
+    owner: int
+
+
 @dataclass(frozen=True, eq=False)
 class Transfer:
-    """One put, from issue to delivery (compared by identity)."""
+    """One put, get or signal_op, from issue to delivery (compared by identity).
+
+    `src_pe` is the issuing PE (quiet completes what it issued); `dst_pe` the PE whose memory the
+    delivery writes (a get's issuer itself)."""
 
     seq: int  # issue order over the whole launch
     src_pe: int
     dst_pe: int
-    dst: ResolvedRegion
-    data: np.ndarray  # snapshot of the source at issue time, in the destination's shape
+    dst: ResolvedRegion | None  # None: a signal_op (no data)
+    data: np.ndarray | None  # a put's snapshot of its source at issue, in the destination's shape
     signal: SignalDelivery | None
     epoch: int  # the issuing PE's fence count at issue
-    stmt: Put
+    stmt: Stmt
     issuer_block: Block
+    read: RemoteRead | None = None  # a get: read this at delivery instead of `data`
+    dst_block: Block | None = None  # a get into shared memory: the issuing block's tile
 
     def describe(self) -> str:
         sig = ""
         if self.signal is not None:
             sig = f" then {self.signal.word} {self.signal.op.name} {self.signal.value}"
-        return f"PE {self.src_pe} -> PE {self.dst_pe}: {self.dst}{sig} ({self.stmt.op_name} at {self.stmt.loc})"
+        what = f" ({self.stmt.op_name} at {self.stmt.loc})"
+        if self.read is not None:
+            return f"PE {self.src_pe} <- PE {self.read.owner}: {self.dst} <- {self.read.region}{what}"
+        if self.dst is None:
+            return f"PE {self.src_pe} -> PE {self.dst_pe}:{sig.removeprefix(' then')}{what}"
+        return f"PE {self.src_pe} -> PE {self.dst_pe}: {self.dst}{sig}{what}"
 
 
 def deliver(t: Transfer, memory: LaunchMemory, race: RaceDetector | None = None) -> None:
@@ -56,7 +76,13 @@ def deliver(t: Transfer, memory: LaunchMemory, race: RaceDetector | None = None)
     Its accesses carry `via=t`: the race detector does them with the transfer's clock."""
     if race is not None:
         race.begin_delivery(t)
-    memory.write(Access(AccessKind.WRITE, t.dst, t.dst_pe, None, t.src_pe, t.issuer_block, t.stmt, t), t.data)
+    data = t.data
+    if t.read is not None:
+        acc = Access(AccessKind.READ, t.read.region, t.read.owner, None, t.src_pe, t.issuer_block, t.stmt, t)
+        data = memory.read(acc)
+    if t.dst is not None and data is not None:
+        acc = Access(AccessKind.WRITE, t.dst, t.dst_pe, t.dst_block, t.src_pe, t.issuer_block, t.stmt, t)
+        memory.write(acc, data)
     if t.signal is not None:
         acc = Access(AccessKind.SYNC_UPDATE, t.signal.word, t.dst_pe, None, t.src_pe, t.issuer_block, t.stmt, t)
         memory.update_signal(acc, t.signal.value, add=t.signal.op is SignalOp.ADD)
@@ -86,13 +112,16 @@ class TransferQueue:
         self,
         src_pe: int,
         dst_pe: int,
-        dst: ResolvedRegion,
-        data: np.ndarray,
+        dst: ResolvedRegion | None,
+        data: np.ndarray | None,
         signal: SignalDelivery | None,
-        stmt: Put,
+        stmt: Stmt,
         issuer_block: Block,
+        read: RemoteRead | None = None,
+        dst_block: Block | None = None,
     ) -> Transfer:
-        t = Transfer(self._seq, src_pe, dst_pe, dst, data, signal, self._epochs.get(src_pe, 0), stmt, issuer_block)
+        epoch = self._epochs.get(src_pe, 0)
+        t = Transfer(self._seq, src_pe, dst_pe, dst, data, signal, epoch, stmt, issuer_block, read, dst_block)
         self._seq += 1
         self._pending.append(t)
         return t

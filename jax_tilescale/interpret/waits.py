@@ -8,7 +8,7 @@ blocks of a PE.
 
 from __future__ import annotations
 
-from ..ir.nodes import Cmp, SignalWait, Stmt
+from ..ir.nodes import Cmp, Stmt
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
 
 
@@ -24,20 +24,35 @@ class Wait:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def watches(self, owner: int) -> bool:
+        """Whether a write to PE `owner`'s memory may make this wait ready."""
+        return False
+
 
 class SignalWaitOn(Wait):
-    """`signal_wait_until(word cmp value)` on this PE; the word is only read, never changed.
+    """`signal_wait_until(word cmp value)` and `wait_*`: a word of PE `owner` (default: this PE)
+    compared with `value`; the word is only read, never changed.
 
     The word is accessed once, through the memory's access path, when the wait starts; polling
     then reads that live view (it is polled often: by the scheduler and by deadlock checks).
     """
 
     def __init__(
-        self, memory: LaunchMemory, pe: int, block: Block, word: ResolvedRegion, cmp: Cmp, value: int, stmt: SignalWait
+        self,
+        memory: LaunchMemory,
+        pe: int,
+        block: Block,
+        word: ResolvedRegion,
+        cmp: Cmp,
+        value: int,
+        stmt: Stmt,
+        owner: int | None = None,
     ):
         self.pe, self.block, self.word, self.cmp, self.value, self.stmt = pe, block, word, cmp, value, stmt
+        self.owner = pe if owner is None else owner
         self._holds = cmp.holds
-        self._view = memory.access(Access(AccessKind.SYNC_READ, word, pe, None, pe, block, stmt)).reshape(-1)
+        acc = Access(AccessKind.SYNC_READ, word, self.owner, None, pe, block, stmt)
+        self._view = memory.access(acc).reshape(-1)
 
     def current(self) -> int:
         return int(self._view[0])
@@ -45,9 +60,17 @@ class SignalWaitOn(Wait):
     def ready(self) -> bool:
         return self._holds(int(self._view[0]), self.value)
 
+    def watches(self, owner: int) -> bool:
+        return owner == self.owner
+
+    def sync_words(self) -> list[tuple[int, ResolvedRegion]]:
+        """The words whose updates the waiter synchronises with (race detection)."""
+        return [(self.owner, self.word)]
+
     def describe(self) -> str:
+        on = "" if self.owner == self.pe else f" on PE {self.owner}"
         return (
-            f"{self.stmt.op_name}({self.word} {self.cmp.value} {self.value}): {self.word} is {self.current()}, "
+            f"{self.stmt.op_name}({self.word} {self.cmp.value} {self.value}{on}): {self.word} is {self.current()}, "
             f"at {self.stmt.loc}"
         )
 
@@ -83,5 +106,6 @@ class BarrierWait(Wait):
 
     def describe(self) -> str:
         loc = f", at {self.stmt.loc}" if self.stmt is not None else ""
-        return f"{self.barrier.what} ({self.barrier.arrived} of {self.barrier.participants} arrived){loc}"
+        what = self.stmt.op_name if self.stmt is not None else self.barrier.what  # barrier_all or sync_all
+        return f"{what} ({self.barrier.arrived} of {self.barrier.participants} arrived){loc}"
 

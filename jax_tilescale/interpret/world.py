@@ -23,12 +23,13 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..errors import DeadlockError, KernelRuntimeError, RaceError
-from ..ir.nodes import BarrierAll, KernelIR, Put
+from ..ir.nodes import BarrierAll, KernelIR, Put, Stmt
+from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
-from .memory import Block, LaunchMemory, ResolvedRegion
+from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
 from .options import InterpretOptions
 from .race import RaceDetector
-from .transfers import SignalDelivery, Transfer, TransferQueue
+from .transfers import RemoteRead, SignalDelivery, Transfer, TransferQueue
 from .waits import Barrier, BarrierWait, Wait
 
 POLL_S = 0.25  # fallback re-check period of sleeping PEs; state changes wake them at once
@@ -54,6 +55,9 @@ class World:
             self.memory.observers.append(self.coverage.observe)
         self.transfers = TransferQueue(options.reorder_unfenced, self.race if options.detect_races else None)
         self.barrier = Barrier(self.num_pes * len(self.blocks), "barrier_all")
+        self.collectives = TeamCollectives(self.num_pes)  # barrier_all_block, broadcast, fcollect, ...
+        # A write to a PE's memory may satisfy waits on it, also those of peers (remote waits).
+        self.memory.observers.append(self._on_access)
         self.end = Barrier(self.num_pes, "the end of the kernel (all PEs finish, then every put is delivered)")
         self.joined: set[int] = set()
         self.left: set[int] = set()
@@ -132,6 +136,28 @@ class World:
         if stmt.blocking or self.options.eager:
             self._delivered(self.transfers.deliver_all(self.memory, src_pe=src_pe, dst_pe=dst_pe))
 
+    def transfer(
+        self,
+        stmt: Stmt,
+        pe: int,
+        block: Block,
+        *,
+        target: int,
+        remote: int,
+        dst: ResolvedRegion | None = None,
+        read: RemoteRead | None = None,
+        dst_block: Block | None = None,
+        signal: SignalDelivery | None = None,
+    ) -> None:
+        """Issues a non-blocking transfer other than a put: a `_nbi` get (reads `read` on PE
+        `remote` when delivered, writes `dst` on `target`, the issuer) or a signal_op (only a
+        signal, on `target`). Delivered like puts: at quiet, barriers, the kernel's end, or when
+        nothing else can progress (at once in eager mode)."""
+        t = self.transfers.issue(pe, target, dst, None, signal, stmt, block, read=read, dst_block=dst_block)
+        self.race.on_issue(t, pe, block, remote, own_agent=True)
+        if self.options.eager:
+            self._delivered(self.transfers.deliver_all(self.memory, src_pe=pe, dst_pe=target))
+
     def quiet(self, pe: int, block: Block | None = None) -> None:
         """Delivers every put `pe` issued; `block`, the quieting block, is ordered after its own."""
         self._delivered(self.transfers.deliver_all(self.memory, src_pe=pe))
@@ -148,12 +174,47 @@ class World:
         self.race.after_wait(wait)
 
     def block_done(self, pe: int, block: Block) -> None:
+        self._check_gets_landed(pe, block)
         self.memory.release_block(pe, block)
         self.race.block_done(pe, block)
 
+    def _check_gets_landed(self, pe: int, block: Block) -> None:
+        """A block that ends with a `_nbi` get into its shared memory in flight lost the data (the
+        tile is gone, and on a GPU the get would land in the next block's tile)."""
+        for t in self.transfers:
+            if t.src_pe == pe and t.issuer_block == block and t.dst_block is not None:
+                raise KernelRuntimeError(
+                    f"{t.stmt.op_name} into the shared tile {t.dst} was still in flight when block {block} of PE {pe} "
+                    f"ended: complete it with T.quiet() before the block ends (issued at {t.stmt.loc})"
+                )
+
+    def _on_access(self, acc: Access) -> None:
+        """Memory observer: a write to PE `acc.owner` wakes the waiting PEs that poll its memory."""
+        if acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE) and self.waiting:
+            for pe, waits in self.waiting.items():
+                if any(w.watches(acc.owner) for w in waits):
+                    self._changed.add(pe)
+                    self._wakeup[pe].notify_all()
+
+    def team_arrive(self, pe: int, call: Call) -> CollectiveWait:
+        """`pe`'s next team collective call (see collectives.py); the instance completes when every
+        PE has made its call: the callers are then ordered after one another (race detection)."""
+        inst, complete = self.collectives.arrive(pe, call)
+        if complete:
+            self.race.join_all([self.race.block_agent(p, c.block) for p, c in inst.calls.items()])
+            self._changed |= self.waiting.keys()
+            self._wake(range(self.num_pes))
+        return CollectiveWait(inst, pe, call.block, call.stmt)
+
     def _arrive(self, barrier: Barrier, pe: int, block: Block | None, stmt: BarrierAll | None) -> BarrierWait:
         generation, complete = barrier.arrive()
-        if complete:
+        if complete and stmt is not None and not stmt.quiet:
+            # sync_all: every block is here, puts may still be in flight; the blocks are ordered.
+            self.race.join_all()
+            barrier.release()
+            self._changed |= self.waiting.keys()
+            self._wake(range(self.num_pes))
+        elif complete:
             # Every participant is here, so every put issued before the barrier is delivered now.
             self.transfers.deliver_all(self.memory)
             self.race.join_all()
@@ -192,7 +253,8 @@ class World:
         """Everybody is stuck: delivers in-flight puts one at a time, in an allowed order, until one
         satisfies a waiter (True) or none is left (False: a deadlock)."""
         while (t := self.transfers.deliver_next(self.memory)) is not None:
-            if any(w.ready() for w in self.waiting[t.dst_pe]):
+            # The delivery's writes marked the PEs that poll the written memory (_on_access).
+            if any(w.ready() for p in list(self._changed) for w in self.waiting.get(p, ())):
                 self._delivered([t])
                 return True
         return False

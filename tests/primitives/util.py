@@ -1,0 +1,46 @@
+"""Running a kernel on simulated CPU devices through jax.jit(jax.shard_map(...)), as users do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+F32 = np.float32
+
+
+def mesh_of(shape: tuple[int, ...], names: tuple[str, ...] = ("x",)) -> jax.sharding.Mesh:
+    n = int(np.prod(shape))
+    return jax.make_mesh(shape, names, devices=jax.devices()[:n])
+
+
+def shard_run(
+    kern: Callable[..., object],
+    mesh: jax.sharding.Mesh,
+    *inputs: np.ndarray,
+    spec: P | None = None,
+) -> list[np.ndarray]:
+    """Runs `kern` under shard_map with every input and output split along all mesh axes (one
+    block of rows per device); returns the outputs as global numpy arrays [devices * rows, ...]."""
+    spec = P(tuple(mesh.axis_names)) if spec is None else spec
+    f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec,) * len(inputs), out_specs=spec, check_vma=False))
+    placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in inputs]
+    out = f(*placed)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [np.asarray(o) for o in outs]
+
+
+def per_device(x: np.ndarray, devices: int) -> np.ndarray:
+    """[devices * rows, ...] -> [devices, rows, ...]."""
+    return x.reshape(devices, -1, *x.shape[1:])
+
+
+def random_rows(rng: np.random.Generator, devices: int, shape: Sequence[int], dtype: object = F32) -> np.ndarray:
+    """Random data for `devices` devices, each `shape`, stacked along rows; no zeros (a zero
+    could hide an element nobody wrote)."""
+    x = rng.standard_normal((devices, *shape))
+    x = np.where(np.abs(x) < 0.1, x + 0.5, x).astype(dtype)
+    return x.reshape(devices * shape[0], *shape[1:])
