@@ -36,6 +36,9 @@ from typing import IO
 
 # NVLink multicast must stay off on the machines we run on (DESIGN.md); children inherit these.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Defaults of each rank's environment, unless the caller sets them. JAX's preemption service catches SIGTERM
+# (for TPU preemption) so that a rank would ignore the launcher's stop signal; ranks of this launcher end on it.
+RANK_ENV_DEFAULTS = {"JAX_ENABLE_PREEMPTION_SERVICE": "false"}
 STOP_GRACE_S = 5.0
 TAIL_LINES = 8  # last lines of a failed rank repeated in the launcher's report
 PEER_FAILED_STATUS = 79  # runtime/watchdog.py: a rank stopped because another rank failed
@@ -259,29 +262,32 @@ def _say(out: IO[str], lock: threading.Lock, text: str) -> None:
         out.flush()
 
 
+def _start_rank(cfg: LaunchConfig, local: int, command: list[str], out: IO[str], lock: threading.Lock) -> _Rank:
+    env = {**RANK_ENV_DEFAULTS, **os.environ, **SAFE_ENV, **cfg.rank_env(local)}
+    env.update({k: v for k, v in SAFE_ENV.items()})  # never let the caller turn multicast back on
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jax_tilescale._worker", *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so stopping it stops its children too
+    )
+    r = _Rank(int(env["RANK"]), proc, deque(maxlen=TAIL_LINES))
+    r.pump = threading.Thread(target=_pump, args=(proc.stdout, f"[rank {r.rank}] ", out, lock, r.tail), daemon=True)
+    r.pump.start()
+    return r
+
+
 def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int:
     """Starts the ranks of this node and supervises them; returns the exit status."""
     lock = threading.Lock()
     ranks: list[_Rank] = []
-    for local in range(cfg.procs_per_node):
-        env = {**os.environ, **SAFE_ENV, **cfg.rank_env(local)}
-        env.update({k: v for k, v in SAFE_ENV.items()})  # never let the caller turn multicast back on
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jax_tilescale._worker", *command],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so stopping it stops its children too
-        )
-        r = _Rank(int(env["RANK"]), proc, deque(maxlen=TAIL_LINES))
-        r.pump = threading.Thread(target=_pump, args=(proc.stdout, f"[rank {r.rank}] ", out, lock, r.tail),
-                                  daemon=True)
-        r.pump.start()
-        ranks.append(r)
-    start = time.monotonic()
     status = 0
     culprit: _Rank | None = None
     try:
+        for local in range(cfg.procs_per_node):
+            ranks.append(_start_rank(cfg, local, command, out, lock))
+        start = time.monotonic()
         while True:
             codes = [r.proc.poll() for r in ranks]
             failed = [r for r, c in zip(ranks, codes) if c not in (None, 0)]
@@ -300,6 +306,9 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
             time.sleep(0.05)
     except KeyboardInterrupt:
         status = 130
+    except _Terminated as e:
+        _say(out, lock, f"received {signal.Signals(e.signum).name}; stopping every rank")
+        status = 128 + e.signum
     finally:
         _stop_all([r.proc for r in ranks])
         for r in ranks:
@@ -314,8 +323,24 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
     return status if status >= 0 else 128 - status
 
 
+class _Terminated(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # once: stopping the ranks must not be interrupted by a second one
+    raise _Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     cfg, command = parse_args(sys.argv[1:] if argv is None else argv)
+    # A launcher stopped by SIGTERM or SIGHUP (a batch system, `timeout`, a closed terminal) stops its ranks
+    # first: they run in sessions of their own and would outlive it, holding their GPUs.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_terminated)
     return run(cfg, command)
 
 

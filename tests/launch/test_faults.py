@@ -3,8 +3,13 @@ naming it -- under the launcher (one node or several) and in plain jax.distribut
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
+import time
+
+import pytest
 
 from jax_tilescale.launch import PEER_FAILED_STATUS
 
@@ -104,3 +109,27 @@ distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
     assert "ValueError: bad input on rank one" in outs[1]  # its own traceback
     assert "[jax_tilescale] rank 1 failed: ValueError: bad input on rank one" in outs[0]
     assert "stopping rank 0 (exit status 79) because rank 1 failed" in outs[0]
+
+
+def test_a_terminated_launcher_stops_its_ranks_first(tmp_path):
+    """SIGTERM to the launcher (a batch system, `timeout`): its ranks, in sessions of their own, must not outlive
+    it. They end at once: JAX's preemption service, which would swallow SIGTERM, is off in the launcher's ranks."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = write_script(tmp_path, f"""
+        import os, time
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        time.sleep(600)
+    """)
+    launcher = start_launcher(script, cpu_env(), "-n", "2")
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    (code,), (out,), _ = finish([launcher], timeout=60)
+    assert code == 128 + signal.SIGTERM and "received SIGTERM; stopping every rank" in out, out
+    assert time.monotonic() - t0 < 4  # no 5 s grace spent waiting for a rank that ignores SIGTERM
+    for pid in (int(p.name) for p in pids.iterdir()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
