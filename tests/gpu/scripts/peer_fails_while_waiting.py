@@ -39,11 +39,11 @@ def wait_for_rank_one(src, dst):
 
 f = jax.jit(jax.shard_map(wait_for_rank_one, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
 x = jax.device_put(jnp.ones((mesh.size * 64, 128), jnp.float32), NamedSharding(mesh, P("x")))
-f.lower(x).compile()  # compile (both ranks, collectively) before rank 1 leaves
+compiled = f.lower(x).compile()  # compiled ahead: rank 0 then only launches
 if jax.process_index() == 1:
     time.sleep(2)  # rank 0 is in the kernel by now
     raise RuntimeError("rank 1 fails on purpose while rank 0 waits for it")
 t0 = time.monotonic()
 print("rank 0: launching a kernel that waits for rank 1", flush=True)
-jax.block_until_ready(f(x))
+jax.block_until_ready(compiled(x))
 print(f"rank 0: UNEXPECTED: the wait ended after {time.monotonic() - t0:.1f} s", flush=True)
