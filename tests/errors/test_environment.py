@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -155,4 +156,22 @@ def test_cubin_with_flipped_bytes_is_rebuilt(monkeypatch, fresh_cache, unregiste
     assert builds == ["compile", "device link"] * 2  # rebuilt, never loaded as it was
     assert cache.is_valid(cubin)
     assert cache.sha256_file(cubin) == cache.checksum_path(cubin).read_text().strip()
+    still_runs()
+
+
+@needs_toolchain
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through a read-only mode (the path-based case covers root)")
+def test_read_only_cache_directory_falls_back_with_a_warning(tmp_path, monkeypatch, unregistered):
+    root = tmp_path / "cache"
+    root.mkdir()
+    root.chmod(0o500)
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(root))
+    cache._fallback_root.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="not writable"):
+            cubin = cubin_of(lower_for_cuda(local_copy()))
+        assert cache.is_valid(cubin) and root not in cubin.parents
+    finally:
+        root.chmod(0o700)
+        cache._fallback_root.cache_clear()
     still_runs()
