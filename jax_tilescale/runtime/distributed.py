@@ -85,8 +85,8 @@ def initialize(
       error naming it (default $TILESCALE_HEARTBEAT_TIMEOUT, else 30; JAX's own default is 100).
     watchdog: also stop every process within a second when one raises (runtime/watchdog.py).
 
-    Returns the process layout when the coordinator address and process id are known (always with the
-    launcher), else None (call process_layout() later).
+    Other keyword arguments go to jax.distributed.initialize as they are (and win over the bounds above).
+    Returns the process layout (None when jax.distributed made no client, i.e. a single process).
     """
     import jax
 
@@ -110,8 +110,7 @@ def initialize(
             num_processes=num_processes,
             process_id=process_id,
             local_device_ids=local_device_ids,
-            **{k: v for k, v in bounds.items() if k in accepted},
-            **kwargs,
+            **{**{k: v for k, v in bounds.items() if k in accepted}, **kwargs},
         )
     finally:
         alarm.cancel()
