@@ -73,11 +73,12 @@ step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 900 -m pytes
 step simple_shift python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/simple_shift.py --m 4096 --n 1024
 step allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather.py --m 4096 --n 1024
 if [ "$NGPU" -ge 2 ]; then
-  PORT2=${TWO_NODE_PORT:-29533}
+  PORT2=${TWO_NODE_PORT:-29533} MODE2=cvd
   if ! step two_nodes two_nodes "$PORT2" cvd 300 examples/allgather.py --m 4096 --n 1024; then
-    step two_nodes_devices two_nodes "$((PORT2 + 2))" devices 300 examples/allgather.py --m 4096 --n 1024
+    step two_nodes_devices two_nodes "$((PORT2 + 2))" devices 300 examples/allgather.py --m 4096 --n 1024 \
+      && MODE2=devices
   fi
-  step two_nodes_fault two_nodes_fault "$((PORT2 + 4))" cvd
+  step two_nodes_fault two_nodes_fault "$((PORT2 + 4))" "$MODE2"
 fi
 if [ "${1:-}" = bench ]; then
   step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py
