@@ -114,17 +114,14 @@ def transfer_call(
     return lines
 
 
-def _rows_left(region: Region) -> str:
-    return f"{region.buffer.shape[0]} - {c_int64(region.starts[0])}"
-
-
 def _dynamic_bytes(s: Put | Get) -> list[str]:
     """`ts_bytes`: the run-time byte count, checked (whole rows, inside both buffers)."""
     assert s.size is not None
     row_bytes = math.prod(s.src.buffer.shape[1:]) * s.src.buffer.dtype.itemsize
+    src_start, dst_start = c_int64(s.src.starts[0]), c_int64(s.dst.starts[0])
     return [
-        f"const size_t ts_bytes = ts_row_bytes({c_int64(s.size)}, {row_bytes}, {_rows_left(s.src)}, "
-        f"{_rows_left(s.dst)}, {WHERE_NAME});"
+        f"const size_t ts_bytes = ts_row_bytes({c_int64(s.size)}, {row_bytes}, {src_start}, {s.src.buffer.shape[0]}, "
+        f"{dst_start}, {s.dst.buffer.shape[0]}, {WHERE_NAME});"
     ]
 
 

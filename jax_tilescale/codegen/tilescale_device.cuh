@@ -90,14 +90,14 @@ __host__ __device__ __forceinline__ int64_t ts_load(const unsigned char* base, i
   return (int64_t)(reinterpret_cast<const T*>(base)[i]);
 }
 
-// A transfer with a run-time byte count: whole rows, within both buffers (rows left from the
-// start of each); returns the count to pass to NVSHMEM.
-__device__ __forceinline__ size_t ts_row_bytes(int64_t bytes, int64_t row_bytes, int64_t src_rows_left,
-                                               int64_t dst_rows_left, const char* where) {
+// A transfer with a run-time byte count: whole rows from a start row in [0, extent] (the end
+// when nothing moves), inside both buffers; returns the count to pass to NVSHMEM.
+__device__ __forceinline__ size_t ts_row_bytes(int64_t bytes, int64_t row_bytes, int64_t src_start, int64_t src_rows,
+                                               int64_t dst_start, int64_t dst_rows, const char* where) {
   if (bytes < 0 || bytes % row_bytes != 0) ts_fail(where, "transfer size is not a whole number of rows", bytes, row_bytes);
   const int64_t rows = bytes / row_bytes;
-  if (rows > src_rows_left) ts_fail(where, "transfer runs past the end of its source (rows)", rows, src_rows_left);
-  if (rows > dst_rows_left) ts_fail(where, "transfer runs past the end of its destination (rows)", rows, dst_rows_left);
+  if (src_start < 0 || src_start + rows > src_rows) ts_fail(where, "transfer leaves its source (first row)", src_start, src_rows - rows);
+  if (dst_start < 0 || dst_start + rows > dst_rows) ts_fail(where, "transfer leaves its destination (first row)", dst_start, dst_rows - rows);
   return (size_t)bytes;
 }
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import KernelRuntimeError
 from ..ir.expr import format_expr
-from ..ir.nodes import BufferKind, Direction, Get, PeerCopy, Put, RemoteSignal, WaitUntil
+from ..ir.nodes import BufferKind, Direction, Get, PeerCopy, Put, Region, RemoteSignal, WaitUntil
 from .memory import SIGNAL_MODULUS, AccessKind, ResolvedRegion, poisoned, where
 from .transfers import RemoteRead, SignalDelivery
 from .waits import SignalWaitOn, Wait
@@ -29,12 +29,11 @@ if TYPE_CHECKING:
 
 
 def resolve_pair(ctx: BlockContext, s: Put | Get) -> tuple[ResolvedRegion, ResolvedRegion]:
-    """(src, dst) of a put or get. With a run-time byte count, both start at one row and span
-    `size` bytes of whole rows, which must stay inside both buffers."""
-    src = ctx.resolve(s.src, "src", s)
-    dst = ctx.resolve(s.dst, "dst", s)
+    """(src, dst) of a put or get. With a run-time byte count, each starts at one row (which may
+    be one past the last when nothing moves) and spans `size` bytes of whole rows, which must
+    stay inside both buffers."""
     if s.size is None:
-        return src, dst
+        return ctx.resolve(s.src, "src", s), ctx.resolve(s.dst, "dst", s)
     nbytes = ctx.eval(s.size, "the size", s)
     row_bytes = math.prod(s.src.buffer.shape[1:]) * s.src.buffer.dtype.itemsize
     at = where(ctx.pe, ctx.block, s.loc)
@@ -45,14 +44,15 @@ def resolve_pair(ctx: BlockContext, s: Put | Get) -> tuple[ResolvedRegion, Resol
         )
     rows = nbytes // row_bytes
     out = []
-    for r, role in ((src, "source"), (dst, "destination")):
-        extent = r.buffer.shape[0]
-        if r.starts[0] + rows > extent:
+    for region, role in ((s.src, "source"), (s.dst, "destination")):
+        start = ctx.resolve(Region(region.buffer, region.starts, (0, *region.sizes[1:])), role, s)
+        extent = region.buffer.shape[0]
+        if start.starts[0] + rows > extent:
             raise KernelRuntimeError(
-                f"{s.op_name}: size={format_expr(s.size)} is {rows} rows from row {r.starts[0]} of the {role} "
-                f"{r.buffer.name}, past its {extent} rows {at}"
+                f"{s.op_name}: size={format_expr(s.size)} is {rows} rows from row {start.starts[0]} of the {role} "
+                f"{region.buffer.name}, past its {extent} rows {at}"
             )
-        out.append(ResolvedRegion(r.buffer, r.starts, (rows, *r.sizes[1:])))
+        out.append(ResolvedRegion(region.buffer, start.starts, (rows, *region.sizes[1:])))
     return out[0], out[1]
 
 

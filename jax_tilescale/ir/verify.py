@@ -167,6 +167,18 @@ def _check_row(region: Region, op: str, role: str, loc: SourceLoc) -> None:
         )
 
 
+def _start_row(region: Region) -> Region:
+    """A run-time-size transfer's start: its row may be one past the last (with 0 bytes to move)."""
+    return Region(region.buffer, region.starts, (0, *region.sizes[1:]))
+
+
+def _check_transfer_regions(s: Put | Get, ranges: Ranges) -> None:
+    op = s.op_name
+    src, dst = (s.src, s.dst) if s.size is None else (_start_row(s.src), _start_row(s.dst))
+    _check_region(src, ranges, f"{op} src", s.loc)
+    _check_region(dst, ranges, f"{op} dst", s.loc)
+
+
 def _check_sizes(s: Put | Get, ranges: Ranges) -> None:
     """Static sizes: equal shapes. A run-time byte count: two whole rows of the same shape."""
     op = s.op_name
@@ -202,8 +214,7 @@ def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
 
 def _verify_put(s: Put, kernel: KernelIR, ranges: Ranges) -> None:
     op = s.op_name
-    _check_region(s.src, ranges, f"{op} src", s.loc)
-    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_transfer_regions(s, ranges)
     dst_kind = s.dst.buffer.kind
     if dst_kind is BufferKind.INPUT:
         raise KernelTraceError(f"{op}: {s.dst.buffer.name} is a kernel input, which is read-only", s.loc)
@@ -224,8 +235,7 @@ def _verify_put(s: Put, kernel: KernelIR, ranges: Ranges) -> None:
 
 def _verify_get(s: Get, kernel: KernelIR, ranges: Ranges) -> None:
     op = s.op_name
-    _check_region(s.src, ranges, f"{op} src", s.loc)
-    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_transfer_regions(s, ranges)
     _check_kind(s.src, REMOTE_READABLE, op, "source", "a get reads a peer's symmetric memory", s.loc)
     _check_kind(s.dst, LOCAL_WRITABLE, op, "destination", "a get writes local memory", s.loc)
     _check_sizes(s, ranges)
