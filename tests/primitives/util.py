@@ -22,15 +22,22 @@ def shard_run(
     mesh: jax.sharding.Mesh,
     *inputs: np.ndarray,
     spec: P | None = None,
-) -> list[np.ndarray]:
+) -> list[jax.Array]:
     """Runs `kern` under shard_map with every input and output split along all mesh axes (one
-    block of rows per device); returns the outputs as global numpy arrays [devices * rows, ...]."""
+    block of rows per device); returns the outputs, global arrays [devices * rows, ...]. Every
+    process passes the same global inputs (the GPU suite runs one process per GPU)."""
     spec = P(tuple(mesh.axis_names)) if spec is None else spec
     f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec,) * len(inputs), out_specs=spec, check_vma=False))
     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in inputs]
     out = f(*placed)
-    outs = out if isinstance(out, (tuple, list)) else [out]
-    return [np.asarray(o) for o in outs]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def assert_equal(got: jax.Array, want: np.ndarray) -> None:
+    """Every shard this process holds equals its part of `want` (all of it on CPU)."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    for shard in got.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), want[shard.index])
 
 
 def per_device(x: np.ndarray, devices: int) -> np.ndarray:
