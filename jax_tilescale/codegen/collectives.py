@@ -72,10 +72,10 @@ def _rows_of_this_pe(dst: Region, src: Region) -> Region:
 
 
 def _put_to_every_pe(ctx: Ctx, s: Broadcast | Fcollect, dst: Region) -> list[str]:
-    call = transfer_call(
+    setup, issue = transfer_call(
         ctx, base="putmem", dst=dst, src=s.src, scope=s.scope, blocking=False, target="args.pe_map[ts_q]"
     )
-    return ["for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {", *indent(scoped(s.scope, call)), "}"]
+    return [*setup, "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {", *indent(scoped(s.scope, issue)), "}"]
 
 
 def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:

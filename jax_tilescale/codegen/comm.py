@@ -28,7 +28,18 @@ from ..ir.nodes import (
     Stmt,
     WaitUntil,
 )
-from .common import Ctx, c_string, comment, copy_loop, decompose, indent, linear, region_address, scoped, word_pointer
+from .common import (
+    Ctx,
+    c_string,
+    comment,
+    copy_loop_parts,
+    decompose,
+    indent,
+    linear,
+    region_address,
+    scoped,
+    word_pointer,
+)
 from .expr_printer import WHERE_NAME, c_expr, c_int64
 from .regions import walk_pair
 
@@ -68,10 +79,10 @@ def transfer_call(
     target: str,
     nbytes: str | None = None,
     signal: tuple[str, str, SignalOp] | None = None,
-    dst_base: str | None = None,
-    src_base: str | None = None,
-) -> list[str]:
-    """The NVSHMEM call(s) of one transfer, for the threads of `scope` (the caller guards them).
+) -> tuple[list[str], list[str]]:
+    """(setup, issue): the lines every thread runs first (addresses: a failing bounds check in
+    an index must not sit in a branch of some threads), then the NVSHMEM call(s) for the threads
+    of `scope` (the caller guards them with `scoped`).
 
     One call when both regions are contiguous (the signal fused into it), else one call per
     contiguous run and the signal after a fence, from one thread. `nbytes` is a run-time byte
@@ -80,21 +91,21 @@ def transfer_call(
     if signal is not None:
         ptr, value, op = signal
         sig_args = f"{ptr}, {value}, {SIGNAL_OP_NAMES[op]}, "
-    dst_addr, src_addr = region_address(ctx, dst, dst_base), region_address(ctx, src, src_base)
+    dst_addr, src_addr = region_address(ctx, dst), region_address(ctx, src)
+    pointers = [f"const unsigned char* const ts_src = {src_addr};", f"unsigned char* const ts_dst = {dst_addr};"]
     if nbytes is not None or (src.is_contiguous() and dst.is_contiguous()):
         fn = nvshmem_function(base + ("_signal" if signal is not None else ""), blocking, scope)
         size = nbytes if nbytes is not None else str(src.nbytes)
-        return [f"{fn}({dst_addr}, {src_addr}, {size}, {sig_args}{target});"]
+        if scope is Scope.BLOCK:  # every thread issues it: the addresses can stay in the call
+            return [], [f"{fn}({dst_addr}, {src_addr}, {size}, {sig_args}{target});"]
+        return pointers, [f"{fn}(ts_dst, ts_src, {size}, {sig_args}{target});"]
     itemsize = src.buffer.dtype.itemsize
     walk = walk_pair(src, dst, max_vector_bytes=itemsize)
     dims = walk.dims
     run, outer = (dims[-1].size, dims[:-1]) if walk.inner_contiguous else (1, dims)
     rows = math.prod(d.size for d in outer)
     fn = nvshmem_function(base, blocking, scope)
-    lines = [
-        comment(f"{rows} runs of {run * itemsize} bytes"),
-        f"const unsigned char* const ts_src = {src_addr};",
-        f"unsigned char* const ts_dst = {dst_addr};",
+    issue = [
         f"for (uint64_t ts_row = 0; ts_row < {rows}u; ++ts_row) {{",
         *indent(decompose("ts_row", outer, "uint64_t")),
         (
@@ -109,9 +120,9 @@ def transfer_call(
         ptr, value, op = signal
         meet = {Scope.BLOCK: ["__syncthreads();"], Scope.WARP: ["__syncwarp();"], Scope.THREAD: []}[scope]
         call = f"nvshmemx_signal_op({ptr}, {value}, {SIGNAL_OP_NAMES[op]}, {target});"
-        lines += ["nvshmem_fence();", *meet]
-        lines += [call] if scope is Scope.THREAD else ["if (threadIdx.x == 0) {", f"  {call}", "}"]
-    return lines
+        issue += ["nvshmem_fence();", *meet]
+        issue += [call] if scope is Scope.THREAD else ["if (threadIdx.x == 0) {", f"  {call}", "}"]
+    return [comment(f"{rows} runs of {run * itemsize} bytes"), *pointers], issue
 
 
 def _dynamic_bytes(s: Put | Get) -> list[str]:
@@ -142,11 +153,11 @@ def emit_put(s: Put, ctx: Ctx) -> list[str]:
     if s.size is not None:
         lines += _dynamic_bytes(s)
         nbytes = "ts_bytes"
-    call = transfer_call(
+    setup, issue = transfer_call(
         ctx, base="putmem", dst=s.dst, src=s.src, scope=s.scope, blocking=s.blocking, target="ts_target",
         nbytes=nbytes, signal=signal,
     )
-    return lines + scoped(s.scope, call) + _finish(s.scope, s.src)
+    return lines + setup + scoped(s.scope, issue) + _finish(s.scope, s.src)
 
 
 def emit_get(s: Get, ctx: Ctx) -> list[str]:
@@ -155,12 +166,12 @@ def emit_get(s: Get, ctx: Ctx) -> list[str]:
     if s.size is not None:
         lines += _dynamic_bytes(s)
         nbytes = "ts_bytes"
-    call = transfer_call(
+    setup, issue = transfer_call(
         ctx, base="getmem", dst=s.dst, src=s.src, scope=s.scope, blocking=s.blocking, target="ts_target",
         nbytes=nbytes,
     )
     # The data lands in local memory that the other threads may read next (blocking form).
-    return lines + scoped(s.scope, call) + ["__syncthreads();"]
+    return lines + setup + scoped(s.scope, issue) + ["__syncthreads();"]
 
 
 def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
@@ -179,7 +190,8 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
     lines = peer_pointer(ctx, s.remote, s.pe, s.op_name)
     remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
     lanes = 32 if s.scope is Scope.WARP else None
-    lines += scoped(s.scope, copy_loop(ctx, s.src, s.dst, lanes=lanes, **remote))
+    setup, loop = copy_loop_parts(ctx, s.src, s.dst, lanes=lanes, **remote)
+    lines += setup + scoped(s.scope, loop)
     if s.direction is Direction.PUT:
         # Complete when the statement ends: the stores are visible system-wide before any later
         # signal or barrier of this block.
@@ -189,11 +201,10 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
 
 def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     return [
+        f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
+        f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
         "if (threadIdx.x == 0) {",
-        (
-            f"  nvshmem_signal_wait_until({word_pointer(ctx, s.word)}, {CMP_NAMES[s.cmp]}, "
-            f"(uint64_t)({c_expr(s.value)}));"
-        ),
+        f"  nvshmem_signal_wait_until(ts_sig, {CMP_NAMES[s.cmp]}, ts_sig_value);",
         # NVSHMEM polls with volatile loads; the fence makes the data the signal announces
         # visible before the barrier hands control to the rest of the block.
         "  __threadfence();",

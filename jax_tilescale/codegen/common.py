@@ -92,12 +92,14 @@ def linear(dims: tuple[Dim, ...], which: str, wide: bool) -> str:
     return " + ".join(terms)
 
 
-def copy_loop(
+def copy_loop_parts(
     ctx: Ctx, src: Region, dst: Region, *, src_base: str | None = None, dst_base: str | None = None,
     lanes: int | None = None,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """`dst = src` element by element, the widest provably aligned access, `lanes` threads
-    (default: the whole block; 32: warp 0, whose caller guards the lines). No barrier after."""
+    (default: the whole block; 32: warp 0, whose caller guards the loop). Returns (setup, loop):
+    the pointers, which every thread computes (their index checks may stop the kernel, which
+    must not happen in a branch of some threads), and the loop. No barrier after."""
     lanes = ctx.kernel.threads if lanes is None else lanes
     walk = walk_pair(src, dst)
     dims = walk.in_vectors()
@@ -108,15 +110,24 @@ def copy_loop(
     restrict = "" if src.buffer is dst.buffer and src_base is None and dst_base is None else " __restrict__"
     src_addr = byte_address(ctx, src.buffer, walk.src_offset, src_base)
     dst_addr = byte_address(ctx, dst.buffer, walk.dst_offset, dst_base)
-    return [
+    setup = [
         comment(f"{walk.count} x {walk.itemsize}-byte elements as {count} x {walk.vector_bytes}-byte accesses"),
         f"const {vtype}*{restrict} ts_src = reinterpret_cast<const {vtype}*>({src_addr});",
         f"{vtype}*{restrict} ts_dst = reinterpret_cast<{vtype}*>({dst_addr});",
+    ]
+    loop = [
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {lanes}u) {{",
         *indent(decompose("ts_i", dims, idx)),
         f"{INDENT}ts_dst[{linear(dims, 'dst', wide)}] = ts_src[{linear(dims, 'src', wide)}];",
         "}",
     ]
+    return setup, loop
+
+
+def copy_loop(ctx: Ctx, src: Region, dst: Region) -> list[str]:
+    """The block-wide copy loop (all threads), its pointers first."""
+    setup, loop = copy_loop_parts(ctx, src, dst)
+    return setup + loop
 
 
 def scoped(scope: Scope, lines: list[str]) -> list[str]:

@@ -40,12 +40,13 @@ def coll() -> CudaModule:
 
 def test_scopes_pick_the_nvshmem_function_and_the_threads(p2p: CudaModule) -> None:
     thread, warp, block = stmt(p2p, 0), stmt(p2p, 1), stmt(p2p, 3)
-    assert "if (threadIdx.x == 0) {\n      nvshmem_putmem(p_out0" in thread
+    assert "if (threadIdx.x == 0) {\n      nvshmem_putmem(ts_dst, ts_src, 2048, ts_target);" in thread
     assert "if (threadIdx.x < 32) {" in warp and "8 runs of 128 bytes" in warp  # a column slice: row by row
     assert "nvshmemx_putmem_nbi_warp(ts_dst + ((int64_t)ts_c0 * 64) * 4, " in warp
     assert "nvshmemx_putmem_signal_block(" in block and "if (threadIdx.x" not in block
     # Operands (and their checks, which may stop the kernel) are computed by every thread first.
     assert thread.index("ts_target_pe(") < thread.index("if (threadIdx.x == 0)")
+    assert thread.index("unsigned char* const ts_dst = p_out0 + ") < thread.index("if (threadIdx.x == 0)")
     # Column slices go row by row; the signal follows a fence, from one thread of the scope.
     thread_sig, warp_sig = stmt(p2p, 4), stmt(p2p, 5)
     assert "nvshmem_putmem_nbi(ts_dst + " in thread_sig
@@ -67,7 +68,7 @@ def test_signal_op_fence_and_gets(p2p: CudaModule) -> None:
     assert "nvshmem_fence();\n    __syncthreads();" in stmt(p2p, 7)
     assert "nvshmemx_signal_op(ts_sig, ts_sig_value, NVSHMEM_SIGNAL_ADD, ts_target);" in stmt(p2p, 8)
     assert "nvshmemx_getmem_block(p_smem, p_in0 + " in stmt(p2p, 11)
-    assert "nvshmem_getmem_nbi(p_smem, p_in0, 256, ts_target);" in stmt(p2p, 12)
+    assert "nvshmem_getmem_nbi(ts_dst, ts_src, 256, ts_target);" in stmt(p2p, 12)
     assert "source PE outside the kernel PE space" in stmt(p2p, 12)
     assert "nvshmemx_getmem_nbi_block(p_smem + 768, p_in0 + 800, 32, ts_target);" in stmt(p2p, 15)
 
@@ -115,9 +116,10 @@ def test_barriers_and_collectives_use_the_pe_space_barrier(coll: CudaModule) -> 
     assert "nvshmem_quiet" not in stmt(coll, 5)  # sync_all_block
     bcast = stmt(coll, 7)
     assert "if (ts_pe == ts_root) {" in bcast and "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {" in bcast
-    assert "nvshmem_putmem_nbi(p_out0, p_in0, 512, args.pe_map[ts_q]);" in bcast
+    assert "nvshmem_putmem_nbi(ts_dst, ts_src, 512, args.pe_map[ts_q]);" in bcast
     fcollect = stmt(coll, 10)
-    assert "nvshmem_putmem_nbi(p_out1 + ((ts_pe * 4) * 32) * 4, p_in0, 512, args.pe_map[ts_q]);" in fcollect
+    assert "unsigned char* const ts_dst = p_out1 + ((ts_pe * 4) * 32) * 4;" in fcollect
+    assert "nvshmem_putmem_nbi(ts_dst, ts_src, 512, args.pe_map[ts_q]);" in fcollect
     assert "nvshmemx_barrier_all" not in coll.source  # teams: never NVSHMEM's world barrier
 
 
