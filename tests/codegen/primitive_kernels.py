@@ -69,6 +69,16 @@ def point_to_point(npes: int = 4, rows: int = 8, n: int = 64, dtype=F32) -> Kern
         T.wait_le(word[0], 5)
         T.wait_gt(sig[0], 0)
         T.wait_lt(word[1], 1 + T.load(counts[0]))
+        # The remaining forms (appended: the source tests address statements by index).
+        T.putmem_nbi(out0[r, :], a[r, :], pe=nxt)
+        T.putmem_warp(out0[r, 0 : n // 2], a[r, 0 : n // 2], pe=nxt)
+        T.putmem_block(out0[r, :], a[r, :], pe=nxt)
+        T.putmem_signal(out2[r, :], a[r, :], sig=sig[1], value=2, op=T.SignalOp.SET, pe=nxt)
+        T.putmem_signal_warp(out2[r, :], a[r, :], sig=sig[1], value=3, op=T.SignalOp.SET, pe=nxt)
+        T.putmem_signal_nbi_block(out2[r, 0 : n // 2], a[r, 0 : n // 2], sig=sig[2], value=1, op=T.SignalOp.ADD,
+                                  pe=nxt)
+        T.getmem(tile, sym, pe=prv)
+        T.getmem_nbi_block(out1[T.ds(counts[me], 1), :], sym[0, :], counts[prv] * n * np.dtype(dtype).itemsize, prv)
 
     return build(
         p2p,
