@@ -1,4 +1,4 @@
-"""All-gather bandwidth: examples/allgather.py's kernel against jax.lax.all_gather, same run.
+"""All-gather bandwidth: examples/allgather.py's kernels (push and pull) against jax.lax.all_gather, same run.
 
     python -m jax_tilescale.launch -n 2 benchmarks/bench_allgather.py [--mib 1,16,256,1024]
 
@@ -67,19 +67,26 @@ def main() -> None:
             jax.random.normal(jax.random.key(mib), (npes * m, a.n), jnp.float32).astype(jnp.bfloat16),
             NamedSharding(mesh, P("x")),
         )
-        ours, xla = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m), ag.xla_gather_fn(mesh)
-        ok = ts.testing.allclose(ours(x), xla(x))
+        push = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m)
+        pull = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m, pull=True)
+        xla = ag.xla_gather_fn(mesh)
+        want = xla(x)
+        ok = ts.testing.allclose(push(x), want) and ts.testing.allclose(pull(x), want)
+        del want
         iters = 20 if mib <= 64 else 5
-        t_ours, t_xla = median_time(ours, x, iters, a.reps), median_time(xla, x, iters, a.reps)
-        bus_ours, bus_xla = (per_rank * (npes - 1) / t / 1e9 for t in (t_ours, t_xla))
-        rows.append((mib, block_m, ok, t_ours * 1e3, bus_ours, t_xla * 1e3, bus_xla, t_xla / t_ours))
+        t_push, t_pull, t_xla = (median_time(f, x, iters, a.reps) for f in (push, pull, xla))
+        bus = [per_rank * (npes - 1) / t / 1e9 for t in (t_push, t_pull, t_xla)]
+        rows.append((mib, block_m, ok, t_push * 1e3, bus[0], t_pull * 1e3, bus[1], t_xla * 1e3, bus[2],
+                     t_xla / t_push, t_xla / t_pull))
         del x
     if platform.is_lead:
         print(f"all-gather, {npes} x {jax.devices()[0].device_kind}, bf16, {platform.describe()}")
-        head = ("MiB/rank", "block_m", "ok", "ours ms", "ours GB/s", "xla ms", "xla GB/s", "speedup")
-        print("{:>9} {:>8} {:>5} {:>9} {:>10} {:>9} {:>9} {:>8}".format(*head))
-        for mib, bm, ok, to, bo, tx, bx, r in rows:
-            print(f"{mib:>9} {bm:>8} {ok!s:>5} {to:>9.3f} {bo:>10.1f} {tx:>9.3f} {bx:>9.1f} {r:>7.2f}x")
+        head = ("MiB/rank", "block_m", "ok", "push ms", "GB/s", "pull ms", "GB/s", "xla ms", "GB/s",
+                "push/xla", "pull/xla")
+        print("{:>9} {:>8} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>9} {:>9}".format(*head))
+        for mib, bm, ok, tp, bp, tq, bq, tx, bx, rp, rq in rows:
+            print(f"{mib:>9} {bm:>8} {ok!s:>5} {tp:>9.3f} {bp:>7.1f} {tq:>9.3f} {bq:>7.1f} {tx:>9.3f} {bx:>7.1f} "
+                  f"{rp:>8.2f}x {rq:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import callback as jax_callback  # the host-callback lowering (see _lower_interpret)
 from jax._src import mesh as mesh_lib
-from jax.experimental import io_callback
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
@@ -239,18 +239,26 @@ def _abstract_eval(pe_info: Any, *args: Any, call: CallSpec) -> list[jax.core.Sh
 
 
 def _lower_interpret(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
+    """One host callback per device, each with that device's numpy inputs.
+
+    Built on the callback lowering that `io_callback` itself uses, but without `io_callback`'s
+    first step, which copies every argument onto CPU device 0: that copy waits for device 0,
+    whose thread may be blocked in its own callback waiting for this one (a deadlock seen with
+    two executions in flight).
+    """
     from .interpret import InterpreterSession, InterpretOptions
 
     session = InterpreterSession(call.kernel, InterpretOptions())
-    out_types = [jax.ShapeDtypeStruct(b.shape, b.dtype) for b in call.kernel.outputs]
 
-    def callback(info: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
-        return session.run(int(info[0]), int(info[1]), [np.asarray(a) for a in arrays])
+    def callback(info: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(session.run(int(info[0]), int(info[1]), [np.asarray(a) for a in arrays]))
 
-    def impl(info: Any, *xs: Any) -> Any:
-        return io_callback(callback, out_types, info, *xs)
-
-    return mlir.lower_fun(impl, multiple_results=True)(ctx, pe_info, *args)
+    sharding = jax_callback._callback_op_sharding(ctx.module_context.axis_context, None, ctx.avals_out)
+    results, _, _ = jax_callback.emit_python_callback(
+        ctx, callback, None, [pe_info, *args], ctx.avals_in, ctx.avals_out,
+        has_side_effect=True, returns_token=False, sharding=sharding,
+    )
+    return results
 
 
 def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
