@@ -4,6 +4,7 @@
 #
 #   bash tools/gpu_test.sh            # build, install, GPU tests, examples, two "nodes" on one machine
 #   bash tools/gpu_test.sh bench      # ... then the benchmarks
+#   STEPS="gpu_tests two_nodes" bash tools/gpu_test.sh   # only some steps (names as in the summary)
 #
 # Logs go to $OUT (or /tmp/ts_gpu); a summary table is printed last.
 set -uo pipefail
@@ -16,8 +17,12 @@ mkdir -p "$LOG"
 NGPU=$(nvidia-smi -L 2>/dev/null | wc -l)
 declare -a SUMMARY
 
+# STEPS="gpu_tests two_nodes" runs only those steps (the build always runs); default: all of them.
+want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
+
 step() {  # step NAME COMMAND...: runs, logs, records pass/fail and the time
   local name=$1; shift
+  if [ "$name" != build ] && ! want "$name"; then return 0; fi
   local t0=$SECONDS
   echo "=== $name: $*"
   "$@" 2>&1 | tee "$LOG/$name.log"
@@ -69,7 +74,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 step build python3 -m pip install -q --no-build-isolation --no-deps -e . || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 python3 -c "import jax_tilescale._ffi as m; print('ffi extension:', m.__file__)"
 step codegen_smoke python3 -m pytest -q tests/codegen/test_gpu_smoke.py -o addopts=""
-step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 -m pytest tests/gpu -q -o addopts="" -p no:cacheprovider
+step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -q -o addopts="" -p no:cacheprovider
 step simple_shift python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/simple_shift.py --m 4096 --n 1024
 step allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather.py --m 4096 --n 1024
 if [ "$NGPU" -ge 2 ]; then
@@ -80,7 +85,7 @@ if [ "$NGPU" -ge 2 ]; then
   fi
   step two_nodes_fault two_nodes_fault "$((PORT2 + 4))" "$MODE2"
 fi
-if [ "${1:-}" = bench ]; then
+if [ "${1:-}" = bench ] && want bench_allgather; then
   step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py
   grep -A20 "all-gather," "$LOG/bench_allgather.log" | sed 's/^\[rank 0\] //' | grep -v '^\[rank' || true
 fi
