@@ -15,7 +15,6 @@ accesses. Scopes as for transfers: `_block` all threads, `_warp` warp 0, no suff
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import KernelTraceError
 from ..ir.expr import IntLike
@@ -180,12 +179,3 @@ broadcast_block = _make_broadcast(Scope.BLOCK)
 fcollect = _make_fcollect(Scope.THREAD)
 fcollect_warp = _make_fcollect(Scope.WARP)
 fcollect_block = _make_fcollect(Scope.BLOCK)
-
-SYNC: dict[str, Any] = {
-    f.__name__: f
-    for f in (
-        signal_op, signal_wait_until, wait_eq, wait_ne, wait_ge, wait_le, wait_gt, wait_lt, quiet, fence,
-        barrier_all, sync_all, barrier_all_block, barrier_all_warp, sync_all_block, sync_all_warp,
-        broadcast, broadcast_warp, broadcast_block, fcollect, fcollect_warp, fcollect_block,
-    )
-}

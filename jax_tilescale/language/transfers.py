@@ -11,7 +11,6 @@ byte count (`size=`) may be given and must agree, or be a run-time value (see `p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import KernelTraceError
 from ..ir.expr import IntLike
@@ -175,13 +174,3 @@ put_block = _make_peer_copy(Direction.PUT, Scope.BLOCK)
 get_block = _make_peer_copy(Direction.GET, Scope.BLOCK)
 put_warp = _make_peer_copy(Direction.PUT, Scope.WARP)
 get_warp = _make_peer_copy(Direction.GET, Scope.WARP)
-
-TRANSFERS: dict[str, Any] = {
-    f.__name__: f
-    for f in (
-        putmem, putmem_nbi, putmem_warp, putmem_nbi_warp, putmem_block, putmem_nbi_block,
-        putmem_signal, putmem_signal_nbi, putmem_signal_warp, putmem_signal_nbi_warp, putmem_signal_block,
-        putmem_signal_nbi_block, getmem, getmem_nbi, getmem_warp, getmem_nbi_warp, getmem_block, getmem_nbi_block,
-        put_block, get_block, put_warp, get_warp,
-    )
-}

@@ -155,3 +155,21 @@ def test_printer_shows_the_new_statements():
         "broadcast_warp(out0[:, :] <- in0[:, :], root=2)",
     ]:
         assert line in text, text
+
+
+def test_every_name_of_issue_3_is_in_the_language():
+    names = """get_pe get_pe_num get_rank get_num_ranks axis_index axis_size pe_of Scale load ds
+    putmem putmem_nbi putmem_warp putmem_nbi_warp putmem_block putmem_nbi_block
+    putmem_signal putmem_signal_nbi putmem_signal_warp putmem_signal_nbi_warp putmem_signal_block
+    putmem_signal_nbi_block getmem getmem_nbi getmem_warp getmem_nbi_warp getmem_block getmem_nbi_block
+    put_block get_block put_warp get_warp signal_op signal_wait_until wait_eq wait_ne wait_ge wait_le wait_gt
+    wait_lt fence quiet barrier_all barrier_all_block barrier_all_warp sync_all sync_all_block sync_all_warp
+    broadcast broadcast_warp broadcast_block fcollect fcollect_warp fcollect_block alloc_symmetric alloc_signal
+    SignalOp Cmp Scope""".split()
+    missing = [n for n in names if n not in T.__all__ or not hasattr(T, n)]
+    assert not missing
+    for n in names:
+        obj = getattr(T, n)
+        assert callable(obj) and (obj.__doc__ or "").strip(), f"T.{n} needs a docstring"
+        if callable(obj) and hasattr(obj, "__name__") and not isinstance(obj, type):
+            assert obj.__name__ == n
