@@ -11,6 +11,7 @@
 
 from . import errors, language, platform, testing
 from .errors import CompileError, DeadlockError, KernelRuntimeError, KernelTraceError, LaunchError, TileScaleError
+from .interpret.options import InterpretOptions
 from .kernel import TileKernel, kernel
 
 __version__ = "0.1.0"
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CompileError",
     "DeadlockError",
+    "InterpretOptions",
     "KernelRuntimeError",
     "KernelTraceError",
     "LaunchError",

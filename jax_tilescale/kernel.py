@@ -26,6 +26,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from .errors import KernelTraceError, LaunchError
+from .interpret.options import InterpretOptions
 from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
 from .ir.nodes import BufferKind, SourceLoc
 
@@ -41,12 +42,12 @@ class KernelSpec:
     grid: tuple[int, ...]
     threads: int
     mesh_axes: tuple[str, ...] | None  # None: every axis of the enclosing shard_map
-    interpret: bool | None  # None: interpret on CPU, compile on GPU
+    interpret: bool | InterpretOptions | None  # None: interpret on CPU; options imply True
     name: str
 
     @staticmethod
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
-             interpret: bool | None, name: str | None) -> KernelSpec:
+             interpret: bool | InterpretOptions | None, name: str | None) -> KernelSpec:
         loc = _fn_loc(fn)
         is_tuple = isinstance(out_shape, (tuple, list))
         outs = tuple(out_shape) if is_tuple else (out_shape,)
@@ -71,7 +72,7 @@ class CallSpec:
 
     kernel: KernelIR
     mesh_axis_names: tuple[str, ...]  # every manual axis of the enclosing shard_map, mesh order
-    interpret: bool | None
+    interpret: bool | InterpretOptions | None
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -198,7 +199,7 @@ def kernel(
     grid: int | Sequence[int],
     threads: int = 128,
     mesh_axes: str | Sequence[str] | None = None,
-    interpret: bool | None = None,
+    interpret: bool | InterpretOptions | None = None,
     name: str | None = None,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
@@ -208,7 +209,8 @@ def kernel(
     threads: threads per block.
     mesh_axes: the shard_map mesh axes whose devices form the kernel's PE space (row-major);
       default: all axes of the enclosing shard_map.
-    interpret: True runs the CPU interpreter on any backend; default: on CPU only.
+    interpret: True runs the CPU interpreter on any backend; default: on CPU only. An
+      `InterpretOptions` (delivery schedule, timeout, race and coverage checks) implies True.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
@@ -246,9 +248,10 @@ def _lower_interpret(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, ca
     whose thread may be blocked in its own callback waiting for this one (a deadlock seen with
     two executions in flight).
     """
-    from .interpret import InterpreterSession, InterpretOptions
+    from .interpret import InterpreterSession
 
-    session = InterpreterSession(call.kernel, InterpretOptions())
+    options = call.interpret if isinstance(call.interpret, InterpretOptions) else InterpretOptions()
+    session = InterpreterSession(call.kernel, options)
 
     def callback(info: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         return tuple(session.run(int(info[0]), int(info[1]), [np.asarray(a) for a in arrays]))

@@ -80,3 +80,21 @@ def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
     with pytest.raises(Exception, match="putmem_nbi_block") as info:
         jax.block_until_ready(f(x))
     assert "4" in str(info.value)
+
+
+def test_interpret_options_reach_the_interpreter():
+    """A racy kernel is reported by default and runs when the user turns race detection off."""
+
+    def racy(a, b):  # both blocks write the same rows of the output
+        T.copy(a[0:64, :], b[0:64, :])
+
+    mesh = mesh_of(2)
+    x = jax.device_put(jnp.arange(2 * 64 * 8, dtype=jnp.float32).reshape(128, 8), NamedSharding(mesh, P("x")))
+    out = jax.ShapeDtypeStruct((64, 8), jnp.float32)
+    checked = ts.kernel(racy, out_shape=out, grid=(2,))
+    with pytest.raises(Exception, match="data race"):
+        jax.block_until_ready(jax.jit(jax.shard_map(checked, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                                                    check_vma=False))(x))
+    unchecked = ts.kernel(racy, out_shape=out, grid=(2,), interpret=ts.InterpretOptions(detect_races=False))
+    got = jax.jit(jax.shard_map(unchecked, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(x))
