@@ -25,10 +25,10 @@ from jax._src import mesh as mesh_lib
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from .errors import KernelTraceError, LaunchError
+from .errors import CompileError, KernelTraceError, LaunchError
 from .interpret.options import InterpretOptions
 from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
-from .ir.nodes import BufferKind, SourceLoc
+from .ir.nodes import BufferKind, Fill, Gemm, Loop, SourceLoc, walk_stmts
 
 ABI_VERSION = 1
 
@@ -264,9 +264,31 @@ def _lower_interpret(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, ca
     return results
 
 
+_CUDA_UNSUPPORTED = {Loop: "T.serial/T.Pipelined loops", Gemm: "T.gemm", Fill: "T.fill/T.clear"}
+
+
+def check_cuda_supported(k: KernelIR) -> None:
+    """Refuses, before code generation, what the CUDA code generator does not lower yet: the
+    compute part (loops, gemm, fill, fragments; issue 6). The interpreter runs all of it."""
+    for s in walk_stmts(k.body):
+        what = _CUDA_UNSUPPORTED.get(type(s))
+        if what is not None:
+            raise CompileError(
+                f"kernel {k.name}: {what} is not supported by the CUDA code generator yet (issue 6); "
+                f"run with interpret=True (at {s.loc})"
+            )
+    for b in k.allocs:
+        if b.kind is BufferKind.FRAGMENT:
+            raise CompileError(
+                f"kernel {k.name}: T.alloc_fragment ({b.name}) is not supported by the CUDA code generator yet "
+                "(issue 6); run with interpret=True"
+            )
+
+
 def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     if call.interpret:
         return _lower_interpret(ctx, pe_info, *args, call=call)
+    check_cuda_supported(call.kernel)
     from .codegen import generate_cuda
     from .compiler import compile_cubin
     from .runtime import ensure_initialized, ensure_registered, mesh_pe_table

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import KernelRuntimeError
 from ..ir.expr import format_expr
-from ..ir.nodes import BufferKind, Direction, Get, PeerCopy, Put, Region, RemoteSignal, WaitUntil
+from ..ir.nodes import BLOCK_LOCAL, Direction, Get, PeerCopy, Put, Region, RemoteSignal, WaitUntil
 from .memory import SIGNAL_MODULUS, AccessKind, ResolvedRegion, poisoned, where
 from .transfers import RemoteRead, SignalDelivery
 from .waits import SignalWaitOn, Wait
@@ -66,7 +66,7 @@ def get(ctx: BlockContext, s: Get) -> None:
         return
     # In flight, the destination is undefined: poison, so that a read before the quiet shows.
     ctx.write(dst, poisoned(dst.sizes, dst.buffer.dtype), s)
-    tile = ctx.block if dst.buffer.kind is BufferKind.SHARED else None
+    tile = ctx.block if dst.buffer.kind in BLOCK_LOCAL else None
     ctx.world.transfer(s, ctx.pe, ctx.block, target=ctx.pe, remote=peer, dst=dst, read=RemoteRead(src, peer),
                        dst_block=tile)
 

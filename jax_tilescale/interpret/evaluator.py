@@ -21,7 +21,10 @@ from ..ir.nodes import (
     Copy,
     Fcollect,
     Fence,
+    Fill,
+    Gemm,
     Get,
+    Loop,
     PeerCopy,
     Put,
     Quiet,
@@ -100,7 +103,37 @@ Rule = Callable[[BlockContext, Stmt], "Wait | None"]
 def _copy(ctx: BlockContext, s: Copy) -> None:
     src = ctx.resolve(s.src, "src", s)
     dst = ctx.resolve(s.dst, "dst", s)
-    ctx.write(dst, ctx.read(src, s), s)
+    data = ctx.read(src, s)
+    if data.dtype != dst.buffer.dtype:  # to or from a fragment: numpy's round-to-nearest cast
+        data = data.astype(dst.buffer.dtype)
+    ctx.write(dst, data, s)
+
+
+def _fill(ctx: BlockContext, s: Fill) -> None:
+    dst = ctx.resolve(s.dst, "buffer", s)
+    ctx.write(dst, np.full(dst.sizes, s.value, np.float64).astype(dst.buffer.dtype), s)
+
+
+def _matrix(ctx: BlockContext, region: Region, role: str, s: Gemm, transpose: bool) -> np.ndarray:
+    data = ctx.read(ctx.resolve(region, role, s), s)
+    m = data.reshape(data.shape[-2:]).astype(np.float32)
+    return m.T if transpose else m
+
+
+def _gemm(ctx: BlockContext, s: Gemm) -> None:
+    a = _matrix(ctx, s.a, "A", s, s.transpose_a)
+    b = _matrix(ctx, s.b, "B", s, s.transpose_b)
+    c = ctx.resolve(s.c, "C", s)
+    product = np.matmul(a, b, dtype=np.float32)
+    acc = product if s.clear_accum else ctx.read(c, s).reshape(product.shape) + product
+    ctx.write(c, acc.astype(np.float32), s)
+
+
+def _loop(ctx: BlockContext, s: Loop) -> Generator[Wait | None, None, None]:
+    for i in range(s.extent):
+        ctx.env[s.var] = i
+        yield from _run_body(ctx, s.body)
+    del ctx.env[s.var]
 
 
 def _put(ctx: BlockContext, s: Put) -> None:
@@ -147,6 +180,8 @@ RULES: dict[type, Rule] = {
     TeamBarrier: collectives.team_barrier,
     Broadcast: collectives.broadcast,
     Fcollect: collectives.fcollect,
+    Fill: _fill,
+    Gemm: _gemm,
 }
 
 
@@ -156,7 +191,14 @@ def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait |
     The caller must hold the world's lock while advancing it and must not resume it before the
     yielded wait is ready.
     """
+    yield from _run_body(ctx, body)
+
+
+def _run_body(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | None, None, None]:
     for stmt in body:
+        if isinstance(stmt, Loop):  # nested statements yield one by one, so waits inside loops work
+            yield from _loop(ctx, stmt)
+            continue
         rule = RULES.get(type(stmt))
         if rule is None:
             raise KernelRuntimeError(f"internal: the interpreter has no rule for {type(stmt).__name__} at {stmt.loc}")

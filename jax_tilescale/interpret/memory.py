@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import KernelRuntimeError
 from ..ir.expr import Expr, Loader, Var, evaluate, format_expr
-from ..ir.nodes import Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
+from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 Block = tuple[int, ...]
 Env = Mapping[Var, int]
@@ -165,7 +165,7 @@ class LaunchMemory:
 
     def _storage(self, buf: Buffer, owner: int, owner_block: Block | None) -> np.ndarray:
         kind = buf.kind
-        if kind is BufferKind.SHARED:
+        if kind in BLOCK_LOCAL:
             if owner_block is None:
                 raise KernelRuntimeError(f"internal: shared buffer {buf.name} accessed without a block")
             tiles = self._shared.setdefault((owner, owner_block), {})

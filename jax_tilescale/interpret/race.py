@@ -94,7 +94,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
-from ..ir.nodes import Buffer, BufferKind, SignalOp
+from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, SignalOp
 from .memory import Access, AccessKind, Block, ResolvedRegion
 from .waits import SignalWaitOn
 
@@ -273,7 +273,7 @@ class RaceDetector:
         if ref is None:
             ref = self._buffer_ids[id(buf)] = (self._canonical.setdefault(buf, len(self._canonical)), buf)
         # one log per buffer and PE; shared memory is per block too
-        key = (ref[0], acc.owner, acc.owner_block if buf.kind is BufferKind.SHARED else None)
+        key = (ref[0], acc.owner, acc.owner_block if buf.kind in BLOCK_LOCAL else None)
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = AccessLog()
@@ -329,8 +329,8 @@ class RaceDetector:
         hi = tuple(min(a, b) for a, b in zip(ends, old.ends))
         buf = acc.region.buffer
         mem = f"PE {acc.owner}'s {buf.kind.value} buffer {buf.name}"
-        if buf.kind is BufferKind.SHARED:
-            mem = f"the shared tile {buf.name} of PE {acc.owner}, block {acc.owner_block}"
+        if buf.kind in BLOCK_LOCAL:
+            mem = f"the {buf.kind.value} tile {buf.name} of PE {acc.owner}, block {acc.owner_block}"
         return RaceError(
             f"data race on {mem}: elements {buf.name}{_box(lo, hi)} are accessed by two agents, at least once "
             f"to write, and no synchronisation orders the two accesses:\n"

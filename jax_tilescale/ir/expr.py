@@ -27,7 +27,7 @@ class VarKind(enum.Enum):
 
     PROGRAM_ID = "program_id"  # block index along a grid axis
     PE = "pe"  # this device's index in the kernel's PE space
-    # The loop variable of a future `T.serial`/`T.Pipelined` would be another kind.
+    LOOP = "loop"  # the index of a `T.serial`/`T.Pipelined` loop (`axis` holds its unique id)
 
 
 class BinOpKind(enum.Enum):
@@ -127,7 +127,7 @@ class Const(Expr):
 @dataclass(frozen=True, eq=True)
 class Var(Expr):
     kind: VarKind
-    axis: int = 0  # grid axis for PROGRAM_ID
+    axis: int = 0  # grid axis for PROGRAM_ID; the loop's unique id for LOOP
 
 
 @dataclass(frozen=True, eq=True)
@@ -284,7 +284,9 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Const):
         return str(e.value)
     if isinstance(e, Var):
-        return f"program_id({e.axis})" if e.kind is VarKind.PROGRAM_ID else e.kind.value
+        if e.kind is VarKind.PROGRAM_ID:
+            return f"program_id({e.axis})"
+        return f"i{e.axis}" if e.kind is VarKind.LOOP else e.kind.value
     if isinstance(e, BinOp):
         if e.op in (BinOpKind.MIN, BinOpKind.MAX):
             return f"{e.op.value}({format_expr(e.lhs)}, {format_expr(e.rhs)})"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .expr import Expr, format_expr
+from .expr import Expr, Var, format_expr
 
 
 class SignalOp(enum.Enum):
@@ -73,6 +73,11 @@ class BufferKind(enum.Enum):
     SHARED = "shared"  # per-block on-chip tile (`alloc_shared`)
     SIGNAL = "signal"  # symmetric uint64 words, zeroed before each launch (`alloc_signal`)
     SYMMETRIC = "symmetric"  # symmetric scratch, zeroed before each launch (`alloc_symmetric`)
+    FRAGMENT = "fragment"  # per-block register tile (`alloc_fragment`); the interpreter keeps it like shared
+
+
+# Buffers private to one block (one copy per block of each PE).
+BLOCK_LOCAL = frozenset({BufferKind.SHARED, BufferKind.FRAGMENT})
 
 
 SIGNAL_DTYPE = np.dtype(np.uint64)
@@ -374,6 +379,57 @@ class Fcollect(Stmt):
         return "fcollect" + self.scope.suffix
 
 
+@dataclass(frozen=True)
+class Loop(Stmt):
+    """`for i in T.serial(n)` / `T.Pipelined(n, num_stages=k)`: `body` runs for i = 0 .. n-1 in order.
+
+    `var` is the loop's own index variable (VarKind.LOOP, unique id); `num_stages` is a hint for a
+    future pipelining code generator (the interpreter runs the iterations one after the other)."""
+
+    var: Var
+    extent: int
+    body: tuple[Stmt, ...]
+    num_stages: int | None = None
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return "serial" if self.num_stages is None else "Pipelined"
+
+
+@dataclass(frozen=True)
+class Fill(Stmt):
+    """`T.fill(tile, value)` / `T.clear(tile)`: every element of a fragment or shared tile := value."""
+
+    dst: Region
+    value: float
+    op_name = "fill"
+
+
+@dataclass(frozen=True)
+class Gemm(Stmt):
+    """`T.gemm(A, B, C)`: C (+)= op(A) @ op(B), fp16/bf16/fp32 inputs, fp32 accumulation in C."""
+
+    a: Region
+    b: Region
+    c: Region
+    transpose_a: bool = False
+    transpose_b: bool = False
+    clear_accum: bool = False
+    op_name = "gemm"
+
+
+# Statements of the compute part that the CUDA code generator does not lower yet.
+COMPUTE_STMTS = (Loop, Fill, Gemm)
+
+
+def walk_stmts(body: tuple[Stmt, ...]):
+    """Every statement of `body`, loops first and then their bodies (recursively), in order."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk_stmts(s.body)
+
+
 # Statements that are NVSHMEM team collectives: the k-th of them on each PE form one instance.
 TEAM_COLLECTIVES = (TeamBarrier, Broadcast, Fcollect)
 # Statements that make a kernel talk to its peers (it then needs NVSHMEM and symmetric memory).
@@ -384,6 +440,8 @@ def stmt_exprs(stmt: Stmt) -> list[Expr]:
     """Every index expression of a statement: region starts, PEs, values, sizes (the verifier
     checks the loads in them; the code generator looks at them)."""
     out: list[Expr] = []
+    if isinstance(stmt, Loop):  # its variable is bound, not read; its body's statements have their own
+        return out
 
     def visit(value: object) -> None:
         if isinstance(value, Expr):
@@ -424,7 +482,7 @@ class KernelIR:
     def remote_written(self) -> frozenset[Buffer]:
         """Global buffers that peers may write: they must live in symmetric memory."""
         out = set()
-        for s in self.body:
+        for s in walk_stmts(self.body):
             if isinstance(s, (Put, Broadcast, Fcollect)):
                 out.add(s.dst.buffer)
             elif isinstance(s, PeerCopy) and s.direction is Direction.PUT:
@@ -435,7 +493,7 @@ class KernelIR:
         """Global buffers that peers may read (gets, loads through `nvshmem_ptr`, remote waits):
         they must live in symmetric memory too, inputs with their contents copied in."""
         out = set()
-        for s in self.body:
+        for s in walk_stmts(self.body):
             if isinstance(s, Get) or (isinstance(s, PeerCopy) and s.direction is Direction.GET):
                 out.add(s.src.buffer)
             elif isinstance(s, WaitUntil) and s.pe is not None:
@@ -443,6 +501,6 @@ class KernelIR:
         return frozenset(out)
 
     def uses_nvshmem(self) -> bool:
-        return any(isinstance(s, COMM_STMTS) for s in self.body) or any(
+        return any(isinstance(s, COMM_STMTS) for s in walk_stmts(self.body)) or any(
             b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC) for b in self.allocs
         )

@@ -12,8 +12,11 @@ from .nodes import (
     Direction,
     Fcollect,
     Fence,
+    Fill,
+    Gemm,
     Get,
     KernelIR,
+    Loop,
     PeerCopy,
     Put,
     Quiet,
@@ -64,6 +67,15 @@ PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
     TeamBarrier: lambda s: f"{s.op_name}()",
     Broadcast: lambda s: f"{s.op_name}({s.dst} <- {s.src}, root={format_expr(s.root)})",
     Fcollect: lambda s: f"{s.op_name}({s.dst} <- {s.src} of every PE)",
+    Fill: lambda s: f"fill({s.dst}, {s.value!r})",
+    Gemm: lambda s: (
+        f"gemm({s.c} {'=' if s.clear_accum else '+='} {s.a}{'^T' if s.transpose_a else ''} @ "
+        f"{s.b}{'^T' if s.transpose_b else ''})"
+    ),
+    Loop: lambda s: (
+        f"for {format_expr(s.var)} in serial({s.extent}):" if s.num_stages is None
+        else f"for {format_expr(s.var)} in Pipelined({s.extent}, num_stages={s.num_stages}):"
+    ),
 }
 
 
@@ -84,9 +96,15 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
     lines = [header]
     lines += [f"  param {b}" for b in kernel.params]
     lines += [f"  alloc {b}" for b in kernel.allocs]
-    for s in kernel.body:
-        text = f"  {format_stmt(s)}"
+    _format_body(kernel.body, 1, with_locs, lines)
+    return "\n".join(lines)
+
+
+def _format_body(body: tuple[Stmt, ...], depth: int, with_locs: bool, lines: list[str]) -> None:
+    for s in body:
+        text = f"{'  ' * depth}{format_stmt(s)}"
         if with_locs:
             text = f"{text:<70} # {s.loc}"
         lines.append(text)
-    return "\n".join(lines)
+        if isinstance(s, Loop):
+            _format_body(s.body, depth + 1, with_locs, lines)

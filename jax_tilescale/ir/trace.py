@@ -55,6 +55,9 @@ class TraceState:
     body: list[Stmt] = field(default_factory=list)
     allocs: list[Buffer] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
+    # Bodies being traced: the kernel's, then one per open `T.serial`/`T.Pipelined` loop.
+    open_bodies: list[list[Stmt]] = field(default_factory=list)
+    next_loop_id: int = 0
 
     def fresh_name(self, base: str) -> str:
         name, i = base, 0
@@ -65,7 +68,7 @@ class TraceState:
         return name
 
     def emit(self, stmt: Stmt) -> None:
-        self.body.append(stmt)
+        (self.open_bodies[-1] if self.open_bodies else self.body).append(stmt)
 
 
 _STATE: contextvars.ContextVar[TraceState | None] = contextvars.ContextVar("tilescale_trace", default=None)
@@ -298,6 +301,12 @@ def trace_kernel(
         loc = UNKNOWN_LOC
     with _tracing(state):
         result = fn(*(Ref(b) for b in in_bufs + out_bufs))
+    if state.open_bodies:
+        raise KernelTraceError(
+            "a T.serial/T.Pipelined loop was left early (`break` or `return` inside it); kernel loops run all "
+            "their iterations",
+            loc,
+        )
     if result is not None:
         raise KernelTraceError(
             "a kernel function writes its outputs through its output refs and must return None", loc

@@ -12,8 +12,9 @@ import math
 from collections.abc import Callable
 
 from ..errors import KernelTraceError
-from .expr import Expr, Var, VarKind, format_expr, loads, value_range
+from .expr import Expr, Var, VarKind, format_expr, loads, value_range, variables
 from .nodes import (
+    BLOCK_LOCAL,
     REMOTE_READABLE,
     REMOTE_WRITABLE,
     WAIT_WORD_KINDS,
@@ -24,8 +25,11 @@ from .nodes import (
     Direction,
     Fcollect,
     Fence,
+    Fill,
+    Gemm,
     Get,
     KernelIR,
+    Loop,
     PeerCopy,
     Put,
     Quiet,
@@ -50,10 +54,26 @@ MAX_GRID_DIMS = 3
 MAX_THREADS = 1024
 
 
-def var_ranges(kernel: KernelIR) -> Ranges:
+def var_ranges(kernel: KernelIR, loop: Loop | None = None) -> Ranges:
+    """Ranges of the block index and PE; with `loop`, also of the variables of the loops that
+    enclose `loop`'s body (and of `loop` itself)."""
     ranges = {Var(VarKind.PROGRAM_ID, i): (0, g - 1) for i, g in enumerate(kernel.grid)}
     ranges[Var(VarKind.PE)] = (0, kernel.num_pes - 1)
+    if loop is not None:
+        for s in _enclosing_loops(kernel.body, loop) or ():
+            ranges[s.var] = (0, s.extent - 1)
     return ranges
+
+
+def _enclosing_loops(body: tuple[Stmt, ...], target: Loop) -> list[Loop] | None:
+    for s in body:
+        if isinstance(s, Loop):
+            if s is target:
+                return [s]
+            inner = _enclosing_loops(s.body, target)
+            if inner is not None:
+                return [s, *inner]
+    return None
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -80,13 +100,13 @@ def _check_region(region: Region, ranges: Ranges, what: str, loc: SourceLoc) -> 
             )
 
 
-def _check_same_shape(a: Region, b: Region, what: str, loc: SourceLoc) -> None:
+def _check_same_shape(a: Region, b: Region, what: str, loc: SourceLoc, cast: bool = False) -> None:
     if _squeezed(a.shape) != _squeezed(b.shape):
         raise KernelTraceError(f"{what}: shapes differ: {a} is {list(a.shape)}, {b} is {list(b.shape)}", loc)
-    if a.buffer.dtype != b.buffer.dtype:
+    if a.buffer.dtype != b.buffer.dtype and not cast:
         raise KernelTraceError(
             f"{what}: dtypes differ: {a.buffer.name} is {a.buffer.dtype.name}, {b.buffer.name} is "
-            f"{b.buffer.dtype.name} (casts come with T.copy's cast support)",
+            f"{b.buffer.dtype.name} (only T.copy to or from a T.alloc_fragment tile casts)",
             loc,
         )
 
@@ -209,7 +229,56 @@ def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
             raise KernelTraceError(f"copy {what}: signal words are read with T.signal_wait_until, not copied", s.loc)
     if s.dst.buffer.kind is BufferKind.INPUT:
         raise KernelTraceError(f"copy: {s.dst.buffer.name} is a kernel input, which is read-only", s.loc)
-    _check_same_shape(s.src, s.dst, "copy", s.loc)
+    cast = BufferKind.FRAGMENT in (s.src.buffer.kind, s.dst.buffer.kind)
+    _check_same_shape(s.src, s.dst, "copy", s.loc, cast=cast)
+    if cast and not all(r.buffer.dtype.kind in "fiu" or r.buffer.dtype.name == "bfloat16" for r in (s.src, s.dst)):
+        raise KernelTraceError(f"copy: casts are between numeric types; {s.src} -> {s.dst}", s.loc)
+
+
+GEMM_IN_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _matrix(r: Region, op: str, role: str, loc: SourceLoc) -> tuple[int, int]:
+    if len(r.sizes) < 2 or any(d != 1 for d in r.sizes[:-2]):
+        raise KernelTraceError(f"{op}: {role} must be a 2-D tile (leading dimensions 1); {r} is {list(r.sizes)}", loc)
+    return r.sizes[-2], r.sizes[-1]
+
+
+def _verify_gemm(s: Gemm, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    for r, role in ((s.a, "A"), (s.b, "B"), (s.c, "C")):
+        _check_region(r, ranges, f"{op} {role}", s.loc)
+        _check_kind(r, BLOCK_LOCAL, op, role, "gemm works on on-chip tiles (T.alloc_shared, T.alloc_fragment)", s.loc)
+    for r, role in ((s.a, "A"), (s.b, "B")):
+        if r.buffer.dtype.name not in GEMM_IN_DTYPES:
+            raise KernelTraceError(f"{op}: {role} ({r.buffer.name}) must be float16, bfloat16 or float32, not "
+                                   f"{r.buffer.dtype.name}", s.loc)
+    if s.a.buffer.dtype != s.b.buffer.dtype:
+        raise KernelTraceError(f"{op}: A and B must have one dtype; {s.a.buffer.name} is {s.a.buffer.dtype.name}, "
+                               f"{s.b.buffer.name} is {s.b.buffer.dtype.name}", s.loc)
+    if s.c.buffer.dtype.name != "float32":
+        raise KernelTraceError(f"{op}: the accumulator C ({s.c.buffer.name}) must be float32, not "
+                               f"{s.c.buffer.dtype.name}", s.loc)
+    m, ka = _matrix(s.a, op, "A", s.loc)[:: -1 if s.transpose_a else 1]
+    kb, n = _matrix(s.b, op, "B", s.loc)[:: -1 if s.transpose_b else 1]
+    cm, cn = _matrix(s.c, op, "C", s.loc)
+    if ka != kb or (cm, cn) != (m, n):
+        raise KernelTraceError(
+            f"{op}: shapes do not chain: A{'^T' if s.transpose_a else ''} is {m}x{ka}, "
+            f"B{'^T' if s.transpose_b else ''} is {kb}x{n}, C is {cm}x{cn} (need MxK @ KxN -> MxN)",
+            s.loc,
+        )
+
+
+def _verify_fill(s: Fill, kernel: KernelIR, ranges: Ranges) -> None:
+    _check_region(s.dst, ranges, s.op_name, s.loc)
+    _check_kind(s.dst, BLOCK_LOCAL, s.op_name, "buffer", "fill/clear set on-chip tiles", s.loc)
+
+
+def _verify_loop(s: Loop, kernel: KernelIR, ranges: Ranges) -> None:
+    if s.extent < 1:
+        raise KernelTraceError(f"{s.op_name}: the trip count must be positive, got {s.extent}", s.loc)
+    _verify_body(s.body, kernel, {**ranges, s.var: (0, s.extent - 1)})
 
 
 def _verify_put(s: Put, kernel: KernelIR, ranges: Ranges) -> None:
@@ -333,7 +402,30 @@ STMT_RULES: dict[type, Callable[[Stmt, KernelIR, Ranges], None]] = {
     TeamBarrier: _verify_team_barrier,
     Broadcast: _verify_broadcast,
     Fcollect: _verify_fcollect,
+    Gemm: _verify_gemm,
+    Fill: _verify_fill,
+    Loop: _verify_loop,
 }
+
+
+def _check_loop_vars(s: Stmt, ranges: Ranges) -> None:
+    for e in stmt_exprs(s):
+        for v in variables(e):
+            if v.kind is VarKind.LOOP and v not in ranges:
+                raise KernelTraceError(
+                    f"{s.op_name}: the loop variable {format_expr(v)} is used outside its T.serial/T.Pipelined loop",
+                    s.loc,
+                )
+
+
+def _verify_body(body: tuple[Stmt, ...], kernel: KernelIR, ranges: Ranges) -> None:
+    for stmt in body:
+        rule = STMT_RULES.get(type(stmt))
+        if rule is None:
+            raise KernelTraceError(f"internal: no verifier rule for {type(stmt).__name__}", stmt.loc)
+        _check_loop_vars(stmt, ranges)
+        rule(stmt, kernel, ranges)
+        _check_loads(stmt, ranges)
 
 
 def verify_kernel(kernel: KernelIR) -> KernelIR:
@@ -354,11 +446,5 @@ def verify_kernel(kernel: KernelIR) -> KernelIR:
         raise KernelTraceError(
             f"mesh axis sizes {sizes} do not make the PE space {kernel.mesh_axes} of {kernel.num_pes} PEs", loc
         )
-    ranges = var_ranges(kernel)
-    for stmt in kernel.body:
-        rule = STMT_RULES.get(type(stmt))
-        if rule is None:
-            raise KernelTraceError(f"internal: no verifier rule for {type(stmt).__name__}", stmt.loc)
-        rule(stmt, kernel, ranges)
-        _check_loads(stmt, ranges)
+    _verify_body(kernel.body, kernel, var_ranges(kernel))
     return kernel

@@ -8,6 +8,8 @@ count may be given and must agree).
 - kernel values (`queries`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
   axis_index, axis_size, pe_of, Scale("device"), ds, load;
 - memory (`memory`): alloc_shared, alloc_signal, alloc_symmetric, copy;
+- compute (`compute`, interpreter only for now): serial, Pipelined, alloc_fragment, clear, fill,
+  gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - transfers (`transfers`): putmem[_signal][_nbi][_warp|_block], getmem[_nbi][_warp|_block],
   put_block, get_block, put_warp, get_warp;
 - synchronisation (`sync`): signal_op, signal_wait_until, wait_eq/ne/ge/le/gt/lt, quiet, fence,
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
 from ..ir.trace import Ref, RegionRef
+from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .memory import alloc_shared, alloc_signal, alloc_symmetric, copy
 from .queries import (
     Scale,
@@ -85,11 +88,13 @@ from .transfers import (
 
 __all__ = [
     "Cmp",
+    "Pipelined",
     "Ref",
     "RegionRef",
     "Scale",
     "Scope",
     "SignalOp",
+    "alloc_fragment",
     "alloc_shared",
     "alloc_signal",
     "alloc_symmetric",
@@ -101,12 +106,15 @@ __all__ = [
     "broadcast",
     "broadcast_block",
     "broadcast_warp",
+    "clear",
     "copy",
     "ds",
     "fcollect",
     "fcollect_block",
     "fcollect_warp",
     "fence",
+    "fill",
+    "gemm",
     "get_block",
     "get_num_ranks",
     "get_pe",
@@ -137,6 +145,7 @@ __all__ = [
     "putmem_signal_warp",
     "putmem_warp",
     "quiet",
+    "serial",
     "signal_op",
     "signal_wait_until",
     "sync_all",

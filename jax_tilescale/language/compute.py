@@ -1,0 +1,83 @@
+"""The compute part: loops (`serial`, `Pipelined`), register tiles (`alloc_fragment`), `clear`,
+`fill` and `gemm`. Interpreter only for now: the CUDA code generator refuses them (issue 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from ..ir.expr import Var, VarKind
+from ..ir.nodes import BufferKind, Fill, Gemm, Loop
+from ..ir.trace import Ref, current_trace, user_source_loc
+from ._common import RefLike, region
+from .memory import _alloc, _shape
+
+
+class _LoopRange:
+    """What `T.serial(n)` returns: iterating it traces the body once, with the loop variable."""
+
+    def __init__(self, op: str, n: Any, num_stages: int | None):
+        self.loc = user_source_loc()
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
+            raise KernelTraceError(f"T.{op}: the trip count must be a positive Python int, got {n!r}", self.loc)
+        if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)
+                                       or num_stages < 1):
+            raise KernelTraceError(f"T.{op}: num_stages must be a positive int, got {num_stages!r}", self.loc)
+        self.op, self.n, self.num_stages = op, int(n), num_stages
+
+    def __iter__(self) -> Iterator[Var]:
+        state = current_trace(self.op)
+        var = Var(VarKind.LOOP, state.next_loop_id)
+        state.next_loop_id += 1
+        body: list = []
+        state.open_bodies.append(body)
+        yield var
+        if not state.open_bodies or state.open_bodies[-1] is not body:
+            raise KernelTraceError(f"T.{self.op}: loops must nest", self.loc)
+        state.open_bodies.pop()
+        state.emit(Loop(var, self.n, tuple(body), self.num_stages, loc=self.loc))
+
+
+def serial(n: int) -> _LoopRange:
+    """`for i in T.serial(n):` runs the body for i = 0 .. n-1 in order (traced once, i a kernel value)."""
+    return _LoopRange("serial", n, None)
+
+
+def Pipelined(n: int, num_stages: int = 2) -> _LoopRange:
+    """`for k in T.Pipelined(n, num_stages=3):` a serial loop whose copies a GPU backend may
+    software-pipeline over `num_stages` buffers; the interpreter runs it like `T.serial`."""
+    return _LoopRange("Pipelined", n, num_stages)
+
+
+def alloc_fragment(shape: Any, dtype: Any) -> Ref:
+    """A register tile of the block (accumulators): per block, uninitialised until written."""
+    return _alloc("alloc_fragment", "frag", _shape(shape, "alloc_fragment"), dtype, BufferKind.FRAGMENT)
+
+
+def fill(buffer: RefLike, value: float) -> None:
+    """Sets every element of a fragment or shared tile (or a slice of one) to `value`."""
+    state = current_trace("fill")
+    loc = user_source_loc()
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise KernelTraceError(f"T.fill: the value must be a Python number, got {value!r}", loc)
+    state.emit(Fill(region(buffer, "fill", "buffer", loc), float(value), loc=loc))
+
+
+def clear(buffer: RefLike) -> None:
+    """`T.fill(buffer, 0)`."""
+    state = current_trace("clear")
+    loc = user_source_loc()
+    state.emit(Fill(region(buffer, "clear", "buffer", loc), 0.0, loc=loc))
+
+
+def gemm(A: RefLike, B: RefLike, C: RefLike, transpose_A: bool = False, transpose_B: bool = False,
+         clear_accum: bool = False) -> None:
+    """C += op(A) @ op(B) (C = ... with `clear_accum`): A, B fp16/bf16/fp32 shared or fragment
+    tiles, C a float32 fragment (or shared) tile; op transposes when asked. Accumulates in fp32."""
+    state = current_trace("gemm")
+    loc = user_source_loc()
+    state.emit(Gemm(region(A, "gemm", "A", loc), region(B, "gemm", "B", loc), region(C, "gemm", "C", loc),
+                    bool(transpose_A), bool(transpose_B), bool(clear_accum), loc=loc))
