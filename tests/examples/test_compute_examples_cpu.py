@@ -1,0 +1,60 @@
+"""The compute examples (issue 6) through the interpreter on simulated CPU devices, against
+jnp.dot in float32: allgather_gemm on 2 and 4 PEs, SUMMA and Cannon on 2x2 and 3x3 meshes (3x3
+needs 9 devices: it runs in a subprocess, the suite's process has 8)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import pytest
+
+from tests.conftest import ROOT, load_example
+
+ag_gemm = load_example("allgather_gemm")
+summa = load_example("summa")
+cannon = load_example("cannon")
+
+
+@pytest.mark.parametrize("npes", [2, 4])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_allgather_gemm_matches_dot(npes, dtype):
+    mesh = jax.make_mesh((npes,), ("x",), devices=jax.devices()[:npes])
+    assert ag_gemm.check(mesh, m_per_pe=64, k=64, n_per_pe=64, dtype=dtype, seed=npes)
+
+
+def test_allgather_gemm_several_row_blocks_per_pe():
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    assert ag_gemm.check(mesh, m_per_pe=64, k=64, n_per_pe=64, dtype="float16", seed=3, block_m=32, block_n=32)
+
+
+@pytest.mark.parametrize("example", [summa, cannon], ids=["summa", "cannon"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_2x2_matches_dot(example, dtype):
+    assert example.check(summa.mesh_2d(2), bm=64, bk=64, bn=32, dtype=dtype, seed=1)
+
+
+def test_3x3_in_a_subprocess():
+    script = textwrap.dedent(
+        """
+        from jax_tilescale.platform import request_cpu_devices
+        request_cpu_devices(9)
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        from tests.conftest import load_example
+        summa, cannon = load_example("summa"), load_example("cannon")
+        mesh = summa.mesh_2d(3)
+        for ex in (summa, cannon):
+            for dtype in ("float32", "bfloat16"):
+                assert ex.check(mesh, bm=32, bk=64, bn=32, dtype=dtype, seed=9), (ex.__name__, dtype)
+        print("ok")
+        """
+    )
+    env = dict(os.environ, JAX_TILESCALE_TESTING="1")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, env=env,
+                          timeout=240, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
