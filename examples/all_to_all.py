@@ -116,12 +116,10 @@ def main() -> None:
     platform = ts.platform.setup()
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
     ok = check(mesh, a.tokens, a.hidden, a.dtype)
-    if platform.is_lead:
-        print(f"all_to_all: {platform.describe()}")
-        print(f"all_to_all: {mesh.size} PEs, {a.tokens}x{a.hidden} {a.dtype} tokens per PE, random splits, "
-              f"every element equal to the jax.lax.all_to_all reference: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("all_to_all", platform, {
+        f"{mesh.size} PEs, {a.tokens}x{a.hidden} {a.dtype} tokens per PE, random splits, "
+        f"every element equal to the jax.lax.all_to_all reference": ok,
+    })
 
 
 if __name__ == "__main__":

@@ -82,15 +82,11 @@ def main() -> None:
     a = ap.parse_args()
     platform = ts.platform.setup()
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    results = {how: check(mesh, a.m, a.n, a.dtype, pull=how == "pull") for how in ("push", "pull")}
-    ok = all(results.values())
-    if platform.is_lead:
-        print(f"allgather: {platform.describe()}")
-        for how, good in results.items():
-            print(f"allgather ({how}): {mesh.size} PEs, {a.m}x{a.n} {a.dtype} per PE, random data, "
-                  f"every element equal to jax.lax.all_gather: {good}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("allgather", platform, {
+        f"{how}, {mesh.size} PEs, {a.m}x{a.n} {a.dtype} per PE, random data, every element equal to "
+        "jax.lax.all_gather": check(mesh, a.m, a.n, a.dtype, pull=how == "pull")
+        for how in ("push", "pull")
+    })
 
 
 if __name__ == "__main__":

@@ -94,12 +94,10 @@ def main() -> None:
     platform = ts.platform.setup()
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
     ok = check(mesh, a.m, a.k, a.n, a.dtype)
-    if platform.is_lead:
-        print(f"allgather_gemm: {platform.describe()}")
-        print(f"allgather_gemm: {mesh.size} PEs, A {a.m}x{a.k} per PE, B {a.k}x{a.n} per PE, {a.dtype}, random data, "
-              f"close to jnp.dot in float32: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("allgather_gemm", platform, {
+        f"{mesh.size} PEs, A {a.m}x{a.k} per PE, B {a.k}x{a.n} per PE, {a.dtype}, random data, "
+        f"close to jnp.dot in float32": ok,
+    })
 
 
 if __name__ == "__main__":

@@ -91,12 +91,10 @@ def main() -> None:
     platform = ts.platform.setup()
     mesh = mesh_2d(platform.num_devices)
     ok = check(mesh, a.m, a.n, a.dtype)
-    if platform.is_lead:
-        print(f"nvshmem_queries: {platform.describe()}")
-        print(f"nvshmem_queries: mesh {dict(mesh.shape)}, PE queries equal to jax.lax.axis_index and the exchange "
-              f"along y equal to jax.lax.ppermute: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("nvshmem_queries", platform, {
+        f"mesh {dict(mesh.shape)}, PE queries equal to jax.lax.axis_index and the exchange "
+        f"along y equal to jax.lax.ppermute": ok,
+    })
 
 
 if __name__ == "__main__":

@@ -96,12 +96,10 @@ def main(name: str = "summa", make_check=check) -> None:
     p = math.isqrt(platform.num_devices)
     mesh = mesh_2d(p)
     ok = make_check(mesh, a.block, a.block, a.block, a.dtype)
-    if platform.is_lead:
-        print(f"{name}: {platform.describe()}")
-        print(f"{name}: {p}x{p} PEs, {a.block}x{a.block} {a.dtype} blocks, random data, close to jnp.dot in "
-              f"float32: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report(name, platform, {
+        f"{p}x{p} PEs, {a.block}x{a.block} {a.dtype} blocks, random data, close to jnp.dot in "
+        f"float32": ok,
+    })
 
 
 if __name__ == "__main__":

@@ -74,12 +74,10 @@ def main() -> None:
     platform = ts.platform.setup()
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
     ok = check(mesh, a.m, a.n, a.dtype)
-    if platform.is_lead:
-        print(f"put_block: {platform.describe()}")
-        print(f"put_block: {mesh.size} PEs, {a.m}x{a.n} {a.dtype} per PE, random data, "
-              f"every element equal to jax.lax.ppermute: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("put_block", platform, {
+        f"{mesh.size} PEs, {a.m}x{a.n} {a.dtype} per PE, random data, "
+        f"every element equal to jax.lax.ppermute": ok,
+    })
 
 
 if __name__ == "__main__":

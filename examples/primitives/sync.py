@@ -93,12 +93,10 @@ def main() -> None:
     else:
         mesh = jax.make_mesh((platform.num_devices,), ("x",))
     ok = check(mesh, a.m, a.n, a.dtype)
-    if platform.is_lead:
-        print(f"sync: {platform.describe()}")
-        print(f"sync: mesh {dict(mesh.shape)}, kernel PE space {mesh.axis_names[-1]!r}, {a.m}x{a.n} {a.dtype} per "
-              f"PE, random data, fcollect/broadcast/barrier/sync results equal to jax.lax: {ok}")
-    if not ok:
-        raise SystemExit(1)
+    ts.testing.report("sync", platform, {
+        f"mesh {dict(mesh.shape)}, kernel PE space {mesh.axis_names[-1]!r}, {a.m}x{a.n} {a.dtype} per "
+        f"PE, random data, fcollect/broadcast/barrier/sync results equal to jax.lax": ok,
+    })
 
 
 if __name__ == "__main__":
