@@ -1,0 +1,80 @@
+// ---- Hopper (sm_90a) helpers of the GEMM lowering: shared-memory layouts, mbarriers, cp.async,
+// ---- wgmma descriptors. Inlined into generated sources that use T.gemm on sm_90a.
+//
+// Shared tiles that feed wgmma use one layout, "SW128": a tile of R rows x C 16-bit columns
+// (columns contiguous in global memory) is cut into C/64 column atoms of R rows x 128 bytes; in
+// row r the 16-byte chunk c sits at chunk position c ^ (r % 8) (the hardware's 128-byte swizzle,
+// which keeps both the cp.async writes and the tensor core's reads free of bank conflicts).
+// Every tile starts at a 1024-byte-aligned address, so the swizzle phase is the row's.
+
+__device__ __forceinline__ uint32_t ts_smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of element (r, c) of an SW128 tile with R rows (16-bit elements).
+__device__ __forceinline__ uint32_t ts_sw128_offset(uint32_t r, uint32_t c, uint32_t rows) {
+  return (c >> 6) * rows * 128u + r * 128u + ((((c >> 3) & 7u) ^ (r & 7u)) << 4) + ((c & 7u) << 1);
+}
+
+// wgmma matrix descriptor: start address, leading/stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ uint64_t ts_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
+  d |= static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void ts_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void ts_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ts_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma.
+template <int N>
+__device__ __forceinline__ void ts_fence_regs(float (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// ---- mbarriers (shared memory, 8 bytes each) ----
+__device__ __forceinline__ void ts_mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(ts_smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ts_mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void ts_mbar_arrive(uint64_t* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(ts_smem_addr(bar)) : "memory");
+}
+// Waits until the barrier's phase with parity `parity` has completed.
+__device__ __forceinline__ void ts_mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = ts_smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- cp.async (16 bytes, L2 only) completing on an mbarrier ----
+__device__ __forceinline__ void ts_cp_async16(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ts_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
+}
+// The barrier receives one arrival from this thread once all its earlier cp.async are complete.
+__device__ __forceinline__ void ts_cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(ts_smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void ts_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Generic-proxy shared-memory writes become visible to the tensor cores (async proxy).
+__device__ __forceinline__ void ts_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- warpgroup roles ----
+__device__ __forceinline__ void ts_named_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void ts_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void ts_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
