@@ -86,6 +86,24 @@ __device__ __forceinline__ void ts_setmaxnreg_inc() { asm volatile("setmaxnreg.i
 template <int R>
 __device__ __forceinline__ void ts_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
 
+// ---- bulk tensor copies (TMA) completing on an mbarrier ----
+// The barrier expects `bytes` more bytes of transactions and gets this thread's arrival.
+__device__ __forceinline__ void ts_mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ts_smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// Box (x, y) of a 2-D tensor map (x the contiguous dimension) into shared memory.
+__device__ __forceinline__ void ts_tma_load_2d(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x, int32_t y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          ts_smem_addr(smem_dst)),
+      "l"(tmap), "r"(ts_smem_addr(bar)), "r"(x), "r"(y)
+      : "memory");
+}
+__device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
+}
+
 __device__ __forceinline__ void ts_wgmma_m64n128k16_bf16_km(
     float (&acc)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(

@@ -11,5 +11,6 @@ from jax_tilescale.codegen.wgmma import wgmma_wrapper  # noqa: E402
 here = pathlib.Path(__file__).parent
 header = (here.parents[1] / "jax_tilescale/codegen/tilescale_sm90.cuh").read_text()
 wrappers = "\n".join(wgmma_wrapper(n, "bf16", False, True) for n in (128, 256))
-(here / "gemm_ws.cu").write_text((here / "gemm_ws_template.cu").read_text()
-                                 .replace("//@SM90@", header).replace("//@WGMMA@", wrappers))
+for name in ("gemm_ws", "gemm_tma"):
+    (here / f"{name}.cu").write_text((here / f"{name}_template.cu").read_text()
+                                     .replace("//@SM90@", header).replace("//@WGMMA@", wrappers))
