@@ -38,7 +38,12 @@ namespace jax_tilescale {
   X(cuMemcpyHtoDAsync, PFN_cuMemcpyHtoDAsync_v3020)                                \
   X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020)                                \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                      \
-  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)
+  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)              \
+  X(cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                          \
+  X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020)                                \
+  X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                      \
+  X(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020)                \
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)
 
 struct DriverApi {
 #define TS_DECLARE_DRIVER_FN(name, type) type name = nullptr;

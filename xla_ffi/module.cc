@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "driver_api.h"
+#include "heap_check.h"
 #include "kernel_module.h"
 #include "launch_handler.h"
 #include "nvshmem_api.h"
@@ -88,6 +89,30 @@ NB_MODULE(_ffi, m) {
       },
       "Free the symmetric workspace (collective: every process must call it), before nvshmem finalize.");
   m.def("loaded_module_count", []() { return ts::LoadedModuleCount(); });
+
+  // The symmetric heap check (heap_check.h), for tests without a GPU.
+  m.def(
+      "parse_nvshmem_size", [](const std::string& text, size_t fallback) {
+        return ts::ParseNvshmemSize(text.c_str(), fallback);
+      },
+      "NVSHMEM_SYMMETRIC_SIZE's value in bytes as the heap check reads it (`fallback` when unreadable).");
+  m.def(
+      "heap_check",
+      [](const std::string& entry, size_t needed, size_t request, size_t configured, size_t known_capacity,
+         size_t free_bytes, size_t total_bytes, size_t min_free, int npes) {
+        ts::HeapFacts f;
+        f.needed = needed;
+        f.request = request;
+        f.configured = configured;
+        f.known_capacity = known_capacity;
+        f.free_bytes = free_bytes;
+        f.total_bytes = total_bytes;
+        return std::make_tuple(ts::FitsWithoutGrowth(f), ts::FitsLocally(f),
+                               ts::HeapTooSmallMessage(entry, f, min_free, npes));
+      },
+      nb::arg("entry"), nb::arg("needed"), nb::arg("request"), nb::arg("configured"), nb::arg("known_capacity"),
+      nb::arg("free_bytes"), nb::arg("total_bytes"), nb::arg("min_free"), nb::arg("npes"),
+      "(fits without growth, this PE's verdict, the refusal's message) for these facts.");
 
   m.def(
       "driver_error",

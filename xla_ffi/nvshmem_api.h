@@ -21,7 +21,8 @@ namespace jax_tilescale {
   X(nvshmem_malloc)                  \
   X(nvshmem_free)                    \
   X(nvshmemx_barrier_all_on_stream)  \
-  X(nvshmemx_cumodule_init)
+  X(nvshmemx_cumodule_init)          \
+  X(nvshmemx_uint64_min_reduce_on_stream)
 
 struct NvshmemApi {
   // The prototypes come from NVSHMEM's headers, so a signature change fails the build, not the run.

@@ -1,5 +1,9 @@
 #include "workspace.h"
 
+#include <algorithm>
+
+#include "heap_check.h"
+
 namespace jax_tilescale {
 namespace {
 
@@ -40,6 +44,11 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
       return "kernel `" + entry + "`: cuStreamSynchronize before growing the symmetric workspace failed: " +
              CuErrorText(r);
     }
+  }
+  // Every PE decides, together, whether nvshmem_malloc can meet the request (heap_check.h): past the free GPU
+  // memory NVSHMEM would end the process. A refusal keeps the old region, so later calls that fit still run.
+  if (std::string err = CheckGrowth(bytes, grow_to, stream, cu, shm, entry); !err.empty()) return err;
+  if (base_ != nullptr) {
     shm.nvshmem_free(base_);
     base_ = nullptr;
     bytes_ = 0;
@@ -53,18 +62,44 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
   }
   base_ = static_cast<unsigned char*>(p);
   bytes_ = grow_to;
+  capacity_ = std::max(capacity_, grow_to);
   *base = base_;
   return "";
 }
 
+std::string SymmetricWorkspace::CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu,
+                                            const NvshmemApi& shm, const std::string& entry) {
+  if (agree_ == nullptr) {  // collective too: every PE reaches its first growth at the same call
+    agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes));
+    if (agree_ == nullptr) return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes) + ") failed";
+  }
+  HeapFacts f;
+  f.needed = bytes;
+  f.request = grow_to;
+  f.configured = ConfiguredHeapBytes();
+  f.known_capacity = capacity_;
+  if (CUresult r = cu.cuMemGetInfo(&f.free_bytes, &f.total_bytes); r != CUDA_SUCCESS) {
+    // Still take part in the agreement (the peers wait for it), as a PE that cannot grow.
+    f.free_bytes = 0;
+  }
+  bool all_ok = false;
+  size_t min_free = 0;
+  if (std::string err = AgreeOnGrowth(cu, shm, stream, agree_, FitsLocally(f), f.free_bytes, &all_ok, &min_free);
+      !err.empty()) {
+    return "kernel `" + entry + "`: " + err;
+  }
+  if (all_ok) return "";
+  return HeapTooSmallMessage(entry, f, min_free, shm.nvshmem_n_pes());
+}
+
 std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (base_ == nullptr) return "";
+  if (base_ == nullptr && agree_ == nullptr) return "";
   const NvshmemApi* shm = Nvshmem();
   if (shm == nullptr || !shm->initialized()) {
     // NVSHMEM is already gone and took its heap with it.
-    base_ = nullptr;
-    bytes_ = 0;
+    base_ = agree_ = nullptr;
+    bytes_ = capacity_ = 0;
     return "";
   }
   // Every call that used the region must have finished on the device before it is freed.
@@ -74,9 +109,11 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
       return "cuCtxSynchronize before freeing the symmetric workspace failed: " + CuErrorText(r);
     }
   }
-  shm->nvshmem_free(base_);
-  base_ = nullptr;
-  bytes_ = 0;
+  // Collective, like the allocations: every PE holds the same regions.
+  if (base_ != nullptr) shm->nvshmem_free(base_);
+  if (agree_ != nullptr) shm->nvshmem_free(agree_);
+  base_ = agree_ = nullptr;
+  bytes_ = capacity_ = 0;
   return "";
 }
 

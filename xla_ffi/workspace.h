@@ -38,9 +38,17 @@ class SymmetricWorkspace {
 
  private:
   SymmetricWorkspace() = default;
+  // Whether every PE can get `grow_to` bytes from nvshmem_malloc without NVSHMEM ending the process
+  // (heap_check.h); collective. Returns "" or the error naming `entry`.
+  std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                          const std::string& entry);
+
+  static constexpr size_t kAgreeBytes = 256;
   std::mutex mutex_;
   unsigned char* base_ = nullptr;
   size_t bytes_ = 0;
+  size_t capacity_ = 0;             // the largest region nvshmem_malloc has given us
+  unsigned char* agree_ = nullptr;  // symmetric words for CheckGrowth's agreement
 };
 
 }  // namespace jax_tilescale

@@ -44,15 +44,12 @@ def exchange(tag: str, value: str) -> list[str]:
     return [client.blocking_key_value_get(f"tests/faults_gpu/{tag}/{r}", 120_000) for r in range(jax.process_count())]
 
 
-@pytest.mark.skip(
-    reason="seen 2026-11-30 on 2 x H200 (NVSHMEM 3.4.5, CUDA VMM heap): when growing the heap past the free GPU "
-    "memory fails, NVSHMEM ends the process (status 255, no message) instead of returning NULL, so the handler "
-    "never gets to raise its error. Needs a collective free-memory check before nvshmem_malloc (issue 5)."
-)
 def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
     # NVSHMEM grows its heap on demand under CUDA VMM (seen 2026-11-30: a 10 GB workspace ran with
-    # NVSHMEM_SYMMETRIC_SIZE=8G), so the heap runs out only with the GPU memory outside XLA's pool.
-    # Ask for more than that, but little enough that XLA can still allocate the output itself.
+    # NVSHMEM_SYMMETRIC_SIZE=8G), so the heap runs out only with the GPU memory outside XLA's pool; past it,
+    # nvshmem_malloc would end the process (status 255, no message), so the handler checks first, on every PE
+    # together (xla_ffi/heap_check.h). Ask for more than that memory, but little enough that XLA can still
+    # allocate the output itself.
     stats = jax.local_devices()[0].memory_stats() or {}
     pool = stats.get("bytes_limit", 0)
     fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
@@ -71,6 +68,9 @@ def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
     f = jax.jit(jax.shard_map(too_big_for_the_heap, mesh=gpu_mesh, in_specs=P("x"), out_specs=P("x"),
                               check_vma=False))
     x = jax.device_put(jnp.ones((gpu_mesh.size * 64, n), jnp.float32), NamedSharding(gpu_mesh, P("x")))
+    from jax_tilescale import _ffi
+
+    workspace_before = _ffi.workspace_bytes()
     try:
         jax.block_until_ready(f(x))
     except Exception as e:  # JAX wraps the handler's RESOURCE_EXHAUSTED error
@@ -80,6 +80,8 @@ def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
                     f"{os.environ.get('NVSHMEM_SYMMETRIC_SIZE')}: NVSHMEM grew its heap past that size")
     assert "too_big_for_the_heap" in message and "symmetric heap is too small" in message, message
     assert "Raise NVSHMEM_SYMMETRIC_SIZE" in message
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in message and "free of" in message, message
+    assert _ffi.workspace_bytes() == workspace_before  # refused before anything was freed or allocated
     # Every rank failed, and in the same way (no rank left waiting in a collective allocation).
     first = re.search(r"needs a symmetric workspace of \d+ bytes", message).group(0)
     assert exchange("heap", first) == [first] * jax.process_count()
