@@ -8,8 +8,11 @@ the interpreter and the code generator share.
 
 from __future__ import annotations
 
+import dis
 import enum
 import operator
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
@@ -28,6 +31,7 @@ class VarKind(enum.Enum):
     PROGRAM_ID = "program_id"  # block index along a grid axis
     PE = "pe"  # this device's index in the kernel's PE space
     LOOP = "loop"  # the index of a `T.serial`/`T.Pipelined` loop (`axis` holds its unique id)
+    THREAD = "thread"  # threadIdx.x (`T.thread_id()`), in [0, threads); see ir/control.py
 
 
 class BinOpKind(enum.Enum):
@@ -49,6 +53,38 @@ _PY_OPS: dict[BinOpKind, Callable[[int, int], int]] = {
     BinOpKind.MIN: min,
     BinOpKind.MAX: max,
 }
+
+
+class CompareKind(enum.Enum):
+    """Comparisons of kernel values (`tx == 0`, `T.get_pe() < n`): 1 when true, else 0."""
+
+    EQ = "=="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+
+
+_COMPARE_OPS: dict[CompareKind, Callable[[int, int], bool]] = {
+    CompareKind.EQ: operator.eq,
+    CompareKind.NE: operator.ne,
+    CompareKind.LT: operator.lt,
+    CompareKind.LE: operator.le,
+    CompareKind.GT: operator.gt,
+    CompareKind.GE: operator.ge,
+}
+
+
+class LogicKind(enum.Enum):
+    """Combinations of conditions. `&`/`|` evaluate both sides (Python's operators on bools);
+    `and`/`or` (the rewritten Python keywords) stop at the first side that decides, like C's
+    `&&`/`||`, so `(n > 0) and (x // n > 1)` never divides by zero."""
+
+    AND = "&"
+    OR = "|"
+    LAND = "and"
+    LOR = "or"
 
 
 def apply_binop(op: BinOpKind, a: int, b: int) -> int:
@@ -107,15 +143,53 @@ class Expr:
 
     def __bool__(self) -> bool:
         raise TypeError(
-            f"`{format_expr(self)}` is a kernel value known only at run time; Python `if`/`and`/`or` "
-            "on it is not supported yet"
+            f"`{format_expr(self)}` is a kernel value known only at run time; Python `if`/`while`/`and`/`or` "
+            "cannot decide it while the kernel is traced. In the body of a @ts.kernel function `if`, `and`, "
+            "`or`, `not` and `x if c else y` on kernel values are traced as kernel conditionals; elsewhere use "
+            "`with T.If(cond):`, `T.if_then_else`, `&`, `|`, `~`"
         )
 
-    # Comparisons would need a boolean expression type; they arrive with control flow.
-    __hash__ = object.__hash__
+    # Comparisons build boolean kernel values (`tx == 0`). IR nodes still compare structurally
+    # where Python needs a bool (dict keys, tuples, dataclass equality): `bool(a == b)` is
+    # "same expression" (see `Compare.__bool__`), as in TVM.
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return _compare_or_not_implemented(CompareKind.EQ, self, other)
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        return _compare_or_not_implemented(CompareKind.NE, self, other)
+
+    def __lt__(self, other: IntLike) -> Any:
+        return _compare_or_not_implemented(CompareKind.LT, self, other)
+
+    def __le__(self, other: IntLike) -> Any:
+        return _compare_or_not_implemented(CompareKind.LE, self, other)
+
+    def __gt__(self, other: IntLike) -> Any:
+        return _compare_or_not_implemented(CompareKind.GT, self, other)
+
+    def __ge__(self, other: IntLike) -> Any:
+        return _compare_or_not_implemented(CompareKind.GE, self, other)
+
+    def __and__(self, other: Any) -> Any:
+        return logic(LogicKind.AND, self, other)
+
+    def __rand__(self, other: Any) -> Any:
+        return logic(LogicKind.AND, other, self)
+
+    def __or__(self, other: Any) -> Any:
+        return logic(LogicKind.OR, self, other)
+
+    def __ror__(self, other: Any) -> Any:
+        return logic(LogicKind.OR, other, self)
+
+    def __invert__(self) -> Any:
+        return logical_not(self)
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *_field_values(self)))
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class Const(Expr):
     value: int
 
@@ -124,20 +198,20 @@ class Const(Expr):
             raise TypeError(f"index constants must be int, got {self.value!r}")
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class Var(Expr):
     kind: VarKind
     axis: int = 0  # grid axis for PROGRAM_ID; the loop's unique id for LOOP
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class BinOp(Expr):
     op: BinOpKind
     lhs: Expr
     rhs: Expr
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class Load(Expr):
     """One element of a kernel input, read when the expression is evaluated (`T.load(ref[i])`).
 
@@ -149,6 +223,202 @@ class Load(Expr):
 
     buffer: Buffer
     indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Compare(Expr):
+    """`lhs op rhs`: 1 when it holds, else 0 (Python's True/False in arithmetic)."""
+
+    op: CompareKind
+    lhs: Expr
+    rhs: Expr
+
+    def __bool__(self) -> bool:
+        """Structural equality, for containers and IR code (`a == b` of two expressions is "the same
+        expression"); a kernel condition has no Python truth value. A Python truth test of a
+        comparison that is not decided structurally, in user code while a kernel is traced (an
+        `if` the kernel decorator did not rewrite, e.g. in a helper function), is an error rather
+        than a silent False."""
+        if self.op not in (CompareKind.EQ, CompareKind.NE):
+            raise TypeError(
+                f"`{format_expr(self)}` is a kernel condition known only at run time; " + _WHERE_CONDITIONS
+            )
+        equal = same_expr(self.lhs, self.rhs)
+        if not equal and _user_truth_test():
+            raise TypeError(
+                f"`{format_expr(self)}` is a kernel condition known only at run time; " + _WHERE_CONDITIONS
+            )
+        return equal if self.op is CompareKind.EQ else not equal
+
+
+@dataclass(frozen=True, eq=False)
+class Logic(Expr):
+    """`lhs & rhs`, `lhs | rhs` (both evaluated) or `lhs and rhs`, `lhs or rhs` (short-circuit);
+    operands are conditions (0 or 1)."""
+
+    op: LogicKind
+    lhs: Expr
+    rhs: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Not(Expr):
+    """`~cond` / `not cond`: 1 when the condition is 0."""
+
+    operand: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    """`T.if_then_else(cond, a, b)` / `a if cond else b`: only the chosen side is evaluated."""
+
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+
+
+_WHERE_CONDITIONS = (
+    "inside the body of a @ts.kernel function `if`/`and`/`or`/`not`/`x if c else y` on it are traced as kernel "
+    "conditionals, elsewhere (helper functions) write `with T.If(cond):`, `T.if_then_else(cond, a, b)`, and "
+    "`&`, `|`, `~` to combine conditions"
+)
+BOOLEAN_EXPRS = (Compare, Logic, Not)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TRUTH_TEST_OPS = frozenset(
+    i for i, name in enumerate(dis.opname) if "JUMP_IF" in name or name in ("UNARY_NOT", "TO_BOOL")
+)
+
+
+def _user_truth_test() -> bool:
+    """Whether `Compare.__bool__` was called by a Python truth test (`if`, `and`, `not`, ...) in code
+    outside this package while a kernel is being traced."""
+    from .trace import _STATE  # trace.py imports this module
+
+    if _STATE.get() is None:
+        return False
+    frame = sys._getframe(2)  # the caller of __bool__
+    if frame is None or os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        return False
+    try:
+        return frame.f_code.co_code[frame.f_lasti] in _TRUTH_TEST_OPS
+    except IndexError:
+        return False
+
+
+def _field_values(e: Expr) -> tuple[Any, ...]:
+    return tuple(getattr(e, name) for name in e.__dataclass_fields__)  # type: ignore[attr-defined]
+
+
+def same_expr(a: Any, b: Any) -> bool:
+    """Structural equality of expressions (and of tuples of them, and other field values)."""
+    if a is b:
+        return True
+    if isinstance(a, Expr) or isinstance(b, Expr):
+        return type(a) is type(b) and all(same_expr(x, y) for x, y in zip(_field_values(a), _field_values(b)))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same_expr(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def is_condition(e: Any) -> bool:
+    """A kernel condition: a comparison, or `&`/`|`/`~`/`and`/`or`/`not` of conditions."""
+    if isinstance(e, Select):
+        return is_condition(e.if_true) and is_condition(e.if_false)
+    return isinstance(e, BOOLEAN_EXPRS)
+
+
+def compare(op: CompareKind, a: IntLike, b: IntLike) -> Expr | bool:
+    """`a op b` of kernel values: a Python bool when both are constants (or `a` and `b` are the
+    same expression, for ==, !=, <=, >=), else a `Compare`."""
+    a, b = as_expr(a), as_expr(b)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return _COMPARE_OPS[op](a.value, b.value)
+    if same_expr(a, b):  # the same value on both sides, whatever it is at run time
+        return op in (CompareKind.EQ, CompareKind.LE, CompareKind.GE)
+    return Compare(op, a, b)
+
+
+def _compare_or_not_implemented(op: CompareKind, a: Expr, b: object) -> Any:
+    try:
+        other = as_expr(b)
+    except TypeError:
+        return NotImplemented  # e.g. `expr == None`: Python falls back to identity
+    return compare(op, a, other)
+
+
+def as_condition(value: Any, what: str = "a condition") -> Expr | bool:
+    """A Python bool stays one; a kernel condition stays one; another kernel value `v` means
+    `v != 0` (Python's truth of an int). Anything else is a TypeError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Expr) and is_condition(value):
+        return value
+    try:
+        e = as_expr(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a kernel condition or a Python bool, got {value!r}") from None
+    return compare(CompareKind.NE, e, 0)
+
+
+def logic(op: LogicKind, a: Any, b: Any) -> Expr | bool:
+    """Combines two conditions (Python bools fold away: `c & True` is `c`). `&`/`|` take conditions
+    only; `and`/`or` also take index values, meaning `v != 0` (Python's truth of an int)."""
+    if op in (LogicKind.AND, LogicKind.OR):
+        for side in (a, b):
+            if not isinstance(side, bool) and not (isinstance(side, Expr) and is_condition(side)):
+                shown = format_expr(side) if isinstance(side, Expr) else repr(side)
+                raise TypeError(
+                    f"`{op.value}` combines conditions (comparisons such as tx < 4); {shown} is not one "
+                    "(bitwise operations on index values are not supported)"
+                )
+    a, b = as_condition(a), as_condition(b)
+    conj = op in (LogicKind.AND, LogicKind.LAND)
+    if isinstance(a, bool):  # True & c is c, False & c is False; True | c is True, False | c is c
+        return b if a == conj else a
+    if isinstance(b, bool):
+        return a if b == conj else b
+    return Logic(op, a, b)
+
+
+def logical_not(a: Any) -> Expr | bool:
+    """`~cond` / `not cond` (on a condition; `~` of an index value is refused: Python's `~` of an
+    int is bitwise, `~True == -2`)."""
+    if isinstance(a, bool):
+        return not a
+    if not (isinstance(a, Expr) and is_condition(a)):
+        raise TypeError(f"`~` negates a condition (a comparison); {format_expr(as_expr(a))} is an index value")
+    if isinstance(a, Not):
+        return a.operand
+    if isinstance(a, Compare):  # ~(x < y) is x >= y: simpler to read and to print
+        return Compare(_NEGATED[a.op], a.lhs, a.rhs)
+    return Not(a)
+
+
+_NEGATED = {
+    CompareKind.EQ: CompareKind.NE,
+    CompareKind.NE: CompareKind.EQ,
+    CompareKind.LT: CompareKind.GE,
+    CompareKind.GE: CompareKind.LT,
+    CompareKind.LE: CompareKind.GT,
+    CompareKind.GT: CompareKind.LE,
+}
+
+
+def select(cond: Any, if_true: IntLike, if_false: IntLike) -> Expr:
+    """`if_true` where `cond` holds, else `if_false`; decided now when `cond` is a Python bool."""
+    c = as_condition(cond)
+    if isinstance(c, bool):
+        return as_expr(if_true if c else if_false)
+    return Select(c, as_expr(if_true), as_expr(if_false))
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The sub-expressions of `e` (a Load's indices included)."""
+    if isinstance(e, Load):
+        return e.indices
+    if isinstance(e, (Const, Var)):
+        return ()
+    return tuple(v for v in _field_values(e) if isinstance(v, Expr))
 
 
 def as_expr(value: IntLike | Any) -> Expr:
@@ -228,20 +498,13 @@ def affine_form(e: Expr) -> tuple[dict[Expr, int], int] | None:
 def variables(e: Expr) -> frozenset[Var]:
     if isinstance(e, Var):
         return frozenset([e])
-    if isinstance(e, BinOp):
-        return variables(e.lhs) | variables(e.rhs)
-    if isinstance(e, Load):
-        return frozenset().union(*(variables(i) for i in e.indices))
-    return frozenset()
+    return frozenset().union(*(variables(c) for c in children(e)))
 
 
 def loads(e: Expr) -> list[Load]:
     """Every `Load` in `e`, outermost first (a load's indices may hold loads)."""
-    if isinstance(e, BinOp):
-        return loads(e.lhs) + loads(e.rhs)
-    if isinstance(e, Load):
-        return [e] + [inner for i in e.indices for inner in loads(i)]
-    return []
+    inner = [ld for c in children(e) for ld in loads(c)]
+    return [e, *inner] if isinstance(e, Load) else inner
 
 
 def evaluate(e: Expr, env: dict[Var, int], load: Loader | None = None) -> int:
@@ -257,7 +520,29 @@ def evaluate(e: Expr, env: dict[Var, int], load: Loader | None = None) -> int:
         if load is None:
             raise TypeError(f"`{format_expr(e)}` reads kernel memory; evaluating it needs a loader")
         return load(e, tuple(evaluate(i, env, load) for i in e.indices))
+    rule = _EVAL_RULES.get(type(e))
+    if rule is not None:
+        return rule(e, lambda sub: evaluate(sub, env, load))
     raise TypeError(f"not an index expression: {e!r}")
+
+
+def _eval_logic(e: Logic, ev: Callable[[Expr], int]) -> int:
+    lhs = ev(e.lhs) != 0
+    if e.op is LogicKind.LAND and not lhs:
+        return 0
+    if e.op is LogicKind.LOR and lhs:
+        return 1
+    rhs = ev(e.rhs) != 0
+    return int(lhs and rhs) if e.op in (LogicKind.AND, LogicKind.LAND) else int(lhs or rhs)
+
+
+# Conditions are 0/1 ints (Python's bools in arithmetic); `Select` evaluates only the chosen side.
+_EVAL_RULES: dict[type, Callable[[Any, Callable[[Expr], int]], int]] = {
+    Compare: lambda e, ev: int(_COMPARE_OPS[e.op](ev(e.lhs), ev(e.rhs))),
+    Logic: _eval_logic,
+    Not: lambda e, ev: int(ev(e.operand) == 0),
+    Select: lambda e, ev: ev(e.if_true) if ev(e.cond) != 0 else ev(e.if_false),
+}
 
 
 def value_range(e: Expr, ranges: dict[Var, tuple[int, int]]) -> tuple[int, int] | None:
@@ -286,6 +571,8 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Var):
         if e.kind is VarKind.PROGRAM_ID:
             return f"program_id({e.axis})"
+        if e.kind is VarKind.THREAD:
+            return "tx"
         return f"i{e.axis}" if e.kind is VarKind.LOOP else e.kind.value
     if isinstance(e, BinOp):
         if e.op in (BinOpKind.MIN, BinOpKind.MAX):
@@ -293,6 +580,12 @@ def format_expr(e: Expr) -> str:
         return f"({format_expr(e.lhs)} {e.op.value} {format_expr(e.rhs)})"
     if isinstance(e, Load):
         return f"{e.buffer.name}[{', '.join(format_expr(i) for i in e.indices)}]"
+    if isinstance(e, (Compare, Logic)):
+        return f"({format_expr(e.lhs)} {e.op.value} {format_expr(e.rhs)})"
+    if isinstance(e, Not):
+        return f"(not {format_expr(e.operand)})"
+    if isinstance(e, Select):
+        return f"if_then_else({format_expr(e.cond)}, {format_expr(e.if_true)}, {format_expr(e.if_false)})"
     return repr(e)
 
 

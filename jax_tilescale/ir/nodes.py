@@ -74,6 +74,7 @@ class BufferKind(enum.Enum):
     SIGNAL = "signal"  # symmetric uint64 words, zeroed before each launch (`alloc_signal`)
     SYMMETRIC = "symmetric"  # symmetric scratch, zeroed before each launch (`alloc_symmetric`)
     FRAGMENT = "fragment"  # per-block register tile (`alloc_fragment`); the interpreter keeps it like shared
+    LOCAL = "local"  # per-thread registers (`alloc_local`, `alloc_var`); read and written element by element
 
 
 # Buffers private to one block (one copy per block of each PE).
@@ -395,6 +396,11 @@ class Loop(Stmt):
     def op_name(self) -> str:  # type: ignore[override]
         return "serial" if self.num_stages is None else "Pipelined"
 
+    @property
+    def bodies(self) -> tuple[tuple[Stmt, ...], ...]:
+        """The nested statement lists (every statement with nested ones has this property)."""
+        return (self.body,)
+
 
 @dataclass(frozen=True)
 class Fill(Stmt):
@@ -423,11 +429,11 @@ COMPUTE_STMTS = (Loop, Fill, Gemm)
 
 
 def walk_stmts(body: tuple[Stmt, ...]):
-    """Every statement of `body`, loops first and then their bodies (recursively), in order."""
+    """Every statement of `body`, loops (and ifs) first and then their bodies (recursively), in order."""
     for s in body:
         yield s
-        if isinstance(s, Loop):
-            yield from walk_stmts(s.body)
+        for nested in getattr(s, "bodies", ()):
+            yield from walk_stmts(nested)
 
 
 # Statements that are NVSHMEM team collectives: the k-th of them on each PE form one instance.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .control import If, LocalStore
 from .expr import Expr, format_expr
 from .nodes import (
     BarrierAll,
@@ -79,6 +80,14 @@ PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
 }
 
 
+PRINT_RULES.update({
+    If: lambda s: f"if {format_expr(s.cond)}:",
+    LocalStore: lambda s: f"{s.dst} = {format_expr(s.value)}",
+})
+# Headers of the nested bodies after the first (an if's `else:`).
+BODY_HEADERS: dict[type, tuple[str, ...]] = {If: ("else:",)}
+
+
 def format_stmt(stmt: Stmt) -> str:
     return PRINT_RULES[type(stmt)](stmt)
 
@@ -106,5 +115,8 @@ def _format_body(body: tuple[Stmt, ...], depth: int, with_locs: bool, lines: lis
         if with_locs:
             text = f"{text:<70} # {s.loc}"
         lines.append(text)
-        if isinstance(s, Loop):
-            _format_body(s.body, depth + 1, with_locs, lines)
+        headers = BODY_HEADERS.get(type(s), ())
+        for i, nested in enumerate(getattr(s, "bodies", ())):
+            if i and nested:
+                lines.append(f"{'  ' * depth}{headers[i - 1]}")
+            _format_body(nested, depth + 1, with_locs, lines)

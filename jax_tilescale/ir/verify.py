@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 
 from ..errors import KernelTraceError
+from .control import If, LocalStore, check_thread_context, verify_if, verify_local_store
 from .expr import Expr, Var, VarKind, format_expr, loads, value_range, variables
 from .nodes import (
     BLOCK_LOCAL,
@@ -160,7 +161,9 @@ def _check_loads(s: Stmt, ranges: Ranges) -> None:
     for e in stmt_exprs(s):
         for ld in loads(e):
             buf = ld.buffer
-            if buf.kind is not BufferKind.INPUT or buf.dtype not in LOADABLE_DTYPES:
+            # Inputs (T.load) and per-thread registers (ir/control.py) can be read as values.
+            loadable = buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES
+            if buf.kind is not BufferKind.LOCAL and not loadable:
                 raise KernelTraceError(f"{s.op_name}: T.load of {buf}: only integer inputs can be loaded", s.loc)
             if len(ld.indices) != len(buf.shape):
                 raise KernelTraceError(f"{s.op_name}: T.load of {buf.name} needs {len(buf.shape)} indices", s.loc)
@@ -405,6 +408,8 @@ STMT_RULES: dict[type, Callable[[Stmt, KernelIR, Ranges], None]] = {
     Gemm: _verify_gemm,
     Fill: _verify_fill,
     Loop: _verify_loop,
+    If: verify_if,
+    LocalStore: verify_local_store,
 }
 
 
@@ -424,6 +429,7 @@ def _verify_body(body: tuple[Stmt, ...], kernel: KernelIR, ranges: Ranges) -> No
         if rule is None:
             raise KernelTraceError(f"internal: no verifier rule for {type(stmt).__name__}", stmt.loc)
         _check_loop_vars(stmt, ranges)
+        check_thread_context(stmt, kernel, ranges)
         rule(stmt, kernel, ranges)
         _check_loads(stmt, ranges)
 
