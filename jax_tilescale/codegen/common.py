@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..ir.expr import Const, Expr
 from ..ir.nodes import Buffer, KernelIR, Region, Scope
@@ -27,6 +28,9 @@ class Ctx:
     kernel: KernelIR
     layout: Layout
     pointers: dict[Buffer, str]  # C name of each buffer's `unsigned char*` base
+    # The Hopper GEMM plan (`gemm_sm90.Sm90Plan`) when the kernel has warp-specialised GEMM loops:
+    # it owns the register fragments and the loops it lowers.
+    plan: Any = None
 
     @property
     def num_blocks(self) -> int:

@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import KernelTraceError
-from ..ir.nodes import Buffer, Copy, KernelIR, SourceLoc, Stmt
-from ..ir.printer import format_kernel, format_stmt
+from ..ir.nodes import Buffer, KernelIR
+from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
-from . import collectives, comm
-from .common import INDENT, MOVE_TYPES, Ctx, c_identifier, c_string, comment, copy_loop, indent
-from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, WHERE_NAME, buffer_pointer_name
+from . import collectives, comm, compute
+from .body import EMIT_RULES, RESTORE, emit_body
+from .common import INDENT, MOVE_TYPES, Ctx, c_identifier, comment, indent
+from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
+from .gemm_sm90 import PRODUCER_REGS, TENSOR_MAP_FIELDS, Sm90Plan, plan_with_reasons
 from .layout import plan_layout
 
-TS_ABI_VERSION = 1  # must match TS_ABI_VERSION in tilescale_device.cuh and the handler
+TS_ABI_VERSION = 2  # must match TS_ABI_VERSION in tilescale_device.cuh and the handler
 TS_MAX_BUFFERS = 32
-LAUNCH_ARGS_BYTES = 280  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
+LAUNCH_ARGS_BYTES = 304  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
 
 
 @dataclass(frozen=True)
@@ -43,48 +44,37 @@ class CudaModule:
     scratch_bytes: int
     uses_nvshmem: bool
     grid_barrier: bool
+    arch: str = "sm_90"  # what to compile for (sm_90a when the kernel uses wgmma)
+    tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
+    notes: tuple[str, ...] = ()  # why pipelined loops took the portable path, if any did
 
 
-@functools.lru_cache(maxsize=1)
-def device_header() -> str:
-    """The text of tilescale_device.cuh (package data)."""
-    return importlib.resources.files(__package__).joinpath("tilescale_device.cuh").read_text(encoding="utf-8")
+@functools.lru_cache(maxsize=4)
+def device_header(name: str = "tilescale_device.cuh") -> str:
+    """The text of one of the codegen's headers (package data)."""
+    return importlib.resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-# ---- statement rules ----------------------------------------------------------------------------
+# ---- statement rules (codegen.body walks the kernel with them) ------------------------------------
 
-
-def _emit_copy(s: Copy, ctx: Ctx) -> list[str]:
-    # One barrier after every copy: it orders shared-memory writes before later reads, and
-    # reads before later overwrites, for whatever statement comes next.
-    return [*copy_loop(ctx, s.src, s.dst), "__syncthreads();"]
-
-
-EMIT_RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {
-    Copy: _emit_copy,
-    **comm.RULES,
-    **collectives.RULES,
-}
+EMIT_RULES.update(compute.RULES)
+EMIT_RULES.update(comm.RULES)
+EMIT_RULES.update(collectives.RULES)
 
 
 # ---- assembly -----------------------------------------------------------------------------------
 
 
-class _Restore:
-    """Placeholder for a `#line` that returns to the generated file (numbered at the end)."""
-
-
-_RESTORE = _Restore()
-
-
-def _line_directive(loc: SourceLoc) -> str | None:
-    return f"#line {loc.lineno} {c_string(loc.filename)}" if loc.lineno > 0 else None
-
-
 def _prologue(ctx: Ctx) -> list[str]:
     k = ctx.kernel
-    lines = [
-        "extern __shared__ __align__(128) unsigned char ts_smem[];",
+    smem = "ts_smem"
+    lines = ["extern __shared__ __align__(128) unsigned char ts_smem_raw[];"]
+    if ctx.plan is not None:  # swizzled tiles need 1024-byte alignment (the layout reserved the slack)
+        lines.append("unsigned char* const ts_smem = reinterpret_cast<unsigned char*>("
+                     "(reinterpret_cast<uintptr_t>(ts_smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));")
+    else:
+        lines.append("unsigned char* const ts_smem = ts_smem_raw;")
+    lines += [
         (
             f"const int64_t {GRID_VAR_NAMES[0]} = blockIdx.x, {GRID_VAR_NAMES[1]} = blockIdx.y, "
             f"{GRID_VAR_NAMES[2]} = blockIdx.z;"
@@ -98,7 +88,7 @@ def _prologue(ctx: Ctx) -> list[str]:
             f"{comment(str(buf))}"
         )
     for buf, off in ctx.layout.shared_offsets.items():
-        lines.append(f"unsigned char* const {ctx.pointers[buf]} = ts_smem + {off};  {comment(str(buf))}")
+        lines.append(f"unsigned char* const {ctx.pointers[buf]} = {smem} + {off};  {comment(str(buf))}")
     for buf, off in ctx.layout.signal_offsets.items():
         lines.append(f"unsigned char* const {ctx.pointers[buf]} = args.scratch + {off};  {comment(str(buf))}")
     if ctx.layout.barrier_offset is not None:
@@ -109,7 +99,7 @@ def _prologue(ctx: Ctx) -> list[str]:
                       (collectives.TEAM_BARRIER, ctx.layout.team_barrier_offset)):
         if off is not None:
             lines.append(f"TsTeamBarrier* const {name} = reinterpret_cast<TsTeamBarrier*>(args.scratch + {off});")
-    used += list(ctx.pointers.values())
+    used += [ctx.pointers[b] for b in (*k.params, *ctx.layout.shared_offsets, *ctx.layout.signal_offsets)]
     lines.append(" ".join(f"(void){name};" for name in used) + "  // not every kernel uses all of them")
     return lines
 
@@ -146,54 +136,105 @@ def _entry_name(kernel: KernelIR) -> str:
     return f"ts_{c_identifier(kernel.name)}"
 
 
-def generate_cuda(kernel: KernelIR) -> CudaModule:
-    """CUDA C++ for `kernel` (verified here) plus its launch facts."""
+def generate_cuda(kernel: KernelIR, arch: str = "sm_90") -> CudaModule:
+    """CUDA C++ for `kernel` (verified here) plus its launch facts. `arch` is the GPU's
+    (sm_90 enables the Hopper GEMM lowering, which then compiles for sm_90a)."""
     verify_kernel(kernel)
     _check_supported(kernel)
-    layout = plan_layout(kernel)
-    ctx = Ctx(kernel, layout, _pointer_names(kernel))
+    plan, notes = plan_with_reasons(kernel, arch)
+    layout = plan_layout(kernel, plan)
+    ctx = Ctx(kernel, layout, _pointer_names(kernel), plan)
     entry = _entry_name(kernel)
     uses_nvshmem = kernel.uses_nvshmem()
+    threads = kernel.threads if plan is None else plan.total_threads
 
-    out: list[str | _Restore] = [
+    out: list = [
         f"// Generated by jax_tilescale.codegen.cuda from kernel `{kernel.name}` ({kernel.loc}). Do not edit.",
         *(comment(line) for line in format_kernel(kernel).splitlines()),
+        *(comment("portable path: " + note) for note in notes),
         "",
         f"#define TS_USES_NVSHMEM {int(uses_nvshmem)}",
+    ]
+    if plan is not None:  # ts_fail's barrier must not wait for the producer warpgroup
+        out.append(f'#define TS_FAIL_SYNC() asm volatile("bar.sync 1, {plan.user_threads};" ::: "memory")')
+    out += [
         *device_header().splitlines(),
+        *device_header("tilescale_compute.cuh").splitlines(),
         "",
         f'static_assert(TS_ABI_VERSION == {TS_ABI_VERSION}, "codegen and device header disagree on the ABI");',
         "",
-        f'extern "C" __global__ void __launch_bounds__({kernel.threads}) {entry}(const TsLaunchArgs args) {{',
+    ]
+    params = "const TsLaunchArgs args"
+    if plan is not None:
+        out += [
+            *device_header("tilescale_sm90.cuh").splitlines(),
+            "",
+            *"\n\n".join(plan.helpers()).splitlines(),
+            "",
+            "struct alignas(64) TsTensorMap { unsigned long long opaque[16]; };  // a CUtensorMap",
+            f"struct TsTensorMaps {{ TsTensorMap m[{max(1, len(plan.tensor_maps))}]; }};",
+            "",
+        ]
+        params += ", const __grid_constant__ TsTensorMaps ts_maps"
+    bounds = f"{threads}" if plan is None else f"{threads}, 1"
+    out += [
+        f'extern "C" __global__ void __launch_bounds__({bounds}) {entry}({params}) {{',
         *indent(_prologue(ctx)),
     ]
-    for n, stmt in enumerate(kernel.body):
-        rule = EMIT_RULES.get(type(stmt))
-        if rule is None:
-            raise KernelTraceError(f"internal: no CUDA rule for {type(stmt).__name__}", stmt.loc)
-        body = rule(stmt, ctx)
-        if any(WHERE_NAME in line for line in body):  # the user's line, for run-time error messages
-            body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
-        out += ["", INDENT + comment(f"[{n}] {format_stmt(stmt)}    at {stmt.loc}")]
-        directive = _line_directive(stmt.loc)
-        if directive is not None:
-            out.append(directive)
-        out += [INDENT + "{", *indent(body, 2), INDENT + "}"]
-        if directive is not None:
-            out.append(_RESTORE)
+    if plan is None:
+        out += _indent_lines(emit_body(kernel.body, ctx))
+    else:
+        out += _indent_lines(_warp_specialised(plan, ctx))
     out += ["}", ""]
 
     # Statement code is attributed to the user's line (nvcc messages, -lineinfo in profilers);
     # everything else to the generated file, which the compiler saves as `<entry>.cu`.
-    text = [f"#line {i + 2} {c_string(entry + '.cu')}" if line is _RESTORE else line for i, line in enumerate(out)]
+    text = [f"#line {i + 2} \"{entry}.cu\"" if line is RESTORE else line for i, line in enumerate(out)]
     grid = tuple(kernel.grid) + (1,) * (3 - len(kernel.grid))
+    maps: tuple[int, ...] = ()
+    if plan is not None:
+        maps = tuple(v for spec in plan.tensor_maps for v in spec.encode())
+        assert len(maps) == TENSOR_MAP_FIELDS * len(plan.tensor_maps)
     return CudaModule(
-        source="\n".join(text),  # type: ignore[arg-type]
+        source="\n".join(text),
         entry=entry,
-        threads=kernel.threads,
+        threads=threads,
         grid=grid,  # type: ignore[arg-type]
         smem_bytes=layout.smem_bytes,
         scratch_bytes=layout.scratch_bytes,
         uses_nvshmem=uses_nvshmem,
         grid_barrier=layout.barrier_offset is not None,
+        arch="sm_90a" if plan is not None else arch,
+        tensor_maps=maps,
+        notes=tuple(notes),
     )
+
+
+def _indent_lines(lines: list) -> list:
+    return [line if line is RESTORE or (isinstance(line, str) and line.startswith("#line")) else INDENT + line
+            for line in lines]
+
+
+def _warp_specialised(plan: Sm90Plan, ctx: Ctx) -> list:
+    """The kernel body split into the TMA producer warpgroup and the consumer warpgroups that run
+    the user's statements (gemm_sm90's docstring has the picture)."""
+    user = plan.user_threads
+    body = emit_body(ctx.kernel.body, ctx)
+    # The consumers meet among themselves; __syncthreads would wait for the producer too.
+    body = [line.replace("__syncthreads()", f"ts_named_sync(1, {user})") if isinstance(line, str) else line
+            for line in body]
+    return [
+        *plan.barrier_init(f"ts_smem + {ctx.layout.mbarrier_offset}"),
+        f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
+        f"{INDENT}ts_setmaxnreg_dec<{PRODUCER_REGS}>();",
+        f"{INDENT}if (threadIdx.x == {user}) {{",
+        f"{INDENT * 2}for (int ts_t = 0; ts_t < {len(plan.tensor_maps)}; ++ts_t) "
+        "ts_tma_prefetch_desc(&ts_maps.m[ts_t]);",
+        *indent(plan.producer(ctx), 2),
+        f"{INDENT}}}",
+        f"}} else {{  // consumer warpgroups: the kernel's own {user} threads",
+        f"{INDENT}ts_setmaxnreg_inc<{plan.consumer_regs}>();",
+        *indent(plan.accumulators()),
+        *_indent_lines(body),
+        "}",
+    ]

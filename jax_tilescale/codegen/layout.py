@@ -19,7 +19,8 @@ collective made by another block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import KernelTraceError
 from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, Buffer, BufferKind, KernelIR
@@ -46,6 +47,8 @@ class Layout:
     scratch_bytes: int
     pe_barrier_offset: int | None = None  # TsTeamBarrier of barrier_all / sync_all
     team_barrier_offset: int | None = None  # TsTeamBarrier of the team collectives
+    mbarrier_offset: int | None = None  # the Hopper plan's mbarrier words (8 bytes each), in shared memory
+    register_buffers: frozenset[Buffer] = field(default_factory=frozenset)  # fragments kept in registers
 
 
 def needs_grid_barrier(kernel: KernelIR) -> bool:
@@ -56,12 +59,23 @@ def needs_grid_barrier(kernel: KernelIR) -> bool:
     return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
 
 
-def plan_layout(kernel: KernelIR) -> Layout:
+def plan_layout(kernel: KernelIR, plan: Any = None) -> Layout:
+    """Offsets of every allocation. `plan` (a `gemm_sm90.Sm90Plan`) keeps its accumulators in
+    registers and gives its pipelined tiles `num_stages` copies at 1024-byte boundaries.
+    Fragments not kept in registers live in shared memory, row-major, like shared tiles."""
     shared: dict[Buffer, int] = {}
     signals: dict[Buffer, int] = {}
     smem = scratch = 0
+    registers = frozenset(plan.acc_slabs) if plan is not None else frozenset()
+    staged = plan.stage_buffers() if plan is not None else {}
+    for buf in staged:  # first: their alignment then costs nothing
+        smem = _round_up(smem, 1024)
+        shared[buf] = smem
+        smem += staged[buf]
     for buf in kernel.allocs:
-        if buf.kind is BufferKind.SHARED:
+        if buf in staged or buf in registers:
+            continue
+        if buf.kind in (BufferKind.SHARED, BufferKind.FRAGMENT):
             smem = _round_up(smem, SHARED_ALIGN)
             shared[buf] = smem
             smem += buf.nbytes
@@ -69,6 +83,8 @@ def plan_layout(kernel: KernelIR) -> Layout:
             scratch = _round_up(scratch, SIGNAL_ALIGN if buf.kind is BufferKind.SIGNAL else SYMMETRIC_ALIGN)
             signals[buf] = scratch
             scratch += buf.nbytes
+        elif buf.kind is getattr(BufferKind, "LOCAL", None):
+            continue  # per-thread registers: declared where the statements that use them are emitted
         else:
             raise KernelTraceError(f"internal: {buf} is not an allocation kind the code generator knows", kernel.loc)
     barrier = pe_barrier = team_barrier = None
@@ -81,7 +97,13 @@ def plan_layout(kernel: KernelIR) -> Layout:
     if any(isinstance(s, TEAM_COLLECTIVES) for s in kernel.body):
         team_barrier = _round_up(scratch, SIGNAL_ALIGN)
         scratch = team_barrier + TEAM_BARRIER_BYTES
+    mbarriers = None
+    if plan is not None:
+        mbarriers = _round_up(smem, 8)
+        smem = mbarriers + 8 * plan.barrier_words()
     smem_bytes = _round_up(smem, SHARED_ALIGN)
+    if plan is not None:
+        smem_bytes += 1024  # the prologue aligns the dynamic shared memory's base to 1024 bytes
     if smem_bytes > MAX_SHARED_BYTES:
         allocs = ", ".join(str(b) for b in shared)
         raise KernelTraceError(
@@ -89,4 +111,5 @@ def plan_layout(kernel: KernelIR) -> Layout:
             f"a block can have at most {MAX_SHARED_BYTES}",
             kernel.loc,
         )
-    return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier)
+    return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier,
+                  mbarriers, registers)

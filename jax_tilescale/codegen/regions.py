@@ -23,6 +23,7 @@ BASE_ALIGN = {
     BufferKind.INPUT: 16,
     BufferKind.OUTPUT: 16,
     BufferKind.SHARED: 128,
+    BufferKind.FRAGMENT: 128,  # fragments not kept in registers are shared tiles (layout.py)
     BufferKind.SIGNAL: 8,
     BufferKind.SYMMETRIC: 128,  # 128-byte offsets of the 256-byte-aligned scratch (layout.py)
 }

@@ -5,6 +5,9 @@ The build is the one proven on the GPU machine (shared/reference/nvshmem_ffi), i
     nvcc -arch=sm_90 -rdc=true -std=c++17 -O3 -lineinfo -cubin k.cu -I$NVSHMEM/include   (relocatable)
     nvcc -arch=sm_90 -dlink --cubin k.rel.cubin -L$NVSHMEM/lib -lnvshmem_device          (device link)
 
+Kernels that do not communicate compile in one step without -rdc (and sm_90a kernels, which
+use wgmma, with `-gencode=arch=compute_90a,code=sm_90a`).
+
 The first step compiles device code only (`-cubin` rather than `-c`): the host half of a `-c`
 object is never used, and skipping it saves about 5 s per kernel; the linked cubin is
 byte-identical. The result is what the FFI handler loads and hands to
@@ -24,7 +27,10 @@ from ..errors import CompileError
 from . import cache
 from .toolchain import find_nvcc, find_nvshmem
 
-COMPILE_FLAGS = ("-rdc=true", "-std=c++17", "-O3", "-lineinfo", "-Xptxas", "-v")
+COMPILE_FLAGS = ("-std=c++17", "-O3", "-lineinfo", "-Xptxas", "-v")
+# Relocatable device code: only kernels that call NVSHMEM need it (its device library is linked
+# in a second step). Whole-program compilation lets ptxas apply `setmaxnreg` (the Hopper GEMM).
+RDC_FLAGS = ("-rdc=true",)
 NVCC_TIMEOUT_S = 900
 _ARCH = re.compile(r"sm_\d{2,3}[af]?")
 _IDENT = re.compile(r"[A-Za-z_]\w*", re.ASCII)
@@ -58,6 +64,15 @@ def _trim(log: str) -> str:
     return text[:_MAX_ERROR_CHARS]
 
 
+def arch_flags(arch: str) -> list[str]:
+    """nvcc's target flags: `sm_90a` (wgmma, setmaxnreg) needs the -gencode form with nvcc 13.0,
+    whose `-arch=sm_90a` shorthand also runs a plain sm_90 pass that rejects those instructions."""
+    if arch.endswith(("a", "f")):
+        num = arch[3:]
+        return [f"-gencode=arch=compute_{num},code=sm_{num}"]
+    return [f"-arch={arch}"]
+
+
 def _ptxas_lines(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if line.startswith("ptxas")) + "\n"
 
@@ -82,7 +97,7 @@ def compile_cubin(module_source: str, *, arch: str = "sm_90", entry: str, nvshme
         entry=entry,
         nvcc=nvcc.version,
         nvshmem=shm.version if shm else None,
-        flags=COMPILE_FLAGS,
+        flags=COMPILE_FLAGS + (RDC_FLAGS if nvshmem else ()),
     )
     entry_dir = cache.cache_root() / key
     cubin = entry_dir / f"{entry}.cubin"
@@ -98,26 +113,23 @@ def compile_cubin(module_source: str, *, arch: str = "sm_90", entry: str, nvshme
             relocatable = build / f"{entry}.rel.cubin"
             linked = build / f"{entry}.cubin"
             include = ["-I", str(shm.include)] if shm else []
-            report = _run(
-                [
-                    str(nvcc.path),
-                    f"-arch={arch}",
-                    *COMPILE_FLAGS,
-                    "-cubin",
-                    *include,
-                    "-o",
-                    str(relocatable),
-                    str(source),
-                ],
-                "compile",
-                source,
-            )
-            link = ["-L", str(shm.lib), "-lnvshmem_device"] if shm else []
-            _run(
-                [str(nvcc.path), f"-arch={arch}", "-dlink", "--cubin", str(relocatable), *link, "-o", str(linked)],
-                "device link",
-                source,
-            )
+            target = arch_flags(arch)
+            if shm is None:  # whole program: one step straight to the cubin
+                report = _run([str(nvcc.path), *target, *COMPILE_FLAGS, "-cubin", "-o", str(linked), str(source)],
+                              "compile", source)
+            else:
+                report = _run(
+                    [str(nvcc.path), *target, *RDC_FLAGS, *COMPILE_FLAGS, "-cubin", *include, "-o", str(relocatable),
+                     str(source)],
+                    "compile",
+                    source,
+                )
+                link = ["-L", str(shm.lib), "-lnvshmem_device"]
+                _run(
+                    [str(nvcc.path), *target, "-dlink", "--cubin", str(relocatable), *link, "-o", str(linked)],
+                    "device link",
+                    source,
+                )
             cache.write_atomic(entry_dir / "ptxas.txt", _ptxas_lines(report).encode())
             cache.publish(cubin, linked.read_bytes())
         finally:

@@ -11,9 +11,7 @@ import pytest
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
-from jax_tilescale.errors import CompileError
 from jax_tilescale.ir.nodes import Loop
-from jax_tilescale.kernel import check_cuda_supported
 from tests.primitives.util import assert_equal, mesh_of, random_rows, shard_run
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -258,36 +256,6 @@ def test_gemm_verifier_errors():
         T.copy(x, s)
 
     _trace_err(cast_without_fragment, (16, 16), match="dtypes differ")
-
-
-# ---- the CUDA lowering refuses the compute part --------------------------------------------------
-
-
-def test_cuda_lowering_refuses_compute_statements():
-    kern, a_shape, b_shape = _gemm_kernel(16, 16, 32, np.float16, False, False, block_k=16)
-    ir = kern.trace(jax.ShapeDtypeStruct(a_shape, jnp.float16), jax.ShapeDtypeStruct(b_shape, jnp.float16))
-    with pytest.raises(CompileError, match=r"not supported by the CUDA code generator yet \(issue 6\); run with "
-                                           r"interpret=True"):
-        check_cuda_supported(ir)
-
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((16, 16), jnp.float32), grid=(1,))
-    def gemm_only(x, y):
-        a = T.alloc_shared((16, 16), jnp.float32)
-        acc = T.alloc_fragment((16, 16), jnp.float32)
-        T.copy(x, a)
-        T.gemm(a, a, acc, clear_accum=True)
-        T.copy(acc, y)
-
-    ir = gemm_only.trace(jax.ShapeDtypeStruct((16, 16), jnp.float32))
-    with pytest.raises(CompileError, match=r"T\.gemm is not supported by the CUDA code generator yet"):
-        check_cuda_supported(ir)
-
-    # Communication-only kernels still pass the check.
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((16, 16), jnp.float32), grid=(1,))
-    def plain(x, y):
-        T.copy(x, y)
-
-    check_cuda_supported(plain.trace(jax.ShapeDtypeStruct((16, 16), jnp.float32)))
 
 
 def test_every_name_of_issue_6_is_in_the_language():

@@ -1,0 +1,69 @@
+"""Statement lists -> CUDA lines, recursively: the one place that walks a kernel body.
+
+`EMIT_RULES` maps each statement type to its rule (`rule(stmt, ctx) -> lines`); `codegen.cuda`
+fills it from the rule modules. A rule whose statement holds nested statements (a loop, an if)
+emits them with `emit_body`, so nested statements get the same treatment as top-level ones: a
+comment with the statement, a `#line` directive pointing at the user's source, and the
+`ts_where` string that run-time error messages print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import KernelTraceError
+from ..ir.nodes import SourceLoc, Stmt
+from ..ir.printer import format_stmt
+from .common import INDENT, Ctx, c_string, comment, indent
+from .expr_printer import WHERE_NAME
+
+Rule = Callable[[Stmt, Ctx], list[str]]
+EMIT_RULES: dict[type, Rule] = {}
+
+
+class _Restore:
+    """Placeholder for a `#line` that returns to the generated file (numbered at assembly)."""
+
+    def __str__(self) -> str:  # pragma: no cover - replaced before the text is joined
+        return "#line"
+
+
+RESTORE = _Restore()
+
+
+def line_directive(loc: SourceLoc) -> str | None:
+    return f"#line {loc.lineno} {c_string(loc.filename)}" if loc.lineno > 0 else None
+
+
+def emit_stmt(stmt: Stmt, ctx: Ctx, label: str) -> list:
+    rule = EMIT_RULES.get(type(stmt))
+    if rule is None:
+        raise KernelTraceError(f"the CUDA code generator has no rule for {stmt.op_name}", stmt.loc)
+    body = rule(stmt, ctx)
+    if any(WHERE_NAME in line for line in body if isinstance(line, str)):  # the user's line, for errors
+        body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
+    first_line = format_stmt(stmt).splitlines()[0] if format_stmt(stmt) else stmt.op_name
+    out: list = ["", comment(f"[{label}] {first_line}    at {stmt.loc}")]
+    directive = line_directive(stmt.loc)
+    if directive is not None:
+        out.append(directive)
+    out += ["{", *_indent_mixed(body), "}"]
+    if directive is not None:
+        out.append(RESTORE)
+    return out
+
+
+def emit_body(stmts: tuple[Stmt, ...], ctx: Ctx, prefix: str = "") -> list:
+    """Lines for `stmts` in order (may contain RESTORE markers; `codegen.cuda` resolves them)."""
+    out: list = []
+    for n, stmt in enumerate(stmts):
+        out += emit_stmt(stmt, ctx, f"{prefix}{n}")
+    return out
+
+
+def _indent_mixed(lines: list) -> list:
+    return [line if line is RESTORE or (isinstance(line, str) and line.startswith("#line")) else INDENT + line
+            for line in lines]
+
+
+__all__ = ["EMIT_RULES", "RESTORE", "emit_body", "emit_stmt", "indent", "line_directive"]

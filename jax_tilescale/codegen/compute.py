@@ -1,0 +1,203 @@
+"""CUDA rules of the generic tile compute statements: loops, fill, copies that cast, and the
+portable gemm (one thread per output element, fp32 accumulation).
+
+These run on every GPU and for every shape the verifier accepts; they are the reference
+lowering. `gemm_sm90` replaces whole `T.Pipelined` GEMM loops with tensor-core code where the
+shapes allow (and then owns their register fragments); every rule here first asks the plan
+whether a statement is its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
+from .body import emit_body
+from .common import INDENT, Ctx, copy_loop, decompose, indent, index_type
+from .expr_printer import c_expr, var_name
+from .regions import element_offset, merged_dims, row_major_strides
+
+try:
+    import ml_dtypes
+
+    _BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - jax depends on ml_dtypes
+    _BF16 = None
+
+# C element types of the dtypes compute statements read and write.
+ELEM_TYPES: dict[np.dtype, str] = {
+    np.dtype(np.float32): "float",
+    np.dtype(np.float64): "double",
+    np.dtype(np.float16): "__half",
+    np.dtype(np.int8): "int8_t",
+    np.dtype(np.int16): "int16_t",
+    np.dtype(np.int32): "int32_t",
+    np.dtype(np.int64): "int64_t",
+    np.dtype(np.uint8): "uint8_t",
+    np.dtype(np.uint16): "uint16_t",
+    np.dtype(np.uint32): "uint32_t",
+    np.dtype(np.uint64): "uint64_t",
+}
+if _BF16 is not None:
+    ELEM_TYPES[_BF16] = "__nv_bfloat16"
+_FLOAT_KINDS = "f"
+
+
+def elem_type(buf: Buffer, loc) -> str:
+    try:
+        return ELEM_TYPES[buf.dtype]
+    except KeyError:
+        raise KernelTraceError(f"{buf} has a dtype the CUDA compute statements do not handle", loc) from None
+
+
+def typed_base(ctx: Ctx, buf: Buffer, loc) -> str:
+    t = elem_type(buf, loc)
+    return f"reinterpret_cast<{t}*>({ctx.pointers[buf]})"
+
+
+def _plan_rule(ctx: Ctx, stmt) -> list[str] | None:
+    plan = ctx.plan
+    return None if plan is None else plan.emit(stmt, ctx)
+
+
+# ---- loops -------------------------------------------------------------------------------------
+
+
+def emit_loop(s: Loop, ctx: Ctx) -> list[str]:
+    own = _plan_rule(ctx, s)
+    if own is not None:
+        return own
+    i = var_name(s.var)
+    return [f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{", *indent(emit_body(s.body, ctx)), "}"]
+
+
+# ---- fill ----------------------------------------------------------------------------------------
+
+
+def _value_literal(value: float, dtype: np.dtype) -> str:
+    if dtype.kind in "iu":
+        return str(int(value))
+    if math.isnan(value):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(value):
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
+    return repr(float(value)) + "f"
+
+
+def _region_loop(region: Region, body: str, *, lanes: str) -> list[str]:
+    """Every element of `region` once, spread over `lanes` threads: `body` sees ts_off (the
+    element offset in the buffer)."""
+    dims = merged_dims(region, region)
+    count = math.prod(d.size for d in dims)
+    idx = index_type(count + 1024)
+    base = c_expr(element_offset(region))
+    terms = " + ".join(f"(int64_t)ts_c{k}{'' if d.dst_stride == 1 else f' * {d.dst_stride}'}"
+                       for k, d in enumerate(dims))
+    return [
+        f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {lanes}) {{",
+        *indent(decompose("ts_i", dims, idx)),
+        f"{INDENT}const int64_t ts_off = {base} + {terms};",
+        f"{INDENT}{body}",
+        "}",
+    ]
+
+
+def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
+    own = _plan_rule(ctx, s)
+    if own is not None:
+        return own
+    buf = s.dst.buffer
+    t = elem_type(buf, s.loc)
+    value = _value_literal(s.value, buf.dtype)
+    conv = value if t == "float" or buf.dtype.kind in "iu" else f"ts_from_float<{t}>({value})"
+    return [
+        f"{t}* const ts_dst = {typed_base(ctx, buf, s.loc)};",
+        *_region_loop(s.dst, f"ts_dst[ts_off] = {conv};", lanes=f"{ctx.kernel.threads}u"),
+        "__syncthreads();",
+    ]
+
+
+# ---- copy ----------------------------------------------------------------------------------------
+
+
+def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
+    own = _plan_rule(ctx, s)
+    if own is not None:
+        return own
+    if s.src.buffer.dtype == s.dst.buffer.dtype:
+        # One barrier after every copy: it orders shared-memory writes before later reads, and
+        # reads before later overwrites, for whatever statement comes next.
+        return [*copy_loop(ctx, s.src, s.dst), "__syncthreads();"]
+    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc), "__syncthreads();"]
+
+
+def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc) -> list[str]:
+    """`dst = src` element by element, converting the element type (round to nearest even)."""
+    st, dt = elem_type(src.buffer, loc), elem_type(dst.buffer, loc)
+    dims = merged_dims(src, dst)
+    count = math.prod(d.size for d in dims)
+    idx = index_type(count + 1024)
+
+    def offset(which: str, region: Region) -> str:
+        terms = []
+        for k, d in enumerate(dims):
+            stride = d.src_stride if which == "src" else d.dst_stride
+            terms.append(f"(int64_t)ts_c{k}" + ("" if stride == 1 else f" * {stride}"))
+        return f"{c_expr(element_offset(region))} + " + " + ".join(terms)
+
+    return [
+        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc)};",
+        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc)};",
+        f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {ctx.kernel.threads}u) {{",
+        *indent(decompose("ts_i", dims, idx)),
+        f"{INDENT}ts_dst[{offset('dst', dst)}] = ts_convert<{dt}, {st}>(ts_src[{offset('src', src)}]);",
+        "}",
+    ]
+
+
+# ---- gemm (portable) -------------------------------------------------------------------------------
+
+
+def _matrix_strides(region: Region, loc) -> tuple[int, int]:
+    """Element strides of the region's last two dimensions (the matrix); the others are size 1."""
+    if len(region.sizes) < 2 or any(size != 1 for size in region.sizes[:-2]):
+        raise KernelTraceError(f"T.gemm operand {region} must be a matrix (its last two dimensions)", loc)
+    strides = row_major_strides(region.buffer.shape)
+    return strides[-2], strides[-1]
+
+
+def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
+    own = _plan_rule(ctx, s)
+    if own is not None:
+        return own
+    m, n = s.c.sizes[-2:]
+    k = s.a.sizes[-2] if s.transpose_a else s.a.sizes[-1]
+    (a_r, a_c), (b_r, b_c), (c_r, c_c) = (_matrix_strides(r, s.loc) for r in (s.a, s.b, s.c))
+    # element (i, kk) of op(A) and (kk, j) of op(B)
+    a_i, a_k = (a_c, a_r) if s.transpose_a else (a_r, a_c)
+    b_k, b_j = (b_c, b_r) if s.transpose_b else (b_r, b_c)
+    ta, tb, tc = (elem_type(r.buffer, s.loc) for r in (s.a, s.b, s.c))
+    idx = index_type(m * n + 1024)
+    init = "0.0f" if s.clear_accum else f"ts_to_float<{tc}>(ts_c[ts_co])"
+    return [
+        f"const {ta}* const ts_a = {typed_base(ctx, s.a.buffer, s.loc)} + {c_expr(element_offset(s.a))};",
+        f"const {tb}* const ts_b = {typed_base(ctx, s.b.buffer, s.loc)} + {c_expr(element_offset(s.b))};",
+        f"{tc}* const ts_c = {typed_base(ctx, s.c.buffer, s.loc)} + {c_expr(element_offset(s.c))};",
+        f"for ({idx} ts_e = threadIdx.x; ts_e < {m * n}u; ts_e += {ctx.kernel.threads}u) {{",
+        f"{INDENT}const {idx} ts_row = ts_e / {n}u, ts_col = ts_e % {n}u;",
+        f"{INDENT}const int64_t ts_co = (int64_t)ts_row * {c_r} + (int64_t)ts_col * {c_c};",
+        f"{INDENT}float ts_acc = {init};",
+        f"{INDENT}for (int ts_k = 0; ts_k < {k}; ++ts_k) {{",
+        f"{INDENT * 2}ts_acc += ts_to_float<{ta}>(ts_a[(int64_t)ts_row * {a_i} + (int64_t)ts_k * {a_k}]) *",
+        f"{INDENT * 2}          ts_to_float<{tb}>(ts_b[(int64_t)ts_k * {b_k} + (int64_t)ts_col * {b_j}]);",
+        f"{INDENT}}}",
+        f"{INDENT}ts_c[ts_co] = ts_from_float<{tc}>(ts_acc);",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+RULES = {Loop: emit_loop, Fill: emit_fill, Copy: emit_copy, Gemm: emit_gemm}

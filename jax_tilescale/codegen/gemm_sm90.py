@@ -1,0 +1,524 @@
+"""Hopper lowering of `T.Pipelined` GEMM loops: TMA producer warpgroup, wgmma consumer warpgroups.
+
+A kernel written the TileLang way,
+
+    T.clear(C_f)
+    for k in T.Pipelined(K // bk, num_stages=4):
+        T.copy(A[by * bm, k * bk], A_s)        # global -> shared tiles
+        T.copy(B[k * bk, bx * bn], B_s)
+        T.gemm(A_s, B_s, C_f)                  # C_f: float32 fragment
+    T.copy(C_f, C[by * bm, bx * bn])
+
+is lowered, when `plan_sm90` finds every condition below, to the structure of a CUTLASS
+"warp-specialised" mainloop:
+
+- the block gets one more warpgroup (128 threads) than the kernel asked for: the producer. One
+  of its threads runs every planned loop's copies as bulk tensor copies (TMA) into a ring of
+  `num_stages` shared-memory stages, each completing on a "full" mbarrier; it waits on the
+  stage's "empty" mbarrier before reusing it;
+- the kernel's own threads (the consumers, `threads / 128` warpgroups) run the kernel body; a
+  planned loop becomes: wait for the stage, issue the tile's wgmma instructions asynchronously,
+  keep one stage's products in flight, release the previous stage;
+- C_f lives in registers, in wgmma's accumulator layout: `T.clear`, `T.fill` and `T.copy` of the
+  whole fragment are lowered element by element over each thread's own accumulators.
+
+The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
+tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
+(`bar.sync 1, threads`), never `__syncthreads`, which would wait for the producer.
+
+Conditions (anything else takes the portable path of `compute.py`, and the generated source
+says why in a comment): target sm_90; the kernel does not communicate; the loop is a top-level
+`T.Pipelined` whose body is exactly two copies from 2-D kernel inputs into whole shared tiles and
+one `T.gemm` of those tiles into a whole float32 fragment; fp16/bf16 tiles whose contiguous
+dimension is a multiple of 64 and whose other dimension is at most 256; `threads` a multiple of
+128 (at most 512) with the M tile a multiple of 64 x warpgroups; N at most 256; the fragment used
+only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.expr import Const
+from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
+from .common import INDENT, Ctx, c_string, indent
+from .expr_printer import WHERE_NAME, c_expr, var_name
+from .regions import element_offset, row_major_strides
+from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
+
+WARPGROUP = 128
+PRODUCER_REGS = 40  # the producer issues a few TMA instructions: it gives its registers to the consumers
+REGISTER_FILE = 65536
+ATOM_ELEMS = 64  # a 128-byte swizzle atom holds 64 16-bit elements per row
+SMEM_ALIGN = 1024  # swizzled tiles start at 1024-byte boundaries (the swizzle phase is the row's)
+TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
+# CUtensorMapDataType of the element types TMA moves here.
+_TMA_DTYPE = {"f16": 6, "bf16": 9}
+_SWIZZLE_128B = 3
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One 2-D tensor map the handler encodes per launch (cuTensorMapEncodeTiled)."""
+
+    param_index: int  # the kernel buffer (args.buffers[i]) it describes
+    dtype_code: int  # CUtensorMapDataType
+    dims: tuple[int, int]  # contiguous dimension first
+    row_stride_bytes: int
+    box: tuple[int, int]  # contiguous dimension first
+
+    def encode(self) -> list[int]:
+        return [self.param_index, self.dtype_code, 2, *self.dims, self.row_stride_bytes, *self.box, _SWIZZLE_128B]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A shared tile fed by TMA and read by wgmma: `rows` x `cols`, `cols` contiguous."""
+
+    buffer: Buffer
+    copy: Copy
+    rows: int
+    cols: int
+    map_index: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows * self.cols * self.buffer.dtype.itemsize
+
+    @property
+    def atoms(self) -> int:
+        return self.cols // ATOM_ELEMS
+
+
+@dataclass(frozen=True)
+class GemmLoop:
+    loop: Loop
+    index: int
+    a: Operand
+    b: Operand
+    gemm: Gemm
+    acc: Buffer
+    m: int
+    n: int
+    k: int
+    stages: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a.stage_bytes + self.b.stage_bytes
+
+    def full(self) -> str:
+        return f"ts_full{self.index}"
+
+    def empty(self) -> str:
+        return f"ts_empty{self.index}"
+
+
+@dataclass
+class Sm90Plan:
+    """What the Hopper lowering owns in one kernel; `emit` is asked first by every compute rule."""
+
+    loops: list[GemmLoop]
+    consumers: int  # consumer warpgroups (the kernel's threads / 128)
+    acc_slabs: dict[Buffer, int]  # accumulator fragment -> m64 slabs per consumer warpgroup
+    acc_n: dict[Buffer, int]
+    tensor_maps: list[TensorMapSpec]
+    ptx_type: str
+    rejected: list[str] = field(default_factory=list)  # why loops were left to the portable path
+
+    # ---- facts for the layout and the kernel frame ----
+
+    @property
+    def user_threads(self) -> int:
+        return self.consumers * WARPGROUP
+
+    @property
+    def total_threads(self) -> int:
+        return self.user_threads + WARPGROUP
+
+    @property
+    def consumer_regs(self) -> int:
+        per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
+        return min(240, per_thread // 8 * 8)
+
+    def stage_buffers(self) -> dict[Buffer, int]:
+        """Shared tiles -> bytes of all their stages."""
+        out: dict[Buffer, int] = {}
+        for gl in self.loops:
+            for op in (gl.a, gl.b):
+                out[op.buffer] = op.stage_bytes * gl.stages
+        return out
+
+    def barrier_words(self) -> int:
+        return sum(2 * gl.stages for gl in self.loops)
+
+    def _loop_of(self, loop: Loop) -> GemmLoop | None:
+        return next((gl for gl in self.loops if gl.loop is loop), None)
+
+    # ---- code ----
+
+    def helpers(self) -> list[str]:
+        """Device functions the kernel calls (the wgmma wrappers it needs)."""
+        wanted = sorted({(gl.n, self._a_mn(gl), self._b_mn(gl)) for gl in self.loops})
+        return [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+
+    @staticmethod
+    def _a_mn(gl: GemmLoop) -> bool:
+        return gl.gemm.transpose_a
+
+    @staticmethod
+    def _b_mn(gl: GemmLoop) -> bool:
+        return not gl.gemm.transpose_b
+
+    def barrier_init(self, barrier_ptr: str) -> list[str]:
+        lines = [f"uint64_t* const ts_bars = reinterpret_cast<uint64_t*>({barrier_ptr});"]
+        word = 0
+        for gl in self.loops:
+            lines.append(f"uint64_t* const {gl.full()} = ts_bars + {word};")
+            lines.append(f"uint64_t* const {gl.empty()} = ts_bars + {word + gl.stages};")
+            word += 2 * gl.stages
+        lines.append("if (threadIdx.x == 0) {")
+        for gl in self.loops:
+            lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
+            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], 1);")
+            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self.consumers * 4});")
+            lines.append(f"{INDENT}}}")
+        lines += [f"{INDENT}ts_mbar_init_fence();", "}", "__syncthreads();"]
+        return lines
+
+    def producer(self, ctx: Ctx) -> list[str]:
+        """The TMA thread's program: every planned loop's copies, in kernel order."""
+        lines: list[str] = []
+        for gl in self.loops:
+            i = var_name(gl.loop.var)
+            s = f"ts_s{gl.index}"
+            loads: list[str] = []
+            for op in (gl.a, gl.b):
+                y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
+                for atom in range(op.atoms):
+                    dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {atom * op.rows * 128}"
+                    xa = x if atom == 0 else f"{x} + {atom * ATOM_ELEMS}"
+                    loads.append(
+                        f"ts_tma_load_2d({dst}, &ts_maps.m[{op.map_index}], &{gl.full()}[{s}], "
+                        f"(int32_t)({xa}), (int32_t)({y}));"
+                    )
+            lines += [
+                f"{{  // producer of the loop at {gl.loop.loc}",
+                f"{INDENT}const char* const {WHERE_NAME} = {c_string(str(gl.loop.loc))}; (void){WHERE_NAME};",
+                f"{INDENT}for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
+                f"{INDENT * 2}const int {s} = (int)({i} % {gl.stages});",
+                f"{INDENT * 2}if ({i} >= {gl.stages}) "
+                f"ts_mbar_wait(&{gl.empty()}[{s}], (uint32_t)((({i} / {gl.stages}) - 1) & 1));",
+                f"{INDENT * 2}ts_mbar_arrive_expect_tx(&{gl.full()}[{s}], {gl.stage_bytes}u);",
+                *indent(loads, 2),
+                f"{INDENT}}}",
+                "}",
+            ]
+        return lines
+
+    def accumulators(self) -> list[str]:
+        return [f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()]
+
+    def emit(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
+        """Lines for `stmt` when this plan owns it (a planned loop, or a statement on a register
+        fragment), else None."""
+        if isinstance(stmt, Loop):
+            gl = self._loop_of(stmt)
+            return None if gl is None else self._consumer_loop(gl, ctx)
+        if isinstance(stmt, Fill) and stmt.dst.buffer in self.acc_slabs:
+            name, v = acc_name(stmt.dst.buffer), _float_literal(stmt.value)
+            return self._for_each_pair(stmt.dst.buffer, lambda m, i: [
+                f"{name}[{m}][{i}] = {v};", f"{name}[{m}][{i} + 1] = {v};"])
+        if isinstance(stmt, Copy) and stmt.src.buffer in self.acc_slabs:
+            return self._acc_store(stmt, ctx)
+        if isinstance(stmt, Copy) and stmt.dst.buffer in self.acc_slabs:
+            return self._acc_load(stmt, ctx)
+        return None
+
+    def _for_each_pair(self, buf: Buffer, body) -> list[str]:
+        """`body(m, i)` for each pair of accumulators (i, i + 1) of this thread: fragment row
+        `ts_row`, columns `ts_col` and `ts_col + 1` (wgmma's m64nNk16 layout), fully unrolled so
+        the array stays in registers."""
+        slabs, n = self.acc_slabs[buf], self.acc_n[buf]
+        return [
+            f"const int ts_wg = threadIdx.x / {WARPGROUP}, ts_warp = (threadIdx.x % {WARPGROUP}) / 32, "
+            "ts_lane = threadIdx.x % 32;",
+            "(void)ts_wg; (void)ts_warp; (void)ts_lane;",
+            "#pragma unroll",
+            f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) {{",
+            f"{INDENT}#pragma unroll",
+            f"{INDENT}for (int ts_j = 0; ts_j < {n // 8}; ++ts_j) {{",
+            f"{INDENT * 2}#pragma unroll",
+            f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
+            f"{INDENT * 3}const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
+            f"{INDENT * 3}const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;",
+            f"{INDENT * 3}(void)ts_row; (void)ts_col;",
+            *indent(body("ts_m", "ts_j * 4 + ts_h * 2"), 3),
+            f"{INDENT * 2}}}",
+            f"{INDENT}}}",
+            "}",
+        ]
+
+    def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
+        from .compute import elem_type, typed_base
+
+        buf, dst = s.src.buffer, s.dst
+        t = elem_type(dst.buffer, s.loc)
+        r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
+        name = acc_name(buf)
+        at = f"(int64_t)ts_row * {r_stride} + ts_col"
+        pair = _PAIR_TYPES.get(t)
+        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and _even(element_offset(dst)):
+            ctype, make = pair  # two neighbours in one aligned store
+            store = [f"*reinterpret_cast<{ctype}*>(ts_dst + {at}) = {make}({name}[m_][i_], {name}[m_][i_ + 1]);"]
+        else:
+            store = [f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}] = "
+                     f"ts_from_float<{t}>({name}[m_][i_ + {e}]);" for e in (0, 1)]
+        return [
+            f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
+            *self._for_each_pair(buf, lambda m, i: [line.replace("m_", m).replace("i_", f"({i})") for line in store]),
+        ]
+
+    def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
+        from .compute import elem_type, typed_base
+
+        buf, src = s.dst.buffer, s.src
+        t = elem_type(src.buffer, s.loc)
+        r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
+        name = acc_name(buf)
+        return [
+            f"ts_named_sync(1, {self.user_threads});  // earlier writes of the source by other threads",
+            f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
+            *self._for_each_pair(buf, lambda m, i: [
+                f"{name}[{m}][{i} + {e}] = ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + "
+                f"(int64_t)(ts_col + {e}) * {c_stride}]);" for e in (0, 1)]),
+        ]
+
+    def _consumer_loop(self, gl: GemmLoop, ctx: Ctx) -> list[str]:
+        i = var_name(gl.loop.var)
+        acc = acc_name(gl.acc)
+        slabs = self.acc_slabs[gl.acc]
+        a_mn, b_mn = self._a_mn(gl), self._b_mn(gl)
+        mma = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
+        a, b = gl.a, gl.b
+        descs: list[str] = []
+        for kk in range(gl.k // 16):
+            b_off = (kk * 16 * 128) if b_mn else ((kk * 16 // ATOM_ELEMS) * b.rows * 128 + (kk * 16 % ATOM_ELEMS) * 2)
+            b_lbo = b.rows * 128 if b_mn else 16
+            descs.append(f"const uint64_t ts_db{kk} = ts_wgmma_desc(ts_b_base + {b_off}u, {b_lbo}u, 1024u);")
+            for m in range(slabs):
+                slab = f"(ts_wg * {slabs} + {m})"
+                if a_mn:  # A stored K x M: the slab is one 64-column atom
+                    a_off = f"{slab} * {a.rows * 128}u + {kk * 16 * 128}u"
+                    a_lbo = a.rows * 128
+                else:
+                    within = (kk * 16 // ATOM_ELEMS) * a.rows * 128 + (kk * 16 % ATOM_ELEMS) * 2
+                    a_off = f"{slab} * {64 * 128}u + {within}u"
+                    a_lbo = 16
+                descs.append(f"const uint64_t ts_da{kk}_{m} = ts_wgmma_desc(ts_a_base + {a_off}, {a_lbo}u, 1024u);")
+                scale = "0" if (gl.gemm.clear_accum and kk == 0) else "1"
+                descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
+        fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
+        return [
+            "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32;",
+            f"for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
+            f"{INDENT}const int ts_s = (int)({i} % {gl.stages});",
+            f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({i} / {gl.stages}) & 1));",
+            f"{INDENT}const uint32_t ts_a_base = ts_smem_addr({ctx.pointers[a.buffer]} + ts_s * {a.stage_bytes});",
+            f"{INDENT}const uint32_t ts_b_base = ts_smem_addr({ctx.pointers[b.buffer]} + ts_s * {b.stage_bytes});",
+            *indent(fence, 1),
+            f"{INDENT}ts_wgmma_fence();",
+            *indent(descs, 1),
+            f"{INDENT}ts_wgmma_commit();",
+            *indent(fence, 1),
+            f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
+            *indent(fence, 1),
+            f"{INDENT}if ({i} > 0 && ts_lane == 0) ts_mbar_arrive(&{gl.empty()}[({i} - 1) % {gl.stages}]);",
+            "}",
+            "ts_wgmma_wait<0>();",
+            *fence,
+        ]
+
+
+_PAIR_TYPES = {
+    "__nv_bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
+    "__half": ("__half2", "__floats2half2_rn"),
+    "float": ("float2", "make_float2"),
+}
+
+
+def _even(offset) -> bool:
+    from ..ir.expr import affine_form
+
+    form = affine_form(offset)
+    return form is not None and form[1] % 2 == 0 and all(c % 2 == 0 for c in form[0].values())
+
+
+def acc_name(buf: Buffer) -> str:
+    from .expr_printer import c_identifier
+
+    return f"ts_acc_{c_identifier(buf.name)}"
+
+
+def _float_literal(value: float) -> str:
+    if math.isnan(value):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(value):
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
+    return repr(float(value)) + "f"
+
+
+# ---- planning ------------------------------------------------------------------------------------
+
+
+def _whole(region: Region) -> bool:
+    return region.sizes == region.buffer.shape and all(s == Const(0) for s in region.starts)
+
+
+def _operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], ptx: str) -> Operand | str:
+    src, dst = copy.src, copy.dst
+    buf = dst.buffer
+    if not _whole(dst) or len(buf.shape) != 2:
+        return f"{copy.dst} is not a whole 2-D shared tile"
+    if src.buffer.kind is not BufferKind.INPUT or len(src.buffer.shape) != 2:
+        return f"the source {src} is not a 2-D kernel input"
+    if src.buffer.dtype != buf.dtype:
+        return "the copy converts the element type"
+    rows, cols = buf.shape
+    if cols % ATOM_ELEMS or rows > 256 or rows % 8:
+        return (f"tile {buf.name} is {rows} x {cols}: its contiguous dimension must be a multiple of 64 "
+                "and the other at most 256")
+    g_rows, g_cols = src.buffer.shape
+    row_bytes = g_cols * buf.dtype.itemsize
+    if row_bytes % 16:
+        return f"rows of {src.buffer.name} are {row_bytes} bytes, not a multiple of 16 (TMA)"
+    spec = TensorMapSpec(params.index(src.buffer), _TMA_DTYPE[ptx], (g_cols, g_rows), row_bytes, (ATOM_ELEMS, rows))
+    if spec not in maps:
+        maps.append(spec)
+    return Operand(buf, copy, rows, cols, maps.index(spec))
+
+
+def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int) -> GemmLoop | str:
+    if loop.num_stages is None:
+        return "not a T.Pipelined loop"
+    body = loop.body
+    if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
+        return "the body is not `copy, copy, gemm`"
+    g: Gemm = body[2]  # type: ignore[assignment]
+    copies = {s.dst.buffer: s for s in body[:2]}  # type: ignore[union-attr]
+    if g.a.buffer not in copies or g.b.buffer not in copies or g.a.buffer is g.b.buffer:
+        return "the gemm's A and B are not the two tiles the loop copies"
+    if not (_whole(g.a) and _whole(g.b) and _whole(g.c)):
+        return "the gemm's operands are not whole tiles"
+    dt = g.a.buffer.dtype
+    if g.b.buffer.dtype != dt or dt not in WGMMA_INPUT_TYPES:
+        return f"wgmma here takes fp16/bf16 tiles, not {dt.name}/{g.b.buffer.dtype.name}"
+    acc = g.c.buffer
+    if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
+        return "C is not a 2-D float32 fragment"
+    ptx = WGMMA_INPUT_TYPES[dt]
+    a = _operand(copies[g.a.buffer], kernel.params, maps, ptx)
+    b = _operand(copies[g.b.buffer], kernel.params, maps, ptx)
+    for op in (a, b):
+        if isinstance(op, str):
+            return op
+    assert isinstance(a, Operand) and isinstance(b, Operand)
+    m, k = (a.cols, a.rows) if g.transpose_a else (a.rows, a.cols)
+    k2, n = (b.cols, b.rows) if g.transpose_b else (b.rows, b.cols)
+    if k != k2 or acc.shape != (m, n):
+        return "the tile shapes do not multiply"
+    if m % (64 * consumers):
+        return f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
+    if n > 256 or n % 8:
+        return f"N tile {n} is not a multiple of 8 up to 256"
+    if k % 16:
+        return f"K tile {k} is not a multiple of 16"
+    return GemmLoop(loop, index, a, b, g, acc, m, n, k, loop.num_stages)
+
+
+def plan_sm90(kernel: KernelIR, arch: str) -> Sm90Plan | None:
+    """The Hopper plan of `kernel`, or None when no loop qualifies (reasons then don't matter:
+    `rejections` gives them for the generated source's comment)."""
+    plan, _ = plan_with_reasons(kernel, arch)
+    return plan
+
+
+def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, list[str]]:
+    reasons: list[str] = []
+    if not arch.startswith("sm_90"):
+        return None, [f"target {arch} is not sm_90"]
+    stmts = list(walk_stmts(kernel.body))
+    pipelined = [s for s in stmts if isinstance(s, Loop) and s.num_stages is not None]
+    if not pipelined:
+        return None, []
+    if any(isinstance(s, COMM_STMTS) for s in stmts):
+        return None, ["the kernel communicates (the producer warpgroup would miss NVSHMEM's block-wide calls)"]
+    if kernel.threads % WARPGROUP or kernel.threads > 4 * WARPGROUP:
+        return None, [f"threads={kernel.threads} is not 128, 256, 384 or 512"]
+    consumers = kernel.threads // WARPGROUP
+    maps: list[TensorMapSpec] = []
+    loops: list[GemmLoop] = []
+    for loop in pipelined:
+        if loop not in kernel.body:
+            reasons.append(f"loop at {loop.loc}: not at the top level of the kernel")
+            continue
+        got = _plan_loop(loop, len(loops), kernel, maps, consumers)
+        if isinstance(got, str):
+            reasons.append(f"loop at {loop.loc}: {got}")
+        else:
+            loops.append(got)
+    if not loops:
+        return None, reasons
+    # Every other use of the tiles and accumulators must be one the plan lowers.
+    owned = {id(gl.loop) for gl in loops}
+    inside = {id(s) for gl in loops for s in gl.loop.body}
+    tiles = {op.buffer for gl in loops for op in (gl.a, gl.b)}
+    accs = {gl.acc for gl in loops}
+    for s in stmts:
+        if id(s) in owned or id(s) in inside:
+            continue
+        touched = _buffers_of(s)
+        if touched & tiles:
+            return None, [*reasons, f"{s.op_name} at {s.loc} uses a pipelined tile outside its loop"]
+        if touched & accs:
+            ok = (isinstance(s, Fill) and _whole(s.dst)) or (
+                isinstance(s, Copy) and ((s.src.buffer in accs and _whole(s.src) and len(s.dst.sizes) >= 2
+                                          and s.dst.sizes[-2:] == s.src.sizes)
+                                         or (s.dst.buffer in accs and _whole(s.dst) and len(s.src.sizes) >= 2
+                                             and s.src.sizes[-2:] == s.dst.sizes)))
+            if not ok:
+                return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
+    ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
+    if len(ptx) != 1:
+        return None, [*reasons, "the pipelined loops mix fp16 and bf16"]
+    acc_n = {gl.acc: gl.n for gl in loops}
+    slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), reasons)
+    return plan, reasons
+
+
+def _buffers_of(s: Stmt) -> set[Buffer]:
+    """Every buffer a statement names (regions, element expressions, anything nested), except
+    through the statement lists it holds (those statements are visited on their own)."""
+    from dataclasses import fields, is_dataclass
+
+    out: set[Buffer] = set()
+
+    def visit(value: object) -> None:
+        if isinstance(value, Buffer):
+            out.add(value)
+        elif isinstance(value, (tuple, list)):
+            if value and all(isinstance(v, Stmt) for v in value):
+                return
+            for v in value:
+                visit(v)
+        elif is_dataclass(value) and not isinstance(value, type):
+            for f in fields(value):
+                visit(getattr(value, f.name))
+
+    for f in fields(s):
+        visit(getattr(s, f.name))
+    return out
