@@ -35,7 +35,7 @@ from ..ir.nodes import (
     TeamBarrier,
     WaitUntil,
 )
-from . import collectives, comm
+from . import collectives, comm, tile_ops
 from .memory import SIGNAL_MODULUS, Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
 from .transfers import SignalDelivery
 from .waits import SignalWaitOn, Wait
@@ -182,6 +182,7 @@ RULES: dict[type, Rule] = {
     Fcollect: collectives.fcollect,
     Fill: _fill,
     Gemm: _gemm,
+    **tile_ops.RULES,  # T.Parallel, element stores and atomics, reductions
 }
 
 

@@ -107,6 +107,7 @@ class AccessKind(enum.Enum):
     WRITE = "write"
     SYNC_READ = "sync_read"  # a signal word read by signal_wait_until (accessed once, then polled)
     SYNC_UPDATE = "sync_update"  # SET/ADD of a signal word by a delivered put-with-signal
+    ATOMIC = "atomic"  # T.atomic_add/max/min: a read-modify-write that races with plain accesses only
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,8 @@ class LaunchMemory:
         Reads get a read-only view; only WRITE and SYNC_UPDATE may change memory, and inputs are
         never written.
         """
-        if acc.region.buffer.kind is BufferKind.INPUT and acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE):
+        if acc.region.buffer.kind is BufferKind.INPUT and acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE,
+                                                                       AccessKind.ATOMIC):
             raise KernelRuntimeError(f"internal: write to the read-only input {acc.region.buffer.name}")
         for observe in self.observers:
             observe(acc)

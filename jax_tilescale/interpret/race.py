@@ -15,6 +15,8 @@ Accesses
     (its epoch), and the Access itself (op, region, source line) for the report. Access `b` of
     agent Y is ordered after a logged access `a` of agent X iff `Y.vc[X] >= a.epoch`. Two
     overlapping accesses, one a write, of different agents, not so ordered, raise RaceError.
+    ATOMIC accesses (T.atomic_add/max/min) count as writes, except that two atomics never race
+    with each other (they are read-modify-writes of the hardware); they order nothing either.
     Inputs are never written, so their reads are not logged. SYNC_READ / SYNC_UPDATE accesses
     (signal words) are atomic: they are not data accesses; their ordering effect is `sync_to` /
     `sync_from` below.
@@ -134,10 +136,12 @@ class Agent:
 
 
 class _Entry:
-    __slots__ = ("acc", "agent", "ends", "epoch", "starts", "write")
+    __slots__ = ("acc", "agent", "atomic", "ends", "epoch", "starts", "write")
 
-    def __init__(self, acc: Access, agent: Agent, write: bool, starts: tuple[int, ...], ends: tuple[int, ...]):
+    def __init__(self, acc: Access, agent: Agent, write: bool, starts: tuple[int, ...], ends: tuple[int, ...],
+                 atomic: bool = False):
         self.acc, self.agent, self.write, self.starts, self.ends = acc, agent, write, starts, ends
+        self.atomic = atomic  # an atomic read-modify-write (also `write`): races with plain accesses only
         self.epoch = agent.vc[agent.id]
 
 
@@ -255,14 +259,18 @@ class RaceDetector:
             write = True
         elif acc.kind is AccessKind.READ:
             write = False
+        elif acc.kind is AccessKind.ATOMIC:
+            self.on_access(self._agent_of(acc), acc, True, atomic=True)
+            return
         else:
             return  # signal words: atomic; ordered by sync_to / sync_from
         if acc.region.buffer.kind is BufferKind.INPUT:
             return  # read-only: reads of inputs never race
         self.on_access(self._agent_of(acc), acc, write)
 
-    def on_access(self, agent: Agent, acc: Access, write: bool) -> None:
-        """Checks `acc` by `agent` against the log of its memory, then logs it."""
+    def on_access(self, agent: Agent, acc: Access, write: bool, atomic: bool = False) -> None:
+        """Checks `acc` by `agent` against the log of its memory, then logs it (`atomic`: a
+        read-modify-write that races with plain reads and writes, not with other atomics)."""
         if not self.enabled:
             return
         region = acc.region
@@ -285,14 +293,17 @@ class RaceDetector:
             e = entries[i]
             other = e.agent
             if other is agent:
-                if (write or not e.write) and _contains(starts, ends, e.starts, e.ends):
-                    superseded.append(i)  # the new entry stands for it
+                # The new entry stands for an older one whose races it would all report: a write
+                # for anything, a read for reads, an atomic for atomics.
+                if (write or not e.write) and (not atomic or e.atomic) and _contains(starts, ends, e.starts, e.ends):
+                    superseded.append(i)
                 continue
-            if (write or e.write) and vc.get(other.id, 0) < e.epoch and _overlap(starts, ends, e.starts, e.ends):
+            if (write or e.write) and not (atomic and e.atomic) and vc.get(other.id, 0) < e.epoch and \
+                    _overlap(starts, ends, e.starts, e.ends):
                 raise self._race_error(e, acc, agent, write, starts, ends)
         if superseded:
             log.remove(superseded)
-        log.add(_Entry(acc, agent, write, starts, ends), s0, e0)
+        log.add(_Entry(acc, agent, write, starts, ends, atomic), s0, e0)
         if len(log) > log.limit:
             self._prune(log)
 
@@ -345,7 +356,7 @@ class RaceDetector:
     def _describe(acc: Access, agent: Agent, write: bool) -> str:
         op = acc.stmt.op_name if acc.stmt is not None else "?"
         loc = acc.stmt.loc if acc.stmt is not None else "?"
-        verb = "write of" if write else "read of"
+        verb = "atomic update of" if acc.kind is AccessKind.ATOMIC else "write of" if write else "read of"
         return f"{verb} {acc.region} on PE {acc.owner} by {op} at {loc} ({agent.describe()})"
 
     # --- transfers ----------------------------------------------------------------------------

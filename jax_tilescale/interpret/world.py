@@ -190,7 +190,7 @@ class World:
 
     def _on_access(self, acc: Access) -> None:
         """Memory observer: a write to PE `acc.owner` wakes the waiting PEs that poll its memory."""
-        if acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE) and self.waiting:
+        if acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE, AccessKind.ATOMIC) and self.waiting:
             for pe, waits in self.waiting.items():
                 if any(w.watches(acc.owner) for w in waits):
                     self._changed.add(pe)

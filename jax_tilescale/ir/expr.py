@@ -129,6 +129,16 @@ class Expr:
     def __rmod__(self, other: IntLike) -> Expr:
         return binop(BinOpKind.MOD, other, self)
 
+    def __truediv__(self, other: Any) -> Any:
+        from .values import index_arith  # true division makes an element value (values.py)
+
+        return index_arith("/", self, other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        from .values import index_arith
+
+        return index_arith("/", other, self)
+
     def __neg__(self) -> Expr:
         return binop(BinOpKind.SUB, 0, self)
 
@@ -339,6 +349,10 @@ def compare(op: CompareKind, a: IntLike, b: IntLike) -> Expr | bool:
 
 
 def _compare_or_not_implemented(op: CompareKind, a: Expr, b: object) -> Any:
+    if _defers(b):  # compared with an element value or a float: a value comparison (values.py)
+        from .values import index_arith
+
+        return index_arith(op.value, a, b)
     try:
         other = as_expr(b)
     except TypeError:
@@ -436,8 +450,22 @@ def as_expr(value: IntLike | Any) -> Expr:
     return Const(int(value))
 
 
+def _defers(x: Any) -> bool:
+    """An operand that makes `expr op x` an element value (values.py): a float, an element of a
+    float buffer, a value."""
+    if isinstance(x, Expr | int):
+        return False
+    return isinstance(x, float) or bool(getattr(x, "__tilescale_defer__", False)) or \
+        getattr(getattr(x, "dtype", None), "kind", "") == "f"
+
+
 def binop(op: BinOpKind, a: IntLike, b: IntLike) -> Expr:
-    """Builds `a op b`, folding constants and the neutral elements."""
+    """Builds `a op b`, folding constants and the neutral elements. With a float or an element
+    value on one side the result is a value (`T.Parallel` bodies: `i * 0.5`, `x[i] + i`)."""
+    if _defers(a) or _defers(b):
+        from .values import index_arith  # values.py builds on this module
+
+        return index_arith(op.value, a, b)  # type: ignore[return-value]
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(apply_binop(op, a.value, b.value))

@@ -457,6 +457,8 @@ def stmt_exprs(stmt: Stmt) -> list[Expr]:
         elif isinstance(value, SignalUpdate):
             visit(value.word)
             visit(value.value)
+        elif hasattr(value, "index_exprs"):  # an element value (values.py): its read positions and indices
+            out.extend(value.index_exprs())
 
     for f in fields(stmt):
         visit(getattr(stmt, f.name))

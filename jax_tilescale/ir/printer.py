@@ -27,6 +27,7 @@ from .nodes import (
     TeamBarrier,
     WaitUntil,
 )
+from .tile_ops import PRINT_RULES as TILE_PRINT_RULES
 
 
 def _size(size: Expr | None) -> str:
@@ -84,6 +85,7 @@ PRINT_RULES.update({
     If: lambda s: f"if {format_expr(s.cond)}:",
     LocalStore: lambda s: f"{s.dst} = {format_expr(s.value)}",
 })
+PRINT_RULES.update(TILE_PRINT_RULES)  # T.Parallel, element stores, reductions, atomics
 # Headers of the nested bodies after the first (an if's `else:`).
 BODY_HEADERS: dict[type, tuple[str, ...]] = {If: ("else:",)}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import operator
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +21,8 @@ import numpy as np
 from ..errors import KernelTraceError
 from .expr import Const, Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
 from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
+from .tile_ops import Store
+from .values import TileValue, UnaryKind, Value, build_value, defers, index_arith, unary
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,6 +116,10 @@ class Ref:
     def __getitem__(self, index: Any) -> RegionRef:
         return RegionRef(slice_region(self.region(), index, user_source_loc()))
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        loc = user_source_loc()
+        element_store(slice_region(self.region(), index, loc), value, loc)
+
     def __repr__(self) -> str:
         return f"Ref({self.buffer})"
 
@@ -147,6 +154,51 @@ def _operand(value: Any) -> Any:
     return value.__tilescale_expr__() if isinstance(value, RegionRef) else value
 
 
+def element_value(region: Region, loc: SourceLoc) -> Value:
+    """`ref[i, j]` used as a number: an element read (see values.py)."""
+    from .values import ElementRead
+
+    if region.size != 1:
+        raise KernelTraceError(
+            f"{region} has {region.size} elements; element-wise code reads one element at a time, e.g. "
+            f"{region.buffer.name}[i, j] inside `for i, j in T.Parallel(...)`",
+            loc,
+        )
+    return ElementRead(region)
+
+
+# How `ref[...] = value` is recorded, by the kind of the buffer (default: an element `Store`).
+STORE_BUILDERS: dict[BufferKind, Callable[[Region, Any, SourceLoc], Stmt]] = {}
+
+
+def element_store(region: Region, value: Any, loc: SourceLoc) -> None:
+    """`ref[i, j] = value`: one element := value (converted to the element's dtype)."""
+    from .values import as_value
+
+    state = current_trace("store")
+    builder = STORE_BUILDERS.get(region.buffer.kind)
+    if builder is not None:
+        state.emit(builder(region, value, loc))
+        return
+    if region.size != 1:
+        raise KernelTraceError(
+            f"`{region} = ...` assigns {region.size} elements; element stores assign one element, e.g. "
+            f"{region.buffer.name}[i, j] = ... inside `for i, j in T.Parallel(...)` (T.fill, T.copy move tiles)",
+            loc,
+        )
+    try:
+        node = as_value(value)
+    except TypeError as e:
+        raise KernelTraceError(f"`{region} = ...`: {e}", loc) from None
+    state.emit(Store(region, node, loc=loc))
+
+
+_INDEX_OPS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+}
+
+
 class RegionRef:
     """A slice of a ref; can be sliced again. A one-element slice of an integer input is also a
     kernel value: `splits[i] * 4`, `T.ds(offsets[p], 8)` read it when the kernel runs."""
@@ -157,38 +209,89 @@ class RegionRef:
     def __tilescale_expr__(self) -> Expr:
         return load_of(self.region_, user_source_loc())
 
-    def __add__(self, other: Any) -> Expr:
-        return self.__tilescale_expr__() + _operand(other)
+    @property
+    def __tilescale_defer__(self) -> bool:
+        """True unless this is an index value (one element of an integer input, read as T.load):
+        arithmetic on it then builds element values (values.py) rather than index expressions."""
+        buf = self.region_.buffer
+        return not (buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES and self.region_.size == 1)
 
-    def __radd__(self, other: Any) -> Expr:
-        return _operand(other) + self.__tilescale_expr__()
+    def __tilescale_value__(self) -> Value:
+        return element_value(self.region_, user_source_loc())
 
-    def __sub__(self, other: Any) -> Expr:
-        return self.__tilescale_expr__() - _operand(other)
+    def _op(self, op: str, other: Any, reflected: bool = False) -> Expr | TileValue:
+        if op == "/" or self.__tilescale_defer__ or defers(other):
+            return index_arith(op, other, self) if reflected else index_arith(op, self, other)
+        a, b = self.__tilescale_expr__(), _operand(other)
+        return _INDEX_OPS[op](b, a) if reflected else _INDEX_OPS[op](a, b)
 
-    def __rsub__(self, other: Any) -> Expr:
-        return _operand(other) - self.__tilescale_expr__()
+    def __add__(self, other: Any) -> Expr | TileValue:
+        return self._op("+", other)
 
-    def __mul__(self, other: Any) -> Expr:
-        return self.__tilescale_expr__() * _operand(other)
+    def __radd__(self, other: Any) -> Expr | TileValue:
+        return self._op("+", other, True)
 
-    def __rmul__(self, other: Any) -> Expr:
-        return _operand(other) * self.__tilescale_expr__()
+    def __sub__(self, other: Any) -> Expr | TileValue:
+        return self._op("-", other)
 
-    def __floordiv__(self, other: Any) -> Expr:
-        return self.__tilescale_expr__() // _operand(other)
+    def __rsub__(self, other: Any) -> Expr | TileValue:
+        return self._op("-", other, True)
 
-    def __rfloordiv__(self, other: Any) -> Expr:
-        return _operand(other) // self.__tilescale_expr__()
+    def __mul__(self, other: Any) -> Expr | TileValue:
+        return self._op("*", other)
 
-    def __mod__(self, other: Any) -> Expr:
-        return self.__tilescale_expr__() % _operand(other)
+    def __rmul__(self, other: Any) -> Expr | TileValue:
+        return self._op("*", other, True)
 
-    def __rmod__(self, other: Any) -> Expr:
-        return _operand(other) % self.__tilescale_expr__()
+    def __truediv__(self, other: Any) -> TileValue:
+        return self._op("/", other)  # type: ignore[return-value]
 
-    def __neg__(self) -> Expr:
+    def __rtruediv__(self, other: Any) -> TileValue:
+        return self._op("/", other, True)  # type: ignore[return-value]
+
+    def __floordiv__(self, other: Any) -> Expr | TileValue:
+        return self._op("//", other)
+
+    def __rfloordiv__(self, other: Any) -> Expr | TileValue:
+        return self._op("//", other, True)
+
+    def __mod__(self, other: Any) -> Expr | TileValue:
+        return self._op("%", other)
+
+    def __rmod__(self, other: Any) -> Expr | TileValue:
+        return self._op("%", other, True)
+
+    def __lt__(self, other: Any) -> Any:
+        return self._op("<", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._op("<=", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._op(">", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._op(">=", other)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self._op("==", other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self._op("!=", other)
+
+    __hash__ = object.__hash__
+
+    def __neg__(self) -> Expr | TileValue:
+        if self.__tilescale_defer__:
+            return build_value(unary, (UnaryKind.NEG, self))
         return -self.__tilescale_expr__()
+
+    def __abs__(self) -> TileValue:
+        return build_value(unary, (UnaryKind.ABS, self))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        loc = user_source_loc()
+        element_store(slice_region(self.region_, index, loc), value, loc)
 
     @property
     def shape(self) -> tuple[int, ...]:

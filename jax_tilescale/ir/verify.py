@@ -454,3 +454,10 @@ def verify_kernel(kernel: KernelIR) -> KernelIR:
         )
     _verify_body(kernel.body, kernel, var_ranges(kernel))
     return kernel
+
+
+# The element-wise tile statements' rules (T.Parallel, stores, reductions, atomics) use the helpers
+# above, so they are registered last.
+from .tile_verify import RULES as _TILE_RULES  # noqa: E402
+
+STMT_RULES.update(_TILE_RULES)

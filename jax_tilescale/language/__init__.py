@@ -10,6 +10,9 @@ count may be given and must agree).
 - memory (`memory`): alloc_shared, alloc_signal, alloc_symmetric, copy;
 - compute (`compute`, interpreter only for now): serial, Pipelined, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
+- element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
+  ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, atomic_add, atomic_max, atomic_min
+  (and element reads and stores `ref[i, j]` in a Parallel body);
 - transfers (`transfers`): putmem[_signal][_nbi][_warp|_block], getmem[_nbi][_warp|_block],
   put_block, get_block, put_warp, get_warp;
 - synchronisation (`sync`): signal_op, signal_wait_until, wait_eq/ne/ge/le/gt/lt, quiet, fence,
@@ -23,6 +26,25 @@ from __future__ import annotations
 from ..ir.nodes import Cmp, Scope, SignalOp
 from ..ir.trace import Ref, RegionRef
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
+from .elementwise import (
+    Parallel,
+    abs,
+    atomic_add,
+    atomic_max,
+    atomic_min,
+    cast,
+    ceildiv,
+    exp,
+    exp2,
+    log,
+    max,
+    min,
+    reduce_absmax,
+    reduce_max,
+    reduce_min,
+    reduce_sum,
+    where,
+)
 from .memory import alloc_shared, alloc_signal, alloc_symmetric, copy
 from .queries import (
     Scale,
@@ -88,16 +110,21 @@ from .transfers import (
 
 __all__ = [
     "Cmp",
+    "Parallel",
     "Pipelined",
     "Ref",
     "RegionRef",
     "Scale",
     "Scope",
     "SignalOp",
+    "abs",
     "alloc_fragment",
     "alloc_shared",
     "alloc_signal",
     "alloc_symmetric",
+    "atomic_add",
+    "atomic_max",
+    "atomic_min",
     "axis_index",
     "axis_size",
     "barrier_all",
@@ -106,9 +133,13 @@ __all__ = [
     "broadcast",
     "broadcast_block",
     "broadcast_warp",
+    "cast",
+    "ceildiv",
     "clear",
     "copy",
     "ds",
+    "exp",
+    "exp2",
     "fcollect",
     "fcollect_block",
     "fcollect_warp",
@@ -128,6 +159,9 @@ __all__ = [
     "getmem_nbi_warp",
     "getmem_warp",
     "load",
+    "log",
+    "max",
+    "min",
     "pe_of",
     "program_id",
     "put_block",
@@ -145,6 +179,10 @@ __all__ = [
     "putmem_signal_warp",
     "putmem_warp",
     "quiet",
+    "reduce_absmax",
+    "reduce_max",
+    "reduce_min",
+    "reduce_sum",
     "serial",
     "signal_op",
     "signal_wait_until",
@@ -157,4 +195,5 @@ __all__ = [
     "wait_le",
     "wait_lt",
     "wait_ne",
+    "where",
 ]

@@ -1,0 +1,435 @@
+"""Interpreter rules of the element-wise tile statements: `T.Parallel`, element stores, atomics,
+reductions. The reference semantics of ir/values.py and ir/tile_ops.py.
+
+A `Parallel` is evaluated vectorised: its loop variables are numpy index arrays over the
+iteration space, and each statement of its body runs for every iteration at once, in program
+order. That equals running the iterations one by one whenever they are independent, which the
+rule checks (`_IterationLog`): two iterations touching one element, one of them writing it
+plainly, is a race (a RaceError, like the GPU's threads racing). Memory goes through
+`LaunchMemory.access` as everywhere: an element set is logged as the fewest rectangles that cover
+exactly it, so the race detector and the output coverage see exactly the elements touched.
+Atomics are ATOMIC accesses (they race with plain accesses of other agents, never with atomics)
+applied one update at a time in iteration order, each rounded to the element's dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelRuntimeError, RaceError
+from ..ir.expr import BinOp, BinOpKind, Compare, CompareKind, Const, Expr, Load, Logic, LogicKind, Not, Select, Var
+from ..ir.expr import format_expr as fmt
+from ..ir.nodes import Buffer, Loop, Region, Stmt
+from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Parallel, Reduce, ReduceKind, Store
+from ..ir.values import (
+    BOOL,
+    FLOAT32,
+    FLOAT64,
+    INT64,
+    Binary,
+    BinaryKind,
+    Cast,
+    ElementRead,
+    IndexValue,
+    Literal,
+    Unary,
+    UnaryKind,
+    Value,
+    ValueCompare,
+    ValueSelect,
+    compute_dtype,
+    is_float,
+)
+from .memory import AccessKind, ResolvedRegion, where
+
+Array = np.ndarray
+
+# ---- conversions (the rules of ir/values.py) ---------------------------------------------------
+
+
+def to_rep(data: Array, dtype: np.dtype) -> Array:
+    """Stored elements of `dtype` as the numbers values compute with (float32 for 16-bit floats,
+    int64 for integers)."""
+    return np.asarray(data).astype(compute_dtype(dtype))
+
+
+def convert(x: Array, src: np.dtype, dst: np.dtype) -> Array:
+    """A value of type `src` (held in its compute type) as type `dst` (held in dst's compute type)."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        if dst == BOOL:
+            return x != 0
+        if dst.kind in "iu":
+            if is_float(src):
+                x = np.trunc(x)
+            return x.astype(np.int64).astype(dst).astype(np.int64)
+        if x.dtype == FLOAT64 and dst != FLOAT64:
+            x = x.astype(np.float32)  # conversions to 16-bit floats go through float32, as on the GPU
+        if dst in (FLOAT32, FLOAT64):
+            return x.astype(dst)
+        return x.astype(np.float32).astype(dst).astype(np.float32)
+
+
+def to_storage(x: Array, src: np.dtype, dst: np.dtype) -> Array:
+    return convert(x, src, dst).astype(dst)
+
+
+# ---- iteration space, element positions, access logging -----------------------------------------
+
+
+class _Space:
+    """The iterations a statement runs for: `shape` (() outside a Parallel), their ids, and the
+    loop variables' values (numpy index arrays, or ints) in `env`."""
+
+    def __init__(self, env: dict[Var, Any], shape: tuple[int, ...], parallel: Parallel | None):
+        self.env, self.shape, self.parallel = env, shape, parallel
+        self.ids = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+
+    def describe(self, lane: int) -> str:
+        if self.parallel is None:
+            return ""
+        coords = np.unravel_index(lane, self.shape)
+        return " at iteration (" + ", ".join(f"{fmt(v)}={int(c)}" for v, c in zip(self.parallel.vars, coords)) + ")"
+
+
+def _rectangles(shape: tuple[int, ...], coords: tuple[Array, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The fewest (by splitting along leading dimensions) rectangles covering exactly the distinct
+    elements at `coords` (1-D arrays, one per dimension)."""
+    if coords[0].size == 0:
+        return []
+    lo = tuple(int(c.min()) for c in coords)
+    sizes = tuple(int(c.max()) - a + 1 for c, a in zip(coords, lo))
+    flat = np.ravel_multi_index(tuple(c - a for c, a in zip(coords, lo)), sizes)
+    if np.unique(flat).size == int(np.prod(sizes)):
+        return [(lo, sizes)]
+    if len(shape) == 1:  # scattered elements of a vector: one run per maximal consecutive stretch
+        u = np.unique(coords[0])
+        breaks = np.flatnonzero(np.diff(u) != 1) + 1
+        return [((int(r[0]),), (int(r[-1] - r[0] + 1),)) for r in np.split(u, breaks)]
+    out = []
+    for row in np.unique(coords[0]):
+        sel = coords[0] == row
+        for starts, sz in _rectangles(shape[1:], tuple(c[sel] for c in coords[1:])):
+            out.append(((int(row), *starts), (1, *sz)))
+    return out
+
+
+class _IterationLog:
+    """The elements each iteration of one Parallel touched, to find iterations that race."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[Buffer, int], list[tuple[Array, Array, int, Stmt]]] = {}
+
+    def add(self, buffer: Buffer, flat: Array, ids: Array, kind: int, stmt: Stmt) -> None:
+        self.records.setdefault((buffer, id(buffer)), []).append((flat, ids, kind, stmt))
+
+    def check(self, ctx: Any, space: _Space) -> None:
+        for (buf, _), recs in self.records.items():
+            flat = np.concatenate([r[0] for r in recs])
+            ids = np.concatenate([r[1] for r in recs])
+            kinds = np.concatenate([np.full(r[0].size, r[2], np.int8) for r in recs])
+            which = np.concatenate([np.full(r[0].size, i) for i, r in enumerate(recs)])
+            u, inv = np.unique(flat, return_inverse=True)
+            lo = np.full(u.size, np.iinfo(np.int64).max)
+            hi = np.full(u.size, -1)
+            np.minimum.at(lo, inv, ids)
+            np.maximum.at(hi, inv, ids)
+            writes, atomics, plain = (np.zeros(u.size, bool) for _ in range(3))
+            np.logical_or.at(writes, inv, kinds == _WRITE)
+            np.logical_or.at(atomics, inv, kinds == _ATOMIC)
+            np.logical_or.at(plain, inv, kinds != _ATOMIC)
+            bad = (lo != hi) & (writes | (atomics & plain))
+            if bad.any():
+                e = int(np.argmax(bad))
+                members = np.flatnonzero(inv == e)
+                a = members[0]
+                b = next(m for m in members if ids[m] != ids[a])
+                element = ", ".join(str(int(c)) for c in np.unravel_index(int(u[e]), buf.shape))
+                names = {_READ: "reads", _WRITE: "writes", _ATOMIC: "updates atomically"}
+                raise RaceError(
+                    f"data race in the T.Parallel at {space.parallel.loc}: {buf.name}[{element}] "
+                    f"(a {buf.kind.value} buffer of PE {ctx.pe}, block {ctx.block}) is touched by two iterations, "
+                    f"one writing it: {recs[which[a]][3].op_name} at {recs[which[a]][3].loc} "
+                    f"{names[int(kinds[a])]} it{space.describe(int(ids[a]))}, {recs[which[b]][3].op_name} at "
+                    f"{recs[which[b]][3].loc} {names[int(kinds[b])]} it{space.describe(int(ids[b]))}. Iterations run "
+                    "on different threads in no order; reduce with T.reduce_* or T.atomic_*, or give each "
+                    "iteration its own elements. (InterpretOptions(detect_races=False) turns this check off.)"
+                )
+
+
+_READ, _WRITE, _ATOMIC = 0, 1, 2
+
+
+class _Eval:
+    """Evaluates index expressions and values of one statement over an iteration space."""
+
+    def __init__(self, ctx: Any, stmt: Stmt, space: _Space, log: _IterationLog | None):
+        self.ctx, self.stmt, self.space, self.log = ctx, stmt, space, log
+
+    def fail(self, message: str, active: Array) -> KernelRuntimeError:
+        lane = int(np.flatnonzero(np.broadcast_to(active, self.space.shape).reshape(-1))[0]) if self.space.shape \
+            else 0
+        return KernelRuntimeError(f"{self.stmt.op_name}: {message}{self.space.describe(lane)} "
+                                  f"{where(self.ctx.pe, self.ctx.block, self.stmt.loc)}")
+
+    # -- index expressions (int64 arrays, Python semantics) --
+
+    def index(self, e: Expr, active: Array) -> Array:
+        if isinstance(e, Const):
+            return np.int64(e.value)
+        if isinstance(e, Var):
+            return np.asarray(self.space.env[e], np.int64)
+        if isinstance(e, BinOp):
+            a, b = self.index(e.lhs, active), self.index(e.rhs, active)
+            if e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD):
+                zero = active & (b == 0)
+                if np.any(zero):
+                    raise self.fail(f"integer {e.op.value} by zero in `{fmt(e)}`", zero)
+                b = np.where(b == 0, 1, b)
+            return _INDEX_OPS[e.op](a, b)
+        if isinstance(e, Compare):
+            return _COMPARE_OPS[e.op](self.index(e.lhs, active), self.index(e.rhs, active)).astype(np.int64)
+        if isinstance(e, Not):
+            return (self.index(e.operand, active) == 0).astype(np.int64)
+        if isinstance(e, Logic):
+            lhs = self.index(e.lhs, active) != 0
+            if e.op is LogicKind.LAND:
+                rhs = self.index(e.rhs, active & lhs) != 0
+            elif e.op is LogicKind.LOR:
+                rhs = self.index(e.rhs, active & ~lhs) != 0
+            else:
+                rhs = self.index(e.rhs, active) != 0
+            conj = e.op in (LogicKind.AND, LogicKind.LAND)
+            return (lhs & rhs if conj else lhs | rhs).astype(np.int64)
+        if isinstance(e, Select):
+            c = self.index(e.cond, active) != 0
+            return np.where(c, self.index(e.if_true, active & c), self.index(e.if_false, active & ~c))
+        if isinstance(e, Load):
+            return to_rep(self.elements(Region(e.buffer, e.indices, (1,) * len(e.indices)), active, _READ),
+                          e.buffer.dtype)
+        raise KernelRuntimeError(f"internal: no vectorised rule for the index expression {fmt(e)} at {self.stmt.loc}")
+
+    # -- element access --
+
+    def positions(self, region: Region, active: Array) -> tuple[Array, ...]:
+        """The element coordinates `region` (one element) names for each iteration, bounds-checked
+        for the active ones (inactive ones are clamped in)."""
+        buf = region.buffer
+        coords = []
+        for dim, (start, extent) in enumerate(zip(region.starts, buf.shape)):
+            i = np.broadcast_to(self.index(start, active), self.space.shape)
+            bad = active & ((i < 0) | (i >= extent))
+            if np.any(bad):
+                value = int(np.asarray(i)[np.unravel_index(int(np.argmax(bad)), self.space.shape)])
+                element = f"{buf.name}[{', '.join(fmt(s) for s in region.starts)}]"
+                raise self.fail(f"out-of-bounds element {element}: the index `{fmt(start)}` along dimension {dim} is "
+                                f"{value}, outside [0, {extent})", bad)
+            coords.append(np.clip(i, 0, extent - 1))
+        return tuple(coords)
+
+    def elements(self, region: Region, active: Array, kind: int, update: Callable[[Array, Array], Array] | None = None,
+                 data: Array | None = None) -> Array:
+        """Reads (kind _READ: returns the stored elements over the space), writes `data`, or
+        applies `update(old, lanes)` to the active elements (atomics), through memory accesses of
+        exactly the elements touched."""
+        buf = region.buffer
+        active = np.broadcast_to(active, self.space.shape)
+        coords = self.positions(region, active)
+        act = active.reshape(-1)
+        sel = tuple(c.reshape(-1)[act] for c in coords)
+        rects = _rectangles(buf.shape, sel) if sel[0].size else []
+        access = {_READ: AccessKind.READ, _WRITE: AccessKind.WRITE, _ATOMIC: AccessKind.ATOMIC}[kind]
+        views = [(starts, sizes, self._access(access, buf, starts, sizes)) for starts, sizes in rects]
+        if self.log is not None and sel[0].size and self.space.parallel is not None:
+            flat = np.ravel_multi_index(sel, buf.shape)
+            self.log.add(buf, flat, self.space.ids.reshape(-1)[act], kind, self.stmt)
+        if not views:
+            return np.zeros(self.space.shape, buf.dtype)
+        lo = tuple(min(v[0][d] for v in views) for d in range(len(buf.shape)))
+        hi = tuple(max(v[0][d] + v[1][d] for v in views) for d in range(len(buf.shape)))
+        box = np.zeros(tuple(b - a for a, b in zip(lo, hi)), buf.dtype)
+        for starts, sizes, view in views:
+            box[tuple(slice(s - a, s - a + n) for s, a, n in zip(starts, lo, sizes))] = view
+        local = tuple(np.clip(c - a, 0, n - 1) for c, a, n in zip(coords, lo, box.shape))
+        if kind == _READ:
+            return box[local]
+        if kind == _WRITE:
+            box[tuple(c.reshape(-1)[act] for c in local)] = np.broadcast_to(data, self.space.shape).reshape(-1)[act]
+        else:
+            _apply_in_order(box, np.ravel_multi_index(tuple(c.reshape(-1)[act] for c in local), box.shape),
+                            np.broadcast_to(data, self.space.shape).reshape(-1)[act], update)
+        for starts, sizes, view in views:
+            view[...] = box[tuple(slice(s - a, s - a + n) for s, a, n in zip(starts, lo, sizes))]
+        return box
+
+    def _access(self, kind: AccessKind, buf: Buffer, starts: tuple[int, ...], sizes: tuple[int, ...]) -> Array:
+        ctx = self.ctx
+        return ctx.world.memory.access(ctx.access(kind, ResolvedRegion(buf, starts, sizes), self.stmt))
+
+    # -- values (held in their compute type) --
+
+    def value(self, v: Value, active: Array) -> Array:
+        rule = _VALUE_RULES.get(type(v))
+        if rule is None:
+            raise KernelRuntimeError(f"internal: no interpreter rule for the value {type(v).__name__}")
+        with np.errstate(all="ignore"):
+            return rule(self, v, active)
+
+
+def _apply_in_order(box: Array, flat: Array, values: Array, update: Callable[[Array, Array], Array]) -> None:
+    """`box.flat[flat[k]] = update(old, values[k])` for k in order: elements hit several times are
+    updated once per hit, in iteration order (rounds of one hit per element)."""
+    order = np.argsort(flat, kind="stable")
+    f, vals = flat[order], values[order]
+    first = np.r_[0, np.flatnonzero(f[1:] != f[:-1]) + 1] if f.size else np.zeros(0, np.int64)
+    rank = np.arange(f.size) - np.repeat(first, np.diff(np.r_[first, f.size]))
+    flat_box = box.reshape(-1)
+    for r in range(int(rank.max()) + 1 if f.size else 0):
+        hit = rank == r
+        flat_box[f[hit]] = update(flat_box[f[hit]], vals[hit])
+
+
+_INDEX_OPS: dict[BinOpKind, Callable[[Array, Array], Array]] = {
+    BinOpKind.ADD: np.add, BinOpKind.SUB: np.subtract, BinOpKind.MUL: np.multiply,
+    BinOpKind.FLOORDIV: np.floor_divide, BinOpKind.MOD: np.mod, BinOpKind.MIN: np.minimum, BinOpKind.MAX: np.maximum,
+}
+_COMPARE_OPS = {CompareKind.EQ: np.equal, CompareKind.NE: np.not_equal, CompareKind.LT: np.less,
+                CompareKind.LE: np.less_equal, CompareKind.GT: np.greater, CompareKind.GE: np.greater_equal}
+_CMP_OPS = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+            ">=": np.greater_equal}
+_BINARY_OPS: dict[BinaryKind, Callable[[Array, Array], Array]] = {
+    BinaryKind.ADD: np.add, BinaryKind.SUB: np.subtract, BinaryKind.MUL: np.multiply, BinaryKind.DIV: np.divide,
+    BinaryKind.MAX: np.maximum, BinaryKind.MIN: np.minimum, BinaryKind.AND: np.logical_and,
+    BinaryKind.OR: np.logical_or,
+}
+_UNARY_OPS: dict[UnaryKind, Callable[[Array], Array]] = {
+    UnaryKind.NEG: np.negative, UnaryKind.ABS: np.abs, UnaryKind.EXP: np.exp, UnaryKind.EXP2: np.exp2,
+    UnaryKind.LOG: np.log, UnaryKind.NOT: np.logical_not,
+}
+
+
+def _operand(ev: _Eval, v: Value, to: np.dtype, active: Array) -> Array:
+    return convert(ev.value(v, active), compute_dtype(v.dtype), compute_dtype(to))
+
+
+def _select(ev: _Eval, v: ValueSelect, active: Array) -> Array:
+    c = ev.value(v.cond, active)
+    return np.where(c, _operand(ev, v.if_true, v.dtype, active & c), _operand(ev, v.if_false, v.dtype, active & ~c))
+
+
+_VALUE_RULES: dict[type, Callable[[_Eval, Any, Array], Array]] = {
+    Literal: lambda ev, v, a: np.asarray(v.value).astype(compute_dtype(v.dtype)),
+    IndexValue: lambda ev, v, a: (ev.index(v.expr, a) != 0) if v.dtype == BOOL else ev.index(v.expr, a),
+    ElementRead: lambda ev, v, a: to_rep(ev.elements(v.region, a, _READ), v.dtype),
+    Unary: lambda ev, v, a: _UNARY_OPS[v.op](_operand(ev, v.x, v.dtype, a)),
+    Binary: lambda ev, v, a: _BINARY_OPS[v.op](_operand(ev, v.lhs, v.dtype, a), _operand(ev, v.rhs, v.dtype, a)),
+    ValueCompare: lambda ev, v, a: _CMP_OPS[v.cmp.value](_operand(ev, v.lhs, v.operand_dtype, a),
+                                                         _operand(ev, v.rhs, v.operand_dtype, a)),
+    ValueSelect: _select,
+    Cast: lambda ev, v, a: convert(ev.value(v.x, a), compute_dtype(v.x.dtype), v.dtype),
+}
+
+
+# ---- statements --------------------------------------------------------------------------------
+
+_ATOMIC_OPS: dict[AtomicKind, Callable[[Array, Array], Array]] = {
+    AtomicKind.ADD: np.add, AtomicKind.MAX: np.maximum, AtomicKind.MIN: np.minimum,
+}
+
+
+def _atomic_update(kind: AtomicKind, dtype: np.dtype) -> Callable[[Array, Array], Array]:
+    """old (stored) and value (already dtype's compute form) -> new stored elements."""
+    op, rep = _ATOMIC_OPS[kind], compute_dtype(dtype)
+
+    def update(old: Array, value: Array) -> Array:
+        with np.errstate(all="ignore"):
+            return to_storage(op(to_rep(old, dtype), value), rep, dtype)
+
+    return update
+
+
+def _run_thread_stmt(ctx: Any, s: Stmt, space: _Space, log: _IterationLog | None) -> None:
+    active = np.ones(space.shape, bool)
+    if isinstance(s, Loop):
+        for i in range(s.extent):
+            space.env[s.var] = i
+            for inner in s.body:
+                _run_thread_stmt(ctx, inner, space, log)
+        del space.env[s.var]
+        return
+    ev = _Eval(ctx, s, space, log)
+    if isinstance(s, Store):
+        value = ev.value(s.value, active)
+        data = to_storage(value, compute_dtype(s.value.dtype), s.dst.buffer.dtype)
+        ev.elements(s.dst, active, _WRITE, data=data)
+    elif isinstance(s, AtomicElement):
+        dtype = s.dst.buffer.dtype
+        value = convert(ev.value(s.value, active), compute_dtype(s.value.dtype), dtype)
+        ev.elements(s.dst, active, _ATOMIC, update=_atomic_update(s.op, dtype), data=value)
+    else:
+        raise KernelRuntimeError(f"internal: {s.op_name} at {s.loc} cannot run per thread")
+
+
+def _parallel(ctx: Any, s: Parallel) -> None:
+    rank = len(s.extents)
+    env: dict[Var, Any] = dict(ctx.env)
+    for k, (var, extent) in enumerate(zip(s.vars, s.extents)):
+        env[var] = np.arange(extent, dtype=np.int64).reshape((1,) * k + (extent,) + (1,) * (rank - k - 1))
+    space = _Space(env, s.extents, s)
+    log = _IterationLog() if ctx.world.options.detect_races else None
+    for stmt in s.body:
+        _run_thread_stmt(ctx, stmt, space, log)
+    if log is not None:
+        log.check(ctx, space)
+
+
+def _once(ctx: Any, s: Stmt) -> None:
+    """An element store or atomic outside a Parallel: once for the block."""
+    _run_thread_stmt(ctx, s, _Space(dict(ctx.env), (), None), None)
+
+
+def reduce_dtype(src: np.dtype, dst: np.dtype) -> np.dtype:
+    """What a reduction computes in: float64 if either side is, float32 for other floats, int64."""
+    if is_float(src) or is_float(dst):
+        return FLOAT64 if FLOAT64 in (src, dst) else FLOAT32
+    return INT64
+
+
+def _reduce(ctx: Any, s: Reduce) -> None:
+    acc = reduce_dtype(s.src.buffer.dtype, s.dst.buffer.dtype)
+    data = convert(to_rep(ctx.read(ctx.resolve(s.src, "src", s), s), s.src.buffer.dtype),
+                   compute_dtype(s.src.buffer.dtype), acc)
+    with np.errstate(all="ignore"):
+        if s.kind is ReduceKind.SUM:
+            out = np.sum(data, axis=s.dim, dtype=acc)
+        else:
+            if s.kind is ReduceKind.ABSMAX:
+                data = np.abs(data)
+            out = (np.min if s.kind is ReduceKind.MIN else np.max)(data, axis=s.dim)
+        dst = ctx.resolve(s.dst, "dst", s)
+        if not s.clear:
+            old = convert(to_rep(ctx.read(dst, s), s.dst.buffer.dtype), compute_dtype(s.dst.buffer.dtype), acc)
+            combine = {ReduceKind.SUM: np.add, ReduceKind.MIN: np.minimum}.get(s.kind, np.maximum)
+            out = combine(old.reshape(out.shape), out)
+    ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
+
+
+def _atomic_region(ctx: Any, s: AtomicRegion) -> None:
+    dtype = s.dst.buffer.dtype
+    src = ctx.read(ctx.resolve(s.src, "src", s), s)
+    value = convert(to_rep(src, s.src.buffer.dtype), compute_dtype(s.src.buffer.dtype), dtype)
+    dst = ctx.resolve(s.dst, "dst", s)
+    view = ctx.world.memory.access(ctx.access(AccessKind.ATOMIC, dst, s))
+    view[...] = _atomic_update(s.op, dtype)(view, value.reshape(view.shape))
+
+
+RULES: dict[type, Callable[[Any, Any], None]] = {
+    Parallel: _parallel,
+    Store: _once,
+    AtomicElement: _once,
+    AtomicRegion: _atomic_region,
+    Reduce: _reduce,
+}

@@ -1,0 +1,123 @@
+"""IR statements of element-wise tile compute: `T.Parallel` loop nests, element stores, reductions
+and atomics (issue 6). Their invariants are checked in `tile_verify.py`; values are `values.py`.
+
+Execution model (every backend): a `Parallel` runs its iterations concurrently, one per thread of
+the block (round robin when there are more iterations than threads), and the block meets after it
+(a `__syncthreads()` on the GPU), so later statements see every element it wrote. Iterations must
+be independent: two iterations that touch the same element, one of them writing it (plainly), is a
+race (the interpreter reports it; on the GPU the result is undefined). Element stores and atomics
+outside a `Parallel` run once per block. `Reduce` and `AtomicRegion` are block statements (all
+threads cooperate, the block meets after them).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .expr import Var, format_expr
+from .nodes import Region, Stmt
+from .values import Value, format_value
+
+
+class ReduceKind(enum.Enum):
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    ABSMAX = "absmax"
+
+
+class AtomicKind(enum.Enum):
+    ADD = "add"
+    MAX = "max"
+    MIN = "min"
+
+
+@dataclass(frozen=True)
+class Parallel(Stmt):
+    """`for i, j in T.Parallel(M, N):` the body once per (i, j), iterations spread over the block's
+    threads. `vars` are the loop variables (VarKind.LOOP, unique ids), row-major over `extents`."""
+
+    vars: tuple[Var, ...]
+    extents: tuple[int, ...]
+    body: tuple[Stmt, ...]
+    op_name = "Parallel"
+
+    @property
+    def bodies(self) -> tuple[tuple[Stmt, ...], ...]:
+        return (self.body,)
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    """`ref[i, j] = value`: one element (a one-element region), `value` converted to its dtype."""
+
+    dst: Region
+    value: Value
+    op_name = "store"
+
+
+@dataclass(frozen=True)
+class AtomicElement(Stmt):
+    """`T.atomic_add(ref[i, j], value)` (max, min): an atomic read-modify-write of one element of
+    local memory; `value` is converted to the element's dtype first, the result rounded to it."""
+
+    op: AtomicKind
+    dst: Region
+    value: Value
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return f"atomic_{self.op.value}"
+
+
+@dataclass(frozen=True)
+class AtomicRegion(Stmt):
+    """`T.atomic_add(C[rows, cols], frag)`: an atomic update of each element of `dst` with the
+    matching element of `src` (same shape up to dimensions of size 1), by the whole block."""
+
+    op: AtomicKind
+    dst: Region
+    src: Region
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return f"atomic_{self.op.value}"
+
+
+@dataclass(frozen=True)
+class Reduce(Stmt):
+    """`T.reduce_sum(src, dst, dim=1, clear=True)` (max, min, absmax): `dst` (src's shape without
+    `dim`, up to dimensions of size 1) := the reduction of `src` along `dim`; with `clear=False`
+    combined with dst's old value (added, or max/min). Computed in the promoted compute type of src
+    and dst (float32 for 16-bit floats), rounded to dst's dtype; the order of operations is unspecified."""
+
+    kind: ReduceKind
+    src: Region
+    dst: Region
+    dim: int
+    clear: bool = True
+
+    @property
+    def op_name(self) -> str:  # type: ignore[override]
+        return f"reduce_{self.kind.value}"
+
+
+def _element(r: Region) -> str:
+    return f"{r.buffer.name}[{', '.join(format_expr(s) for s in r.starts)}]"
+
+
+def _parallel(s: Parallel) -> str:
+    return f"for {', '.join(format_expr(v) for v in s.vars)} in Parallel({', '.join(map(str, s.extents))}):"
+
+
+PRINT_RULES = {
+    Parallel: _parallel,
+    Store: lambda s: f"{_element(s.dst)} = {format_value(s.value)}",
+    AtomicElement: lambda s: f"{s.op_name}({_element(s.dst)}, {format_value(s.value)})",
+    AtomicRegion: lambda s: f"{s.op_name}({s.dst} <- {s.src})",
+    Reduce: lambda s: f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})",
+}
+
+# Statements that may be in a Parallel body (besides T.serial loops of them): one thread runs each.
+THREAD_STMTS: tuple[type, ...] = (Store, AtomicElement)

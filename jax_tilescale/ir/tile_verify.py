@@ -1,0 +1,136 @@
+"""Verifier rules of the element-wise tile statements (`tile_ops.py`), registered in
+`verify.STMT_RULES`. Errors name the user's line; index ranges are checked exactly where affine
+(loop variables of `T.Parallel` range over [0, extent)), the rest at run time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from .nodes import BLOCK_LOCAL, BufferKind, KernelIR, Loop, Region, SourceLoc, Stmt
+from .tile_ops import THREAD_STMTS, AtomicElement, AtomicRegion, Parallel, Reduce, Store
+from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, format_value, walk
+from .verify import Ranges, _check_kind, _check_region, _squeezed, _verify_body
+
+# Where element atomics may update (local memory that several threads or blocks share).
+ATOMIC_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SHARED})
+# Element types the GPU updates atomically (natively or with a compare-and-swap loop).
+ATOMIC_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32,
+                                                 np.float64)) | {BFLOAT16}
+STORE_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SHARED, BufferKind.FRAGMENT})
+
+
+def _check_dtype(region: Region, op: str, role: str, loc: SourceLoc, numeric: bool = False) -> None:
+    dtype = region.buffer.dtype
+    if dtype not in VALUE_DTYPES or (numeric and dtype == BOOL):
+        kinds = "numbers" if numeric else "bool, integers and floats"
+        raise KernelTraceError(f"{op}: the {role} {region.buffer.name} is {dtype.name}; element-wise code works on "
+                               f"{kinds}", loc)
+
+
+def _check_element(region: Region, ranges: Ranges, op: str, role: str, loc: SourceLoc) -> None:
+    if region.size != 1:
+        raise KernelTraceError(f"{op}: the {role} {region} is {region.size} elements, not one", loc)
+    _check_region(region, ranges, f"{op} {role}", loc)
+
+
+def _check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
+    """Every element read in `v` is in bounds (where affine) and reads data (not a signal word)."""
+    for node in walk(v):
+        if isinstance(node, ElementRead):
+            r = node.region
+            _check_element(r, ranges, op, f"read {format_value(node)}", loc)
+            if r.buffer.kind is BufferKind.SIGNAL:
+                raise KernelTraceError(f"{op}: {r.buffer.name} holds signal words; wait for them (signal_wait_until), "
+                                       "do not read them as data", loc)
+            _check_dtype(r, op, "read", loc)
+
+
+def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel) -> None:
+    for s in body:
+        if isinstance(s, Loop):
+            _check_parallel_body(s.body, outer)
+        elif not isinstance(s, THREAD_STMTS):
+            what = "a nested T.Parallel" if isinstance(s, Parallel) else f"T.{s.op_name}"
+            raise KernelTraceError(
+                f"{what} inside the T.Parallel at {outer.loc}: a Parallel body runs once per iteration, on one thread, "
+                "and holds element stores (ref[i, j] = ...), element atomics and T.serial loops of them; block "
+                "operations (copies, reductions, gemm, communication) go before or after it",
+                s.loc,
+            )
+
+
+def _verify_parallel(s: Parallel, kernel: KernelIR, ranges: Ranges) -> None:
+    if len(s.vars) != len(s.extents) or not s.extents or any(e < 1 for e in s.extents):
+        raise KernelTraceError(f"T.Parallel: extents must be positive ints, got {s.extents}", s.loc)
+    _check_parallel_body(s.body, s)
+    _verify_body(s.body, kernel, {**ranges, **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}})
+
+
+def _verify_store(s: Store, kernel: KernelIR, ranges: Ranges) -> None:
+    _check_element(s.dst, ranges, "store", "destination", s.loc)
+    _check_kind(s.dst, STORE_KINDS, "store", "destination", "element stores write kernel outputs, symmetric "
+                "scratch and on-chip tiles", s.loc)
+    _check_dtype(s.dst, "store", "destination", s.loc)
+    _check_value(s.value, ranges, "store", s.loc)
+
+
+def _check_atomic_dst(dst: Region, op: str, loc: SourceLoc) -> None:
+    _check_kind(dst, ATOMIC_KINDS, op, "destination", "atomics update local memory that threads or blocks share",
+                loc)
+    if dst.buffer.dtype not in ATOMIC_DTYPES:
+        names = ", ".join(sorted(d.name for d in ATOMIC_DTYPES))
+        raise KernelTraceError(f"{op}: {dst.buffer.name} is {dst.buffer.dtype.name}; atomics update {names}", loc)
+
+
+def _verify_atomic_element(s: AtomicElement, kernel: KernelIR, ranges: Ranges) -> None:
+    _check_element(s.dst, ranges, s.op_name, "destination", s.loc)
+    _check_atomic_dst(s.dst, s.op_name, s.loc)
+    if s.value.dtype == BOOL:
+        raise KernelTraceError(f"{s.op_name}: the value {format_value(s.value)} is bool; T.cast it", s.loc)
+    _check_value(s.value, ranges, s.op_name, s.loc)
+
+
+def _verify_atomic_region(s: AtomicRegion, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_region(s.dst, ranges, f"{op} dst", s.loc)
+    _check_region(s.src, ranges, f"{op} src", s.loc)
+    _check_atomic_dst(s.dst, op, s.loc)
+    if s.src.buffer.kind is BufferKind.SIGNAL:
+        raise KernelTraceError(f"{op}: {s.src.buffer.name} holds signal words, not data", s.loc)
+    _check_dtype(s.src, op, "source", s.loc, numeric=True)
+    if _squeezed(s.src.sizes) != _squeezed(s.dst.sizes):
+        raise KernelTraceError(f"{op}: shapes differ: {s.dst} is {list(s.dst.sizes)}, {s.src} is "
+                               f"{list(s.src.sizes)}", s.loc)
+
+
+def _verify_reduce(s: Reduce, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    for r, role in ((s.src, "src"), (s.dst, "dst")):
+        _check_region(r, ranges, f"{op} {role}", s.loc)
+        _check_kind(r, BLOCK_LOCAL, op, role, "reductions work on on-chip tiles (T.alloc_fragment, T.alloc_shared)",
+                    s.loc)
+        _check_dtype(r, op, role, s.loc, numeric=True)
+    rank = len(s.src.sizes)
+    if not 0 <= s.dim < rank:
+        raise KernelTraceError(f"{op}: dim={s.dim} is not a dimension of {s.src} (rank {rank})", s.loc)
+    kept = s.src.sizes[: s.dim] + s.src.sizes[s.dim + 1 :]
+    if _squeezed(s.dst.sizes) != _squeezed(kept):
+        raise KernelTraceError(
+            f"{op}: reducing {s.src} ({list(s.src.sizes)}) along dim {s.dim} gives {list(kept)}, but {s.dst} is "
+            f"{list(s.dst.sizes)}",
+            s.loc,
+        )
+    if s.src.buffer is s.dst.buffer:
+        raise KernelTraceError(f"{op}: src and dst are the same buffer {s.src.buffer.name}", s.loc)
+
+
+RULES: dict[type, Callable[[Stmt, KernelIR, Ranges], None]] = {
+    Parallel: _verify_parallel,
+    Store: _verify_store,
+    AtomicElement: _verify_atomic_element,
+    AtomicRegion: _verify_atomic_region,
+    Reduce: _verify_reduce,
+}
