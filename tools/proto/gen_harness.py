@@ -1,0 +1,77 @@
+"""Times a *generated* GEMM kernel outside XLA (CUDA events, back-to-back launches), beside the
+hand-written prototype, to separate kernel speed from launch-path overhead. Development aid.
+
+    python tools/proto/gen_harness.py M N K BM BN BK STAGES THREADS > /tmp/gen_case.cu
+    nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/gen_case /tmp/gen_case.cu -lcuda
+"""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+
+root = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(root))
+sys.path.insert(0, str(root / "examples"))
+from gemm import gemm  # noqa: E402
+
+from jax_tilescale.codegen import generate_cuda  # noqa: E402
+
+m, n, k, bm, bn, bk, stages, threads = map(int, sys.argv[1:9])
+group = int(sys.argv[9]) if len(sys.argv) > 9 else 8
+kern = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=stages, threads=threads,
+            group_m=group)
+mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)),
+                    "sm_90")
+assert mod.arch == "sm_90a", mod.notes
+maps = list(mod.tensor_maps)
+nmaps = len(maps) // 9
+print(mod.source)
+print(f"""
+#include <cuda.h>
+#include <vector>
+#include <algorithm>
+#define CK(x) do {{ cudaError_t e = (x); if (e != cudaSuccess) {{ printf("CUDA error %s at %d\\n", cudaGetErrorString(e), __LINE__); exit(1); }} }} while (0)
+__global__ void ts_init(__nv_bfloat16* p, size_t n, uint32_t seed) {{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {{
+    uint32_t x = (uint32_t)i * 2654435761u ^ seed; x ^= x >> 13; x *= 0x5bd1e995; x ^= x >> 15;
+    p[i] = __float2bfloat16(((x & 0xFFFF) / 65536.0f) - 0.5f);
+  }}
+}}
+int main() {{
+  const int M = {m}, N = {n}, K = {k};
+  __nv_bfloat16 *A, *B, *C;
+  CK(cudaMalloc(&A, (size_t)M * K * 2)); CK(cudaMalloc(&B, (size_t)K * N * 2)); CK(cudaMalloc(&C, (size_t)M * N * 2));
+  ts_init<<<1024, 256>>>(A, (size_t)M * K, 1); ts_init<<<1024, 256>>>(B, (size_t)K * N, 2);
+  TsLaunchArgs args{{}};
+  args.npes = 1; args.buffers[0] = A; args.buffers[1] = B; args.buffers[2] = C;
+  const long long spec[] = {{{", ".join(map(str, maps))}}};
+  TsTensorMaps tm;
+  for (int i = 0; i < {nmaps}; ++i) {{
+    const long long* s = spec + 9 * i;
+    cuuint64_t dims[2] = {{(cuuint64_t)s[3], (cuuint64_t)s[4]}}; cuuint64_t strides[1] = {{(cuuint64_t)s[5]}};
+    cuuint32_t box[2] = {{(cuuint32_t)s[6], (cuuint32_t)s[7]}}; cuuint32_t es[2] = {{1, 1}};
+    CUresult r = cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&tm.m[i]), (CUtensorMapDataType)s[1], 2,
+        args.buffers[s[0]], dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, (CUtensorMapSwizzle)s[8],
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {{ printf("encode failed\\n"); return 1; }}
+  }}
+  CK(cudaFuncSetAttribute({mod.entry}, cudaFuncAttributeMaxDynamicSharedMemorySize, {mod.smem_bytes}));
+  dim3 grid({mod.grid[0]}, {mod.grid[1]}, {mod.grid[2]});
+  for (int i = 0; i < 3; ++i) {mod.entry}<<<grid, {mod.threads}, {mod.smem_bytes}>>>(args, tm);
+  CK(cudaDeviceSynchronize());
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> ts;
+  for (int r = 0; r < 7; ++r) {{
+    cudaEventRecord(e0);
+    for (int i = 0; i < 10; ++i) {mod.entry}<<<grid, {mod.threads}, {mod.smem_bytes}>>>(args, tm);
+    cudaEventRecord(e1); cudaEventSynchronize(e1);
+    float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms / 10);
+  }}
+  std::sort(ts.begin(), ts.end());
+  printf("generated %dx%dx%d tiles {bm}x{bn}x{bk} s{stages} t{threads} g{group}: %.3f ms %.1f TFLOP/s\\n", M, N, K, ts[3],
+         2.0 * M * N * K / (ts[3] * 1e-3) / 1e12);
+  return 0;
+}}
+""")
