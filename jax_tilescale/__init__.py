@@ -10,7 +10,15 @@
 """
 
 from . import errors, language, platform, testing
-from .errors import CompileError, DeadlockError, KernelRuntimeError, KernelTraceError, LaunchError, TileScaleError
+from .errors import (
+    CompileError,
+    DeadlockError,
+    KernelRuntimeError,
+    KernelTraceError,
+    LaunchError,
+    TileScaleError,
+    WaitTimeoutError,
+)
 from .interpret.options import InterpretOptions
 from .kernel import TileKernel, kernel
 
@@ -25,6 +33,7 @@ __all__ = [
     "LaunchError",
     "TileKernel",
     "TileScaleError",
+    "WaitTimeoutError",
     "errors",
     "kernel",
     "language",

@@ -27,6 +27,20 @@ class DeadlockError(KernelRuntimeError):
     """Every live PE is waiting for something no one will do."""
 
 
+class WaitTimeoutError(KernelRuntimeError):
+    """A wait on the GPU (signal_wait_until, wait_*, a barrier or collective) was not satisfied within
+    the wait timeout (`kernel(wait_timeout_s=)`, $TILESCALE_WAIT_TIMEOUT_S). The message names the
+    kernel, the PE, the statement and its source line, the word's value and the expectation; `fault`
+    holds the record's fields. Raised in the main thread by the runtime's watcher
+    (runtime/wait_timeout.py)."""
+
+    _message = ""  # set on the per-fault subclass the watcher raises asynchronously (no arguments then)
+    fault: dict | None = None
+
+    def __init__(self, *args: Any):
+        super().__init__(*(args or (self._message,)))
+
+
 class RaceError(KernelRuntimeError):
     """Two accesses to the same memory, one a write, that no synchronisation orders (interpreter)."""
 

@@ -30,7 +30,7 @@ from .interpret.options import InterpretOptions
 from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
 from .ir.nodes import BufferKind, Fill, Gemm, Loop, SourceLoc, walk_stmts
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,12 @@ class KernelSpec:
     mesh_axes: tuple[str, ...] | None  # None: every axis of the enclosing shard_map
     interpret: bool | InterpretOptions | None  # None: interpret on CPU; options imply True
     name: str
+    wait_timeout_s: float | None = None  # None: $TILESCALE_WAIT_TIMEOUT_S, else 60 s (runtime/wait_timeout.py)
 
     @staticmethod
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
-             interpret: bool | InterpretOptions | None, name: str | None) -> KernelSpec:
+             interpret: bool | InterpretOptions | None, name: str | None,
+             wait_timeout_s: float | None = None) -> KernelSpec:
         loc = _fn_loc(fn)
         is_tuple = isinstance(out_shape, (tuple, list))
         outs = tuple(out_shape) if is_tuple else (out_shape,)
@@ -63,7 +65,16 @@ class KernelSpec:
         axes = None if mesh_axes is None else tuple(mesh_axes)
         if axes is not None and len(set(axes)) != len(axes):
             raise KernelTraceError(f"mesh_axes {axes} names an axis twice", loc)
-        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__)
+        if wait_timeout_s is not None and (
+            isinstance(wait_timeout_s, bool) or not isinstance(wait_timeout_s, (int, float))
+            or not math.isfinite(wait_timeout_s) or wait_timeout_s < 0
+        ):
+            raise KernelTraceError(
+                f"wait_timeout_s must be a number of seconds >= 0 (0: waits never time out), got {wait_timeout_s!r}",
+                loc,
+            )
+        wait = None if wait_timeout_s is None else float(wait_timeout_s)
+        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait)
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,7 @@ class CallSpec:
     kernel: KernelIR
     mesh_axis_names: tuple[str, ...]  # every manual axis of the enclosing shard_map, mesh order
     interpret: bool | InterpretOptions | None
+    wait_timeout_s: float | None = None  # the GPU's wait timeout (KernelSpec.wait_timeout_s)
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -169,7 +181,8 @@ class TileKernel:
         pe = jax.lax.axis_index(axes) if axes else jnp.int32(0)
         team = jax.lax.axis_index(others) if others else jnp.int32(0)
         pe_info = jnp.stack([jnp.asarray(pe, jnp.int32), jnp.asarray(team, jnp.int32)])
-        outs = tilescale_call_p.bind(pe_info, *arrays, call=CallSpec(kernel_ir, manual, self.spec.interpret))
+        call = CallSpec(kernel_ir, manual, self.spec.interpret, self.spec.wait_timeout_s)
+        outs = tilescale_call_p.bind(pe_info, *arrays, call=call)
         return tuple(outs) if self.spec.out_is_tuple else outs[0]
 
 
@@ -201,6 +214,7 @@ def kernel(
     mesh_axes: str | Sequence[str] | None = None,
     interpret: bool | InterpretOptions | None = None,
     name: str | None = None,
+    wait_timeout_s: float | None = None,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -211,10 +225,15 @@ def kernel(
       default: all axes of the enclosing shard_map.
     interpret: True runs the CPU interpreter on any backend; default: on CPU only. An
       `InterpretOptions` (delivery schedule, timeout, race and coverage checks) implies True.
+    wait_timeout_s: on the GPU, a wait (signal_wait_until, wait_*, barriers, collectives) not
+      satisfied after this many seconds gives up and the call raises `WaitTimeoutError` naming the
+      kernel, the PE, the statement and its line; 0: never. Default: $TILESCALE_WAIT_TIMEOUT_S, else
+      60 s (read when the kernel is compiled). The interpreter has its own (InterpretOptions.timeout_s).
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
-        return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name))
+        return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
+                                                  wait_timeout_s))
 
     return wrap(fn) if fn is not None else wrap
 
@@ -292,6 +311,7 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
     from .codegen import generate_cuda
     from .compiler import compile_cubin
     from .runtime import ensure_initialized, ensure_registered, mesh_pe_table
+    from .runtime.wait_timeout import timeout_ns as wait_timeout_ns
 
     k = call.kernel
     mesh = getattr(ctx.module_context.axis_context, "mesh", None)
@@ -328,6 +348,7 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         kernel_axes=np.asarray(kernel_axes, np.int64),
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
+        wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
     )
 
 

@@ -17,6 +17,7 @@
 #include "nvshmem_api.h"
 #include "pe_map.h"
 #include "ts_abi.h"
+#include "wait_timeout.h"
 #include "workspace.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -50,6 +51,8 @@ struct LaunchState {
   std::vector<int32_t> host_pe_map;
   CUdeviceptr pe_map = 0;
   CUdeviceptr plain_scratch = 0;  // scratch of a launch without NVSHMEM (not symmetric)
+  uint64_t wait_timeout_ns = 0;   // waits give up after this long (0: never); wait_timeout.h
+  std::unique_ptr<WaitFaultRecord> wait_record;  // where a wait that gives up reports
 
   ~LaunchState() {
     std::string ignored;
@@ -59,6 +62,7 @@ struct LaunchState {
     if (cu->cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return;
     if (pe_map != 0) cu->cuMemFree(pe_map);
     if (plain_scratch != 0) cu->cuMemFree(plain_scratch);
+    wait_record.reset();
     CUcontext popped;
     cu->cuCtxPopCurrent(&popped);
   }
@@ -89,7 +93,7 @@ ffi::Error CuFailed(const LaunchState& s, const std::string& what, CUresult r) {
 
 ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
     int64_t abi_version, std::string_view cubin, std::string_view entry, ffi::Span<const int64_t> grid,
-    int64_t threads, int64_t smem_bytes, int64_t scratch_bytes, ffi::Span<const int64_t> staged,
+    int64_t threads, int64_t smem_bytes, int64_t scratch_bytes, int64_t wait_timeout_ns, ffi::Span<const int64_t> staged,
     ffi::Span<const int64_t> pe_table, ffi::Span<const int64_t> mesh_shape, ffi::Span<const int64_t> kernel_axes,
     bool uses_nvshmem, bool grid_barrier) {
   if (abi_version != TS_ABI_VERSION) {
@@ -109,6 +113,7 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
   if (threads < 1 || threads > 1024) return Invalid(entry, "threads = " + std::to_string(threads) + " not in 1..1024");
   if (smem_bytes < 0 || smem_bytes > (int64_t{1} << 30)) return Invalid(entry, "bad smem_bytes");
   if (scratch_bytes < 0) return Invalid(entry, "negative scratch_bytes");
+  if (wait_timeout_ns < 0) return Invalid(entry, "negative wait_timeout_ns");
   if (staged.size() > TS_MAX_BUFFERS) {
     return Invalid(entry, std::to_string(staged.size()) + " buffers, more than TS_MAX_BUFFERS = " +
                               std::to_string(TS_MAX_BUFFERS));
@@ -132,6 +137,7 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
   c.uses_nvshmem = uses_nvshmem;
   c.grid_barrier = grid_barrier;
   state->scratch_bytes = scratch_bytes;
+  state->wait_timeout_ns = static_cast<uint64_t>(wait_timeout_ns);
   state->staged = ToVector(staged);
   return state;
 }
@@ -170,6 +176,9 @@ class StreamContext {
 ffi::Error Load(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext ctx) {
   s.ctx = ctx;
   if (std::string err = LoadKernel(cu, s.config, &s.fn); !err.empty()) return Internal(s, err);
+  if (std::string err = WaitFaultRecord::Create(cu, s.config.entry, &s.wait_record); !err.empty()) {
+    return Internal(s, err);
+  }
 
   int64_t my_pe = g_default_pe.load();
   if (const NvshmemApi* shm = Nvshmem(); shm != nullptr && shm->initialized()) {
@@ -280,6 +289,9 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   launch.pe = s.my_kernel_pe;
   launch.npes = s.npes;
   launch.pe_map = reinterpret_cast<const int32_t*>(s.pe_map);
+  launch.launch_id = NextLaunchId();  // waits that give up report through the call site's record
+  launch.wait_fault = s.wait_record ? s.wait_record->device_ptr() : nullptr;
+  launch.wait_timeout_ns = launch.wait_fault != nullptr ? s.wait_timeout_ns : 0;
 
   if (!s.config.uses_nvshmem) {
     // A plain launch: no peers, so nothing is staged and the scratch needs no symmetry.
@@ -368,6 +380,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
                                   .Attr<int64_t>("threads")
                                   .Attr<int64_t>("smem_bytes")
                                   .Attr<int64_t>("scratch_bytes")
+                                  .Attr<int64_t>("wait_timeout_ns")
                                   .Attr<ffi::Span<const int64_t>>("staged")
                                   .Attr<ffi::Span<const int64_t>>("pe_table")
                                   .Attr<ffi::Span<const int64_t>>("mesh_shape")

@@ -7,6 +7,8 @@
 #include <nvshmem_host.h>  // version macros only: the library is looked up at run time
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -19,12 +21,15 @@
 #include "nvshmem_api.h"
 #include "pe_map.h"
 #include "ts_abi.h"
+#include "wait_timeout.h"
 #include "workspace.h"
 
 namespace nb = nanobind;
 namespace ts = jax_tilescale;
 
 namespace {
+
+std::unique_ptr<ts::WaitFaultRecord> g_test_record;  // inject_wait_fault_for_test's
 
 template <typename T>
 nb::capsule Capsule(T* ptr) {
@@ -89,6 +94,72 @@ NB_MODULE(_ffi, m) {
       },
       "Free the symmetric workspace (collective: every process must call it), before nvshmem finalize.");
   m.def("loaded_module_count", []() { return ts::LoadedModuleCount(); });
+
+  // Waits that gave up (wait_timeout.h): polled by jax_tilescale.runtime.wait_timeout's watcher.
+  m.def(
+      "take_wait_faults",
+      []() {
+        nb::list out;
+        for (const ts::WaitFaultReport& w : ts::TakeWaitFaults()) {
+          nb::dict d;
+          d["kernel"] = w.kernel;
+          d["launch_id"] = w.launch_id;
+          d["pe"] = w.pe;
+          d["npes"] = w.npes;
+          d["peer"] = w.peer;
+          d["cmp"] = w.cmp;
+          d["bits"] = w.bits;
+          d["is_signed"] = w.is_signed;
+          if (w.is_signed) {
+            d["seen"] = w.seen;
+            d["expected"] = w.expected;
+          } else {
+            d["seen"] = w.seen_bits;
+            d["expected"] = w.expected_bits;
+          }
+          d["waited_ns"] = w.waited_ns;
+          d["block"] = std::make_tuple(w.block[0], w.block[1], w.block[2]);
+          d["thread"] = w.thread;
+          d["op"] = w.op;
+          d["where"] = w.where;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every wait that gave up since the last call (one dict per record), each returned once.");
+  m.def(
+      "ack_wait_faults", []() { ts::AckWaitFaults(); },
+      "Acknowledges what take_wait_faults returned: the reporting kernels stop waiting for the host.");
+  m.def(
+      "inject_wait_fault_for_test",
+      [](const std::string& kernel, uint64_t launch_id, int32_t pe, int32_t npes, int32_t peer, int32_t cmp,
+         int32_t bits, bool is_signed, uint64_t seen, uint64_t expected, uint64_t waited_ns, const std::string& op,
+         const std::string& where) {
+        // A record in ordinary memory, filled as the device would; kept registered until the next call.
+        g_test_record.reset();
+        g_test_record = ts::WaitFaultRecord::CreateForTest(kernel);
+        ts::TsWaitFault* f = g_test_record->host();
+        f->pe = pe;
+        f->npes = npes;
+        f->peer = peer;
+        f->cmp = cmp;
+        f->bits = bits;
+        f->is_signed = is_signed ? 1 : 0;
+        f->seen = seen;
+        f->expected = expected;
+        f->waited_ns = waited_ns;
+        f->block[0] = 1;
+        f->thread = 0;
+        snprintf(f->op, sizeof f->op, "%s", op.c_str());
+        snprintf(f->where, sizeof f->where, "%s", where.c_str());
+        f->launch_id = launch_id;
+        return launch_id;
+      },
+      "Tests without a GPU: registers a record filled as a kernel's wait would (replacing the previous one).");
+  m.def(
+      "wait_fault_acked_for_test",
+      []() { return g_test_record ? g_test_record->host()->acked : uint64_t{0}; },
+      "The `acked` word of the record inject_wait_fault_for_test made.");
 
   // The symmetric heap check (heap_check.h), for tests without a GPU.
   m.def(

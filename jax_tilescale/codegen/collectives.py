@@ -21,8 +21,8 @@ from collections.abc import Callable
 from ..ir.nodes import BarrierAll, Broadcast, Fcollect, Region, Stmt, TeamBarrier
 from ..ir.trace import PE_VAR
 from .comm import target_pe, transfer_call
-from .common import Ctx, indent, scoped
-from .expr_printer import PE_VAR_NAME, c_int64
+from .common import Ctx, c_string, indent, scoped
+from .expr_printer import PE_VAR_NAME, WHERE_NAME, c_int64
 
 PE_BARRIER = "ts_pe_bar"  # TsTeamBarrier* of barrier_all / sync_all (declared in the prologue)
 TEAM_BARRIER = "ts_team_bar"  # TsTeamBarrier* of the team collectives
@@ -34,21 +34,32 @@ def _complete(quiet: bool) -> list[str]:
     return (["nvshmem_quiet();"] if quiet else []) + ["__threadfence_system();"]
 
 
-def _team_arrive(barrier: str) -> list[str]:
+def _wait_site(op: str) -> str:
+    """The trailing arguments of the barriers' waits: what a wait that gives up reports."""
+    return f"ts_wait_ctx(args), {WHERE_NAME}, {c_string(op)}"
+
+
+def _team_barrier_call(barrier: str, op: str) -> str:
+    return f"ts_team_barrier({barrier}, args.pe_map, args.npes, {_wait_site(op + ' (team barrier: every PE)')});"
+
+
+def _team_arrive(barrier: str, op: str) -> list[str]:
     return [
         "__syncthreads();",
-        f"if (threadIdx.x == 0) ts_team_barrier({barrier}, args.pe_map, args.npes);",
+        f"if (threadIdx.x == 0) {_team_barrier_call(barrier, op)}",
         "__syncthreads();",
     ]
 
 
 def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
     lines = _complete(s.quiet)
-    pe_meet = f"ts_team_barrier({PE_BARRIER}, args.pe_map, args.npes);"
+    op = f"T.{s.op_name}"
+    pe_meet = _team_barrier_call(PE_BARRIER, op)
     if ctx.layout.barrier_offset is None:  # a single block: the block barrier is the grid barrier
         return [*lines, "__syncthreads();", f"if (threadIdx.x == 0) {pe_meet}", "__syncthreads();"]
     # The PE's blocks meet, block 0 meets the other PEs, and the blocks meet again to learn it.
-    meet = f"ts_grid_barrier(ts_bar_count, ts_bar_gen, {ctx.num_blocks}u);"
+    grid_op = f"{op} (grid barrier: every block of this PE)"
+    meet = f"ts_grid_barrier(ts_bar_count, ts_bar_gen, {ctx.num_blocks}u, {_wait_site(grid_op)});"
     return [
         *lines,
         meet,
@@ -61,7 +72,7 @@ def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
 
 def emit_team_barrier(s: TeamBarrier, ctx: Ctx) -> list[str]:
     # Every thread completes its own puts: warp-scope calls may follow block-wide puts.
-    return [*_complete(s.quiet), *_team_arrive(TEAM_BARRIER)]
+    return [*_complete(s.quiet), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 def _rows_of_this_pe(dst: Region, src: Region) -> Region:
@@ -82,12 +93,12 @@ def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
     root_check = target_pe(s.root, s.op_name, var="ts_root_nv", what="root")
     lines = [f"const int64_t ts_root = {c_int64(s.root)};", root_check, "(void)ts_root_nv;"]
     lines += [f"if ({PE_VAR_NAME} == ts_root) {{", *indent(_put_to_every_pe(ctx, s, s.dst)), "}"]
-    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER)]
+    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 def emit_fcollect(s: Fcollect, ctx: Ctx) -> list[str]:
     lines = _put_to_every_pe(ctx, s, _rows_of_this_pe(s.dst, s.src))
-    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER)]
+    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {

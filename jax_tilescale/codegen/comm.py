@@ -52,6 +52,15 @@ CMP_NAMES = {
     Cmp.LE: "NVSHMEM_CMP_LE",
 }
 SIGNAL_OP_NAMES = {SignalOp.SET: "NVSHMEM_SIGNAL_SET", SignalOp.ADD: "NVSHMEM_SIGNAL_ADD"}
+# The device header's comparison codes (ts_wait); the same numbers in TsWaitFault.cmp.
+TS_CMP_NAMES = {
+    Cmp.EQ: "TS_CMP_EQ",
+    Cmp.NE: "TS_CMP_NE",
+    Cmp.GT: "TS_CMP_GT",
+    Cmp.GE: "TS_CMP_GE",
+    Cmp.LT: "TS_CMP_LT",
+    Cmp.LE: "TS_CMP_LE",
+}
 _WORD_TYPES = {("i", 4): "int32_t", ("u", 4): "uint32_t", ("i", 8): "int64_t", ("u", 8): "uint64_t"}
 
 
@@ -199,14 +208,27 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
     return [*lines, "__syncthreads();"]
 
 
+def wait_call(cmp: Cmp, ctype: str, word: str, value: str, *, op: str, peer: str = "-1", sleep: bool,
+              system: bool = True) -> str:
+    """A call of the device header's `ts_wait` (gives up after args.wait_timeout_ns, naming `op`
+    and the statement's source line; docs/calling_convention.md)."""
+    flags = f"{'true' if sleep else 'false'}, {'true' if system else 'false'}"
+    return (
+        f"ts_wait<{TS_CMP_NAMES[cmp]}, {flags}, {ctype}>(ts_wait_ctx(args), {word}, {value}, {peer}, "
+        f"{WHERE_NAME}, {c_string(op)});"
+    )
+
+
 def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
+    # Polls like nvshmem_signal_wait_until (no back-off), but gives up after the wait timeout.
+    call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=f"T.{s.op_name}", sleep=False)
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
         "if (threadIdx.x == 0) {",
-        f"  nvshmem_signal_wait_until(ts_sig, {CMP_NAMES[s.cmp]}, ts_sig_value);",
-        # NVSHMEM polls with volatile loads; the fence makes the data the signal announces
-        # visible before the barrier hands control to the rest of the block.
+        f"  {call}",
+        # The fence makes the data the signal announces visible before the barrier hands
+        # control to the rest of the block.
         "  __threadfence();",
         "}",
         "__syncthreads();",
@@ -228,17 +250,18 @@ def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
 def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     dtype = s.word.buffer.dtype
     ctype = _WORD_TYPES[(dtype.kind, dtype.itemsize)]
-    load = f"ts_ld_acquire_sys_u{8 * dtype.itemsize}"
     lines = []
     base = None
     if s.pe is not None:
         lines += peer_pointer(ctx, s.word, s.pe, s.op_name)
         base = "ts_peer"
+    call = wait_call(s.cmp, ctype, "ts_word", "ts_value", op=f"T.{s.op_name}", sleep=True,
+                     peer="ts_peer_k" if s.pe is not None else "-1")
     lines += [
         f"const {ctype}* const ts_word = {word_pointer(ctx, s.word, ctype, base)};",
         f"const {ctype} ts_value = ({ctype})({c_expr(s.value)});",
         "if (threadIdx.x == 0) {",
-        f"  while (!(({ctype}){load}(ts_word) {s.cmp.value} ts_value)) __nanosleep(64);",
+        f"  {call}",
         "}",
         "__syncthreads();",
     ]

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #if TS_USES_NVSHMEM
 #include <nvshmem.h>
 #include <nvshmemx.h>
@@ -15,8 +16,10 @@
 
 // ---- calling convention (docs/calling_convention.md; bump TS_ABI_VERSION with any change) ----
 
-#define TS_ABI_VERSION 1
+#define TS_ABI_VERSION 2
 #define TS_MAX_BUFFERS 32
+
+struct TsWaitFault;
 
 struct TsLaunchArgs {              // the kernel's only parameter, passed by value
   int32_t pe;                      // this device's kernel PE, 0 .. npes-1
@@ -25,16 +28,50 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
   unsigned char* scratch;          // symmetric memory, 256-byte aligned, scratch_bytes long,
                                    // all zero when the kernel starts (signals, counters)
   void* buffers[TS_MAX_BUFFERS];   // kernel inputs then outputs, in IR order (KernelIR.params)
+  uint64_t wait_timeout_ns;        // a wait not satisfied after this long gives up (0: never)
+  uint64_t launch_id;              // this launch, unique in the process and never 0
+  TsWaitFault* wait_fault;         // host-mapped record of this call site (device address)
 };
 
 // The host side (xla_ffi/) builds the same struct; these pin the layout both sides assume
-// (LP64: 4 + 4 + 8 + 8 + 32 * 8 = 280 bytes).
-static_assert(sizeof(TsLaunchArgs) == 280, "TsLaunchArgs must be 280 bytes (calling convention v1)");
+// (LP64: 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 = 304 bytes).
+static_assert(sizeof(TsLaunchArgs) == 304, "TsLaunchArgs must be 304 bytes (calling convention v2)");
 static_assert(offsetof(TsLaunchArgs, pe) == 0, "TsLaunchArgs.pe at 0");
 static_assert(offsetof(TsLaunchArgs, npes) == 4, "TsLaunchArgs.npes at 4");
 static_assert(offsetof(TsLaunchArgs, pe_map) == 8, "TsLaunchArgs.pe_map at 8");
 static_assert(offsetof(TsLaunchArgs, scratch) == 16, "TsLaunchArgs.scratch at 16");
 static_assert(offsetof(TsLaunchArgs, buffers) == 24, "TsLaunchArgs.buffers at 24");
+static_assert(offsetof(TsLaunchArgs, wait_timeout_ns) == 280, "TsLaunchArgs.wait_timeout_ns at 280");
+static_assert(offsetof(TsLaunchArgs, launch_id) == 288, "TsLaunchArgs.launch_id at 288");
+static_assert(offsetof(TsLaunchArgs, wait_fault) == 296, "TsLaunchArgs.wait_fault at 296");
+
+// What a wait that gave up tells the host (docs/calling_convention.md). Pinned host memory mapped
+// into the device, one per call site; the first wait of a launch to give up fills it, writes
+// `launch_id` last, and the runtime's watcher turns it into a WaitTimeoutError.
+#define TS_WAIT_OP_BYTES 48
+#define TS_WAIT_WHERE_BYTES 256
+struct TsWaitFault {
+  uint64_t launch_id;              // the launch whose wait gave up (0: none yet); written last
+  uint64_t acked;                  // set to launch_id by the host once it has read the record
+  uint64_t seen;                   // the word's value when the wait gave up (bits, see is_signed)
+  uint64_t expected;               // the value it was compared with
+  uint64_t waited_ns;              // how long the wait had been polling
+  int32_t pe;                      // kernel PE of the waiter
+  int32_t npes;
+  int32_t peer;                    // kernel PE whose word was polled, -1: this PE's
+  int32_t cmp;                     // TS_CMP_*
+  int32_t bits;                    // 32 or 64
+  int32_t is_signed;               // the word's type is signed
+  uint32_t block[3];               // the waiting block
+  uint32_t thread;                 // and thread
+  char op[TS_WAIT_OP_BYTES];       // the statement, e.g. "T.signal_wait_until"
+  char where[TS_WAIT_WHERE_BYTES]; // the user's source line ("file.py:12"; its tail if longer)
+};
+static_assert(sizeof(TsWaitFault) == 384, "TsWaitFault must be 384 bytes (calling convention v2)");
+static_assert(offsetof(TsWaitFault, pe) == 40, "TsWaitFault.pe at 40");
+static_assert(offsetof(TsWaitFault, block) == 64, "TsWaitFault.block at 64");
+static_assert(offsetof(TsWaitFault, op) == 80, "TsWaitFault.op at 80");
+static_assert(offsetof(TsWaitFault, where) == 128, "TsWaitFault.where at 128");
 
 // ---- index arithmetic with Python semantics (the CPU interpreter is the reference) ----
 
@@ -142,6 +179,178 @@ __device__ __forceinline__ uint64_t ts_ld_acquire_sys_u64(const void* p) {
 }
 #endif
 
+// ---- waits that give up (issue 5) ----
+//
+// Every wait the generated code makes (signal_wait_until, wait_*, the grid and team barriers)
+// goes through ts_wait. The first poll is the fast path and costs nothing extra; a wait that is
+// not satisfied at once polls in ts_wait_slow, which every TS_WAIT_CHECK_EVERY polls reads
+// %globaltimer (when args.wait_timeout_ns != 0) and whether another wait of this launch already
+// gave up. Past the timeout the first waiter of the launch fills the call site's TsWaitFault
+// (host-mapped), waits up to TS_WAIT_ACK_NS for the host to read it, and returns as if the wait
+// were satisfied; every other wait of that launch then returns at its next check, so the kernel
+// runs to its end (its outputs are garbage) and the GPU context stays usable: the handler's
+// end-of-call barrier still completes once every PE's kernel ends, so no late write reaches a
+// later call. The runtime's watcher raises WaitTimeoutError in the main thread.
+
+#define TS_CMP_EQ 0
+#define TS_CMP_NE 1
+#define TS_CMP_GT 2
+#define TS_CMP_GE 3
+#define TS_CMP_LT 4
+#define TS_CMP_LE 5
+#define TS_WAIT_CHECK_EVERY 256u              // polls between two looks at the clock
+#define TS_WAIT_ACK_NS 2000000000ull          // how long the reporting waiter waits for the host
+
+// What a wait needs of the launch arguments (forceinline: read from parameter space, no copy).
+struct TsWaitCtx {
+  uint64_t timeout_ns;
+  uint64_t launch_id;
+  TsWaitFault* fault;
+  int32_t pe;
+  int32_t npes;
+};
+
+__device__ __forceinline__ TsWaitCtx ts_wait_ctx(const TsLaunchArgs& args) {
+  return TsWaitCtx{args.wait_timeout_ns, args.launch_id, args.wait_fault, args.pe, args.npes};
+}
+
+__device__ __forceinline__ uint64_t ts_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The launch whose record is taken: one reporter per launch (launch ids are unique per process).
+__device__ unsigned long long ts_wait_claim;
+
+// Loads of the polled word: system scope for words peers (or NVSHMEM's proxy) update, GPU scope
+// for words only this GPU's blocks update (the grid barrier, a team barrier's `passed`). The first
+// poll is an acquire load; the slow loop polls with relaxed loads (as NVSHMEM's own waits do) and
+// fences once, on success, which gives the same ordering.
+template <typename T, bool SYS, bool ACQUIRE>
+__device__ __forceinline__ T ts_poll_word(const T* p) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "waits are on 32- or 64-bit words");
+  T out;
+  if (sizeof(T) == 4) {
+    uint32_t v;
+    if (SYS && ACQUIRE) asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else if (SYS) asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else if (ACQUIRE) asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    else asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    memcpy(&out, &v, 4);
+  } else {
+    uint64_t v;
+    if (SYS && ACQUIRE) asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    else if (SYS) asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    else if (ACQUIRE) asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    else asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    memcpy(&out, &v, 8);
+  }
+  return out;
+}
+
+template <bool SYS>
+__device__ __forceinline__ void ts_acquire_fence() {
+  if (SYS) asm volatile("fence.acq_rel.sys;" ::: "memory");
+  else asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+template <int CMP, typename T>
+__device__ __forceinline__ bool ts_holds(T a, T b) {
+  return CMP == TS_CMP_EQ ? a == b : CMP == TS_CMP_NE ? a != b : CMP == TS_CMP_GT ? a > b
+       : CMP == TS_CMP_GE ? a >= b : CMP == TS_CMP_LT ? a < b : a <= b;
+}
+
+// `dst` gets `src`, or its last cap - 1 characters when longer (a path's tail holds the line).
+__device__ __forceinline__ void ts_copy_tail(volatile char* dst, int cap, const char* src) {
+  int n = 0;
+  while (src != nullptr && src[n] != '\0') ++n;
+  const int from = n > cap - 1 ? n - (cap - 1) : 0;
+  int i = 0;
+  for (; from + i < n; ++i) dst[i] = src[from + i];
+  dst[i] = '\0';
+}
+
+// Whether another wait of this launch gave up (then this one gives up too, silently).
+__device__ __forceinline__ bool ts_wait_aborted(const TsWaitCtx& c) {
+  return c.fault != nullptr && *reinterpret_cast<volatile uint64_t*>(&c.fault->launch_id) == c.launch_id;
+}
+
+__device__ __noinline__ void ts_wait_gave_up(TsWaitCtx c, const char* where, const char* op, int cmp, uint64_t seen,
+                                             uint64_t expected, int bits, int is_signed, int64_t peer,
+                                             uint64_t waited_ns) {
+  if (c.fault == nullptr) {  // no record to report through (the handler always passes one)
+    printf("jax_tilescale: a wait timed out at %s (%s, PE %d) and there is no record to report it in\n", where, op,
+           c.pe);
+    __trap();
+  }
+  if (atomicExch(&ts_wait_claim, (unsigned long long)c.launch_id) == c.launch_id) return;  // reported already
+  // Also on the process's stdout, at the next synchronisation, in case nothing reads the record.
+  printf("jax_tilescale: a wait timed out after %.1f s at %s (%s, PE %d of %d, block %u,%u,%u): value %llu, "
+         "expected TS_CMP %d against %llu\n", waited_ns * 1e-9, where, op, c.pe, c.npes, blockIdx.x, blockIdx.y,
+         blockIdx.z, (unsigned long long)seen, cmp, (unsigned long long)expected);
+  volatile TsWaitFault* f = c.fault;
+  f->seen = seen;
+  f->expected = expected;
+  f->waited_ns = waited_ns;
+  f->pe = c.pe;
+  f->npes = c.npes;
+  f->peer = (int32_t)peer;
+  f->cmp = cmp;
+  f->bits = bits;
+  f->is_signed = is_signed;
+  f->block[0] = blockIdx.x;
+  f->block[1] = blockIdx.y;
+  f->block[2] = blockIdx.z;
+  f->thread = threadIdx.x;
+  ts_copy_tail(f->op, TS_WAIT_OP_BYTES, op);
+  ts_copy_tail(f->where, TS_WAIT_WHERE_BYTES, where);
+  __threadfence_system();
+  f->launch_id = c.launch_id;  // the record is complete
+  __threadfence_system();
+  // The watcher acknowledges within its poll interval; waiting for it means the exception is
+  // pending before the kernel (and the call) ends. Bounded: without a watcher the kernel ends anyway.
+  const uint64_t t0 = ts_globaltimer();
+  while (f->acked != c.launch_id && ts_globaltimer() - t0 < TS_WAIT_ACK_NS) __nanosleep(1000);
+}
+
+template <int CMP, bool SLEEP, bool SYS, typename T>
+__device__ __noinline__ void ts_wait_slow(TsWaitCtx c, const T* word, T value, int64_t peer, const char* where,
+                                          const char* op) {
+  uint64_t start = 0;
+  for (uint32_t n = 1;; ++n) {
+    if (SLEEP) __nanosleep(64);
+    const T v = ts_poll_word<T, SYS, false>(word);
+    if (ts_holds<CMP>(v, value)) break;
+    if (c.timeout_ns == 0 || n % TS_WAIT_CHECK_EVERY != 0) continue;
+    const uint64_t now = ts_globaltimer();
+    if (start == 0) {  // the clock starts at the first check, a few microseconds into the wait
+      start = now;
+      continue;
+    }
+    if (ts_wait_aborted(c)) break;
+    if (now - start >= c.timeout_ns) {
+      uint64_t seen = 0, expected = 0;
+      memcpy(&seen, &v, sizeof(T));
+      memcpy(&expected, &value, sizeof(T));
+      ts_wait_gave_up(c, where, op, CMP, seen, expected, 8 * (int)sizeof(T), (T)-1 < (T)0 ? 1 : 0, peer,
+                      now - start);
+      break;
+    }
+  }
+  ts_acquire_fence<SYS>();
+}
+
+// Waits until `*word CMP value` (one thread calls it), then acquires: what was written before the
+// word changed is visible. SLEEP: back off between polls; SYS: peers update the word (system
+// scope), else only this GPU's blocks do. `peer` (-1: this PE), `where` and `op` are for the record.
+template <int CMP, bool SLEEP, bool SYS, typename T>
+__device__ __forceinline__ void ts_wait(const TsWaitCtx& c, const T* word, T value, int64_t peer, const char* where,
+                                        const char* op) {
+  if (ts_holds<CMP>(ts_poll_word<T, SYS, true>(word), value)) return;
+  ts_wait_slow<CMP, SLEEP, SYS, T>(c, word, value, peer, where, op);
+}
+
 // ---- grid-wide barrier among this PE's blocks (all blocks must be co-resident) ----
 
 __device__ __forceinline__ unsigned int ts_ld_acquire_u32(const unsigned int* p) {
@@ -154,7 +363,9 @@ __device__ __forceinline__ unsigned int ts_ld_acquire_u32(const unsigned int* p)
 // zeroed scratch. Thread 0 of each block arrives; the last arrival resets the count and then
 // bumps the generation, which releases the others. The fences make every write of every block
 // before the barrier visible to every block after it (bar.sync is cumulative with them).
-__device__ __noinline__ void ts_grid_barrier(unsigned int* count, unsigned int* gen, unsigned int nblocks) {
+// `where` and `op` name the statement for a wait that gives up.
+__device__ __noinline__ void ts_grid_barrier(unsigned int* count, unsigned int* gen, unsigned int nblocks,
+                                             TsWaitCtx wait, const char* where, const char* op) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const unsigned int my_gen = ts_ld_acquire_u32(gen);  // read before arriving: cannot miss the bump
@@ -164,7 +375,7 @@ __device__ __noinline__ void ts_grid_barrier(unsigned int* count, unsigned int* 
       __threadfence();
       atomicAdd(gen, 1u);
     } else {
-      while (ts_ld_acquire_u32(gen) == my_gen) __nanosleep(64);
+      ts_wait<TS_CMP_NE, true, false, unsigned int>(wait, gen, my_gen, -1, where, op);
     }
     __threadfence();
   }
@@ -188,12 +399,14 @@ struct TsTeamBarrier {
 // every PE made its k-th call. Counting over instances needs no reset within a launch. Every
 // memory access of the calling thread before it (and, with the caller's __syncthreads, of its
 // block) is visible to every PE after it; NVSHMEM puts need a quiet first (the caller's job).
-__device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe_map, int32_t npes) {
+// `where` and `op` name the statement for a wait that gives up.
+__device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe_map, int32_t npes, TsWaitCtx wait,
+                                             const char* where, const char* op) {
   const unsigned int k = atomicAdd(&b->ticket, 1u);
-  while (ts_ld_acquire_u32(&b->passed) != k) __nanosleep(64);
+  ts_wait<TS_CMP_EQ, true, false, unsigned int>(wait, &b->passed, k, -1, where, op);
   __threadfence_system();
   for (int32_t q = 0; q < npes; ++q) nvshmemx_signal_op(&b->arrive, 1, NVSHMEM_SIGNAL_ADD, pe_map[q]);
-  nvshmem_signal_wait_until(&b->arrive, NVSHMEM_CMP_GE, (uint64_t)(k + 1u) * (uint64_t)npes);
+  ts_wait<TS_CMP_GE, false, true, uint64_t>(wait, &b->arrive, (uint64_t)(k + 1u) * (uint64_t)npes, -1, where, op);
   __threadfence_system();
   atomicExch(&b->passed, k + 1u);
 }

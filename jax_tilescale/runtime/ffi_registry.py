@@ -57,6 +57,10 @@ def ensure_registered() -> ModuleType:
         # The handler's PE when NVSHMEM is not initialised (plain launches); the bootstrap makes the NVSHMEM PE
         # equal to this too.
         ext.set_default_pe(jax.process_index())
+        # Turns waits that give up on the GPU into WaitTimeoutError in the main thread (wait_timeout.py).
+        from .wait_timeout import start_watcher
+
+        start_watcher(ext)
         _registered = True
         return ext
 

@@ -76,9 +76,12 @@ def test_scratch_layout_signals_and_grid_barrier():
     assert "reinterpret_cast<unsigned int*>(args.scratch + 32)" in m.source
     assert "reinterpret_cast<unsigned int*>(args.scratch + 36)" in m.source
     barrier = statement_block(m, 8)
-    assert barrier.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 2u);") == 2
+    site = 'ts_wait_ctx(args), ts_where, "T.barrier_all (grid barrier: every block of this PE)");'
+    assert barrier.count(f"ts_grid_barrier(ts_bar_count, ts_bar_gen, 2u, {site}") == 2
     # Block 0 meets the other PEs through the PE-space barrier (any PE map), not NVSHMEM's world barrier.
-    assert "ts_team_barrier(ts_pe_bar, args.pe_map, args.npes);" in barrier and "nvshmem_quiet();" in barrier
+    team_site = 'ts_wait_ctx(args), ts_where, "T.barrier_all (team barrier: every PE)");'
+    assert f"ts_team_barrier(ts_pe_bar, args.pe_map, args.npes, {team_site}" in barrier
+    assert "nvshmem_quiet();" in barrier and 'const char* const ts_where = "' in barrier
     assert "TsTeamBarrier* const ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(args.scratch + 40);" in m.source
     # One block: no grid barrier and no scratch for it.
     one = generate_cuda(kernels.signal_exchange(16, 64, 2, np.float32, blocks=1))
@@ -90,7 +93,7 @@ def test_each_barrier_all_meets_twice_in_the_grid():
     assert m.grid_barrier and m.scratch_bytes == 256  # no signals: the barrier words alone
     for stmt in (1, 3):
         block = statement_block(m, stmt)
-        assert block.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 128u);") == 2
+        assert block.count("ts_grid_barrier(ts_bar_count, ts_bar_gen, 128u, ts_wait_ctx(args), ts_where, ") == 2
         first, nv, second = (
             block.index("ts_grid_barrier"),
             block.index("ts_team_barrier(ts_pe_bar"),
@@ -179,9 +182,12 @@ def test_non_contiguous_put_goes_row_by_row_and_signals_after_a_fence():
     assert strided.index("for (uint64_t ts_row") < fence < signal
     assert "NVSHMEM_SIGNAL_SET" in strided and "(uint64_t)((ts_pe + 7))" in strided
     wait = statement_block(m, 2)
-    assert "nvshmem_signal_wait_until(" in wait and "NVSHMEM_CMP_GE" in wait
+    # NVSHMEM's wait would spin forever: the header's ts_wait gives up after the wait timeout.
+    assert "ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), ts_sig, ts_sig_value, -1, ts_where, " \
+        '"T.signal_wait_until");' in wait
+    assert "nvshmem_signal_wait_until" not in wait
     assert wait.index("__threadfence();") < wait.index("__syncthreads();")
-    assert "NVSHMEM_CMP_NE" in statement_block(m, 5)
+    assert "ts_wait<TS_CMP_NE, " in statement_block(m, 5)
     assert "nvshmem_quiet();\n    __syncthreads();" in statement_block(m, 6)
     assert statement_block(m, 7).count("nvshmem_fence();") == 1
 

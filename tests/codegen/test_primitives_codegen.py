@@ -86,12 +86,15 @@ def test_peer_copies_go_through_nvshmem_ptr_with_a_reachability_check(p2p: CudaM
     assert "is not load/store reachable" in p2p.source and "nvshmem_ptr returned null" in p2p.source
 
 
-def test_waits_poll_local_and_remote_words_with_acquire_loads(p2p: CudaModule) -> None:
+def test_waits_poll_local_and_remote_words_and_give_up_after_the_timeout(p2p: CudaModule) -> None:
+    # ts_wait (the device header): system-scope polls with back-off, the wait site for a timeout's report.
     local, remote, remote_out = stmt(p2p, 22), stmt(p2p, 23), stmt(p2p, 24)
     assert "const int32_t* const ts_word = reinterpret_cast<int32_t*>(p_sym1);" in local
-    assert "while (!((int32_t)ts_ld_acquire_sys_u32(ts_word) == ts_value))" in local
+    assert "ts_wait<TS_CMP_EQ, true, true, int32_t>(ts_wait_ctx(args), ts_word, ts_value, -1, ts_where, " \
+        '"T.wait_eq");' in local
     assert "ts_peer_ptr(p_sym1, ts_peer_nv" in remote and "reinterpret_cast<int32_t*>(ts_peer) + 1" in remote
-    assert "(uint64_t)ts_ld_acquire_sys_u64(ts_word) != ts_value" in remote_out
+    assert "ts_wait_ctx(args), ts_word, ts_value, ts_peer_k, ts_where, " in remote  # names the polled PE
+    assert "ts_wait<TS_CMP_NE, true, true, uint64_t>(" in remote_out
     assert "ts_load<int32_t>(p_in1, 0)" in stmt(p2p, 27)
 
 
@@ -108,11 +111,12 @@ def test_scratch_layout_of_signals_symmetric_buffers_and_barriers(p2p: CudaModul
 
 def test_barriers_and_collectives_use_the_pe_space_barrier(coll: CudaModule) -> None:
     sync_all = stmt(coll, 2)
-    assert "nvshmem_quiet" not in sync_all and "ts_team_barrier(ts_pe_bar, args.pe_map, args.npes);" in sync_all
+    assert "nvshmem_quiet" not in sync_all
+    assert 'ts_team_barrier(ts_pe_bar, args.pe_map, args.npes, ts_wait_ctx(args), ts_where, "T.sync_all' in sync_all
     assert "nvshmem_quiet();" in stmt(coll, 1)
     team = stmt(coll, 3)
     assert team.index("nvshmem_quiet();") < team.index("__threadfence_system();") < team.index("ts_team_barrier(")
-    assert "if (threadIdx.x == 0) ts_team_barrier(ts_team_bar, args.pe_map, args.npes);" in team
+    assert "if (threadIdx.x == 0) ts_team_barrier(ts_team_bar, args.pe_map, args.npes, ts_wait_ctx(args), " in team
     assert "nvshmem_quiet" not in stmt(coll, 5)  # sync_all_block
     bcast = stmt(coll, 7)
     assert "if (ts_pe == ts_root) {" in bcast and "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {" in bcast

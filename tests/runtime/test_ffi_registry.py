@@ -89,14 +89,16 @@ def test_extension_imports_without_a_gpu():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "32", "0", "False", "False", "False"]
+    assert out.stdout.split() == ["2", "32", "0", "False", "False", "False"]
 
 
 @needs_extension
 def test_extension_constants_match_the_contract():
     from jax_tilescale import _ffi
+    from jax_tilescale.codegen import TS_ABI_VERSION
+    from jax_tilescale.kernel import ABI_VERSION
 
-    assert _ffi.abi_version() == 1
+    assert _ffi.abi_version() == TS_ABI_VERSION == ABI_VERSION == 2  # handler, generated code, attribute
     assert _ffi.max_buffers() == 32
     assert _ffi.workspace_alignment() == 256
     assert _ffi.nvshmem_header_version().count(".") == 2

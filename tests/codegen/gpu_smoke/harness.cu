@@ -28,8 +28,11 @@ struct TsLaunchArgs {
   const int32_t* pe_map;
   unsigned char* scratch;
   void* buffers[TS_MAX_BUFFERS];
+  uint64_t wait_timeout_ns;  // 0: waits never give up (the harness has no record for them to fill)
+  uint64_t launch_id;
+  void* wait_fault;
 };
-static_assert(sizeof(TsLaunchArgs) == 280, "calling convention v1");
+static_assert(sizeof(TsLaunchArgs) == 304, "calling convention v2");
 
 #define CHECK_CU(x)                                                                        \
   do {                                                                                     \
@@ -125,6 +128,7 @@ static int run_case(const std::string& dir, const std::string& name) {
   for (int k = 0; k < args.npes; ++k) if (s.pe_map[k] == nvshmem_my_pe()) args.pe = k;
   args.pe_map = pe_map;
   args.scratch = scratch;
+  args.launch_id = 1;
   void* params[] = {&args};
 
   unsigned runs = s.iters ? s.iters + 1 : 1;
