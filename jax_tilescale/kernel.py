@@ -25,10 +25,12 @@ from jax._src import mesh as mesh_lib
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
+from .ast_rewrite import rewrite_kernel_function
 from .errors import CompileError, KernelTraceError, LaunchError
 from .interpret.options import InterpretOptions
 from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
 from .ir.nodes import BufferKind, Fill, Gemm, Loop, SourceLoc, walk_stmts
+from .language import control as _control
 
 ABI_VERSION = 2
 
@@ -106,6 +108,8 @@ class TileKernel:
 
     def __init__(self, fn: Callable[..., Any], spec: KernelSpec):
         self.fn = fn
+        # What is traced: fn with `if`/`and`/`or`/`not` on kernel values made kernel conditionals.
+        self.traced_fn = rewrite_kernel_function(fn, _control)
         self.spec = spec
         functools.update_wrapper(self, fn)
 
@@ -192,7 +196,7 @@ def _trace_cached(
 ) -> KernelIR:
     spec = k.spec
     ir = trace_kernel(
-        k.fn,
+        k.traced_fn,
         name=spec.name,
         inputs=in_avals,
         outputs=[(o.shape, o.dtype) for o in spec.out_shape],

@@ -20,7 +20,7 @@ from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, KernelIR
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
-from . import collectives, comm, compute
+from . import collectives, comm, compute, control, tile_ops
 from .body import EMIT_RULES, RESTORE, emit_body
 from .common import INDENT, MOVE_TYPES, Ctx, c_identifier, comment, indent
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
@@ -60,6 +60,8 @@ def device_header(name: str = "tilescale_device.cuh") -> str:
 EMIT_RULES.update(compute.RULES)
 EMIT_RULES.update(comm.RULES)
 EMIT_RULES.update(collectives.RULES)
+EMIT_RULES.update(control.RULES)  # ifs and register stores (per-thread code)
+EMIT_RULES.update(tile_ops.RULES)  # T.Parallel, element stores and atomics, reductions
 
 
 # ---- assembly -----------------------------------------------------------------------------------
@@ -99,6 +101,7 @@ def _prologue(ctx: Ctx) -> list[str]:
                       (collectives.TEAM_BARRIER, ctx.layout.team_barrier_offset)):
         if off is not None:
             lines.append(f"TsTeamBarrier* const {name} = reinterpret_cast<TsTeamBarrier*>(args.scratch + {off});")
+    lines += control.prologue(ctx)  # the thread index and per-thread registers
     used += [ctx.pointers[b] for b in (*k.params, *ctx.layout.shared_offsets, *ctx.layout.signal_offsets)]
     lines.append(" ".join(f"(void){name};" for name in used) + "  // not every kernel uses all of them")
     return lines
@@ -155,11 +158,14 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90") -> CudaModule:
         "",
         f"#define TS_USES_NVSHMEM {int(uses_nvshmem)}",
     ]
+    if plan is None:  # ts_fail reached by some threads only (thread-dependent ifs)
+        out += control.header_defines(kernel)
     if plan is not None:  # ts_fail's barrier must not wait for the producer warpgroup
         out.append(f'#define TS_FAIL_SYNC() asm volatile("bar.sync 1, {plan.user_threads};" ::: "memory")')
     out += [
         *device_header().splitlines(),
         *device_header("tilescale_compute.cuh").splitlines(),
+        *device_header("tilescale_tile_ops.cuh").splitlines(),
         "",
         f'static_assert(TS_ABI_VERSION == {TS_ABI_VERSION}, "codegen and device header disagree on the ABI");',
         "",

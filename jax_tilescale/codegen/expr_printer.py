@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..ir.expr import BinOp, BinOpKind, Const, Expr, Load, Var, VarKind
+from ..ir.expr import BinOp, BinOpKind, Const, Expr, Load, Var, VarKind, children
 
 # Names the kernel prologue declares for the run-time variables.
 GRID_VAR_NAMES = ("ts_bx", "ts_by", "ts_bz")
@@ -81,8 +81,17 @@ BINOP_RULES: dict[BinOpKind, Callable[[str, str], str]] = {
 }
 
 
+# Spellings other modules add (codegen/control.py: conditions, registers, the thread index): each
+# hook returns the C text of the expressions it knows and None for the others.
+EXPR_HOOKS: list[Callable[[Expr], str | None]] = []
+
+
 def c_expr(e: Expr) -> str:
     """CUDA spelling of `e`; an `int64_t` value whenever it contains a variable."""
+    for hook in EXPR_HOOKS:
+        text = hook(e)
+        if text is not None:
+            return text
     if isinstance(e, Const):
         return const_literal(e.value)
     if isinstance(e, Var):
@@ -122,4 +131,4 @@ def uses_where(e: Expr) -> bool:
         return e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD) or uses_where(e.lhs) or uses_where(e.rhs)
     if isinstance(e, Load):
         return True
-    return False
+    return any(uses_where(c) for c in children(e))  # conditions, selects (ir/expr.py)

@@ -18,6 +18,7 @@ from ..ir.expr import Expr, Load, Var, VarKind, format_expr
 from ..ir.nodes import (
     BarrierAll,
     Broadcast,
+    BufferKind,
     Copy,
     Fcollect,
     Fence,
@@ -35,7 +36,7 @@ from ..ir.nodes import (
     TeamBarrier,
     WaitUntil,
 )
-from . import collectives, comm, tile_ops
+from . import collectives, comm, control, tile_ops
 from .memory import SIGNAL_MODULUS, Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
 from .transfers import SignalDelivery
 from .waits import SignalWaitOn, Wait
@@ -49,6 +50,10 @@ class BlockContext:
         self.world, self.pe, self.block = world, pe, block
         self.env: dict[Var, int] = {Var(VarKind.PROGRAM_ID, i): b for i, b in enumerate(block)}
         self.env[Var(VarKind.PE)] = pe
+        # Per-thread code (control.py): the threads running a thread-dependent branch (None at
+        # block level) and the block's registers.
+        self.threads: tuple[int, ...] | None = None
+        self.registers = control.Registers(world.kernel.threads)
 
     def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
         return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
@@ -62,6 +67,8 @@ class BlockContext:
     def load(self, ld: Load, indices: tuple[int, ...], stmt: Stmt) -> int:
         """T.load: one element of this PE's input, bounds-checked (the verifier checks affine indices)."""
         buf = ld.buffer
+        if buf.kind is BufferKind.LOCAL:  # a register of the current thread
+            return control.read_register(self, ld, indices, stmt)
         for dim, (i, extent) in enumerate(zip(indices, buf.shape)):
             if not 0 <= i < extent:
                 raise KernelRuntimeError(
@@ -182,6 +189,7 @@ RULES: dict[type, Rule] = {
     Fcollect: collectives.fcollect,
     Fill: _fill,
     Gemm: _gemm,
+    **control.RULES,
     **tile_ops.RULES,  # T.Parallel, element stores and atomics, reductions
 }
 
@@ -200,7 +208,11 @@ def _run_body(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | Non
         if isinstance(stmt, Loop):  # nested statements yield one by one, so waits inside loops work
             yield from _loop(ctx, stmt)
             continue
+        nested = control.NESTED_RULES.get(type(stmt))
+        if nested is not None:
+            yield from nested(ctx, stmt, _run_body)
+            continue
         rule = RULES.get(type(stmt))
         if rule is None:
             raise KernelRuntimeError(f"internal: the interpreter has no rule for {type(stmt).__name__} at {stmt.loc}")
-        yield rule(ctx, stmt)
+        yield from control.run_stmt(ctx, stmt, rule)  # once for the block, or per active thread

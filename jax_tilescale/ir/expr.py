@@ -295,7 +295,7 @@ _WHERE_CONDITIONS = (
 BOOLEAN_EXPRS = (Compare, Logic, Not)
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TRUTH_TEST_OPS = frozenset(
-    i for i, name in enumerate(dis.opname) if "JUMP_IF" in name or name in ("UNARY_NOT", "TO_BOOL")
+    i for i, name in enumerate(dis.opname) if ("JUMP" in name and "_IF_" in name) or name in ("UNARY_NOT", "TO_BOOL")
 )
 
 

@@ -13,6 +13,8 @@ count may be given and must agree).
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
   ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, atomic_add, atomic_max, atomic_min
   (and element reads and stores `ref[i, j]` in a Parallel body);
+- per-thread code (`control`): thread_id / get_thread_binding, If / Else, if_then_else, all, any,
+  alloc_local, alloc_var (and Python `if`/`and`/`or`/`not` on kernel values in a kernel body);
 - transfers (`transfers`): putmem[_signal][_nbi][_warp|_block], getmem[_nbi][_warp|_block],
   put_block, get_block, put_warp, get_warp;
 - synchronisation (`sync`): signal_op, signal_wait_until, wait_eq/ne/ge/le/gt/lt, quiet, fence,
@@ -26,6 +28,19 @@ from __future__ import annotations
 from ..ir.nodes import Cmp, Scope, SignalOp
 from ..ir.trace import Ref, RegionRef
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
+from .control import (
+    Else,
+    If,
+    LocalRef,
+    LocalVar,
+    all,
+    alloc_local,
+    alloc_var,
+    any,
+    get_thread_binding,
+    if_then_else,
+    thread_id,
+)
 from .elementwise import (
     Parallel,
     abs,
@@ -110,6 +125,10 @@ from .transfers import (
 
 __all__ = [
     "Cmp",
+    "Else",
+    "If",
+    "LocalRef",
+    "LocalVar",
     "Parallel",
     "Pipelined",
     "Ref",
@@ -118,10 +137,14 @@ __all__ = [
     "Scope",
     "SignalOp",
     "abs",
+    "all",
     "alloc_fragment",
+    "alloc_local",
     "alloc_shared",
     "alloc_signal",
     "alloc_symmetric",
+    "alloc_var",
+    "any",
     "atomic_add",
     "atomic_max",
     "atomic_min",
@@ -151,6 +174,7 @@ __all__ = [
     "get_pe",
     "get_pe_num",
     "get_rank",
+    "get_thread_binding",
     "get_warp",
     "getmem",
     "getmem_block",
@@ -158,6 +182,7 @@ __all__ = [
     "getmem_nbi_block",
     "getmem_nbi_warp",
     "getmem_warp",
+    "if_then_else",
     "load",
     "log",
     "max",
@@ -189,6 +214,7 @@ __all__ = [
     "sync_all",
     "sync_all_block",
     "sync_all_warp",
+    "thread_id",
     "wait_eq",
     "wait_ge",
     "wait_gt",

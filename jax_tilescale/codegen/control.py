@@ -1,0 +1,182 @@
+"""CUDA for per-thread code (ir/control.py): the thread index, ifs, registers, conditions.
+
+- `tx` is `ts_tx` (`threadIdx.x`, declared in the prologue); registers (`T.alloc_local`,
+  `T.alloc_var`) are per-thread C arrays `ts_r_<name>[n]` declared there too.
+- Conditions print as 0/1 int64 values: `==` ... `>=`, `&`/`|` (both sides evaluated, as the
+  interpreter does), `and`/`or` as `&&`/`||` (short-circuit, as the interpreter does), `not`,
+  and `if_then_else` as `?:` (only the chosen side evaluated).
+- A block-uniform `if` is a C `if` around the statements' block-level code (every thread takes
+  the same side, so the barriers inside stay block-wide).
+- A thread-dependent `if` is a C `if` around the statements' per-thread code, then one
+  `__syncthreads()`: the block continues together after it, which is the interpreter's meaning
+  (the block runs the if to completion before its next statement). The per-thread code of a
+  statement is its block-level code with the "thread 0 issues" guard removed (each thread of the
+  branch issues it) and without its `__syncthreads()` (the threads outside the branch never come;
+  the barrier after the if does that job). The verifier admits only statements whose block-level
+  code has that shape (thread-scope transfers, signals, waits, quiet, fence, register stores);
+  `per_thread` checks it and refuses anything else.
+- Run-time checks (`ts_fail`) in a thread-dependent branch fail in some threads only: kernels with
+  such branches define ts_fail's wait (TS_FAIL_SYNC) as a pause instead of a block barrier, so
+  a failing thread stops the kernel instead of waiting for threads that never come
+  (`header_defines`). The message is printed by thread 0 only, so a failure of other threads
+  stops the kernel without it (the interpreter reports it precisely); a header hook for the
+  printing thread would fix that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import KernelTraceError
+from ..ir.control import If, LocalStore, local_buffers, thread_dependent
+from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select, Var, VarKind
+from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, BufferKind, KernelIR, Stmt, walk_stmts
+from .common import Ctx, indent
+from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_int64, const_literal
+
+THREAD_VAR_NAME = "ts_tx"
+_GUARD = "if (threadIdx.x == 0) {"
+_LOGIC_C = {LogicKind.AND: "&", LogicKind.OR: "|", LogicKind.LAND: "&&", LogicKind.LOR: "||"}
+_C_INT_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
+                "uint16": "uint16_t", "uint32": "uint32_t"}
+
+
+def register_name(buffer_name: str) -> str:
+    from .expr_printer import c_identifier
+
+    return f"ts_r_{c_identifier(buffer_name)}"
+
+
+def _flat_index(e: Load) -> str:
+    """Row-major flat index of a register read, run-time indices checked (ts_bound)."""
+    terms, stride = [], 1
+    for index, extent in reversed(list(zip(e.indices, e.buffer.shape))):
+        if isinstance(index, Const):
+            term = const_literal(index.value)  # checked when traced
+        else:
+            term = f"ts_bound({c_expr(index)}, {extent}, {WHERE_NAME})"
+        terms.append(term if stride == 1 else f"{term} * {stride}")
+        stride *= extent
+    return " + ".join(reversed(terms))
+
+
+def c_condition_expr(e: Expr) -> str | None:
+    """The C spelling of the expressions this module adds (None for the others)."""
+    if isinstance(e, Compare):
+        return f"((int64_t)({c_int64(e.lhs)} {e.op.value} {c_int64(e.rhs)}))"
+    if isinstance(e, Logic):
+        return f"((int64_t)(({c_expr(e.lhs)} != 0) {_LOGIC_C[e.op]} ({c_expr(e.rhs)} != 0)))"
+    if isinstance(e, Not):
+        return f"((int64_t)({c_expr(e.operand)} == 0))"
+    if isinstance(e, Select):
+        return f"(({c_expr(e.cond)} != 0) ? {c_int64(e.if_true)} : {c_int64(e.if_false)})"
+    if isinstance(e, Load) and e.buffer.kind is BufferKind.LOCAL:
+        return f"((int64_t){register_name(e.buffer.name)}[{_flat_index(e)}])"
+    if isinstance(e, Var) and e.kind is VarKind.THREAD:
+        return THREAD_VAR_NAME
+    return None
+
+
+def prologue(ctx: Ctx) -> list[str]:
+    """`ts_tx` and the register arrays (every thread has its own)."""
+    lines = [f"const int64_t {THREAD_VAR_NAME} = threadIdx.x; (void){THREAD_VAR_NAME};"]
+    for buf in local_buffers(ctx.kernel):
+        size = 1
+        for d in buf.shape:
+            size *= d
+        lines.append(f"{_C_INT_TYPES[buf.dtype.name]} {register_name(buf.name)}[{size}];  // registers {buf}")
+    return lines
+
+
+def has_thread_branches(kernel: KernelIR) -> bool:
+    return any(isinstance(s, If) and thread_dependent(s.cond) for s in walk_stmts(kernel.body))
+
+
+def header_defines(kernel: KernelIR) -> list[str]:
+    """Lines before the device header: ts_fail that works in a branch of some threads."""
+    if not has_thread_branches(kernel):
+        return []
+    return [
+        "// ts_fail may be reached by some threads only: no block barrier before the trap (a pause).",
+        "#define TS_FAIL_SYNC() __nanosleep(1000000)",
+    ]
+
+
+def per_thread(lines: list, s: If) -> list:
+    """A statement list's block-level code made per-thread (see the module doc): the thread-0
+    guards opened, the block barriers dropped. Anything else that needs other threads is an
+    internal error (the verifier should have refused the statement)."""
+    out = []
+    for line in lines:
+        if not isinstance(line, str):
+            out.append(line)
+            continue
+        text = line.strip()
+        if text == "__syncthreads();":
+            continue
+        if text == _GUARD:
+            line = line.replace(_GUARD, "{  // this thread")
+        elif "__sync" in text or "threadIdx" in text or "ts_team_barrier" in text or "ts_grid_barrier" in text:
+            raise KernelTraceError(
+                f"internal: the CUDA code of a statement in the thread-dependent `if` needs other threads: {text}",
+                s.loc,
+            )
+        out.append(line)
+    return out
+
+
+def _emit_nested(stmts: tuple[Stmt, ...], ctx: Ctx) -> list:
+    """A nested statement list, each statement as the top-level ones are emitted."""
+    try:
+        from .body import emit_body  # the recursive emitter, where it exists
+    except ImportError:
+        emit_body = None
+    if emit_body is not None:
+        return emit_body(stmts, ctx)
+    from .common import c_string
+    from .cuda import EMIT_RULES
+
+    out: list = []
+    for stmt in stmts:
+        rule = EMIT_RULES.get(type(stmt))
+        if rule is None:
+            raise KernelTraceError(f"the CUDA code generator has no rule for {stmt.op_name}", stmt.loc)
+        body = rule(stmt, ctx)
+        if any(WHERE_NAME in line for line in body if isinstance(line, str)):
+            body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
+        out += ["{", *indent(body), "}"]
+    return out
+
+
+def _indent(lines: list) -> list:
+    return [line if not isinstance(line, str) else "  " + line for line in lines]
+
+
+def emit_if(s: If, ctx: Ctx) -> list:
+    for inner in walk_stmts(s.then_body + s.else_body):
+        if isinstance(inner, (BarrierAll, *TEAM_COLLECTIVES)):
+            raise KernelTraceError(
+                f"{inner.op_name} inside an `if` is not supported by the CUDA code generator yet (its barrier state is "
+                "planned for top-level statements only); run with interpret=True",
+                inner.loc,
+            )
+    divergent = thread_dependent(s.cond)
+    then_lines, else_lines = _emit_nested(s.then_body, ctx), _emit_nested(s.else_body, ctx)
+    if divergent:
+        then_lines, else_lines = per_thread(then_lines, s), per_thread(else_lines, s)
+    lines = [f"if ({c_expr(s.cond)} != 0) {{", *_indent(then_lines)]
+    lines += ["} else {", *_indent(else_lines), "}"] if else_lines else ["}"]
+    if divergent:  # the block goes on together (dropped in an enclosing thread-dependent if)
+        lines.append("__syncthreads();")
+    return lines
+
+
+def emit_local_store(s: LocalStore, ctx: Ctx) -> list[str]:
+    buf = s.dst.buffer
+    index = _flat_index(Load(buf, s.dst.starts))
+    return [f"{register_name(buf.name)}[{index}] = ({_C_INT_TYPES[buf.dtype.name]})({c_expr(s.value)});"]
+
+
+RULES: dict[type, Callable[[Stmt, Ctx], list]] = {If: emit_if, LocalStore: emit_local_store}
+
+EXPR_HOOKS.append(c_condition_expr)
