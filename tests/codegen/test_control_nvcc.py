@@ -94,3 +94,16 @@ def test_barrier_inside_an_if_is_refused_by_the_cuda_generator() -> None:
 def test_seed_style_kernel_compiles(seed: CudaModule, session_cache, require_nvshmem) -> None:
     cubin = compile_cubin(seed.source, arch="sm_90", entry=seed.entry, nvshmem=seed.uses_nvshmem)
     assert cubin.exists() and cubin.stat().st_size > 0
+
+
+def test_thread_signal_example_compiles(session_cache, require_nvshmem) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from tests.conftest import load_example
+
+    kern = load_example("primitives/thread_signal").push(64, 32, jnp.float32)
+    module = generate_cuda(kern.trace(jax.ShapeDtypeStruct((64, 32), jnp.float32), mesh_axes=("x",), num_pes=2))
+    branch = module.source.split("// [0] if (tx < 4)")[1].split("// [1] if (tx == 0)")[0]
+    assert "nvshmem_putmem_signal_nbi(" in branch and "threadIdx.x == 0" not in branch
+    assert compile_cubin(module.source, arch="sm_90", entry=module.entry, nvshmem=True).exists()
