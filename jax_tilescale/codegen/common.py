@@ -47,7 +47,10 @@ def comment(text: str) -> str:
 
 
 def indent(lines: list[str], levels: int = 1) -> list[str]:
-    return [INDENT * levels + line for line in lines]
+    """`lines` indented; `#line` directives and body.RESTORE markers (which must start a line)
+    are kept as they are."""
+    return [line if not isinstance(line, str) or line.startswith("#line") else INDENT * levels + line
+            for line in lines]
 
 
 def byte_address(ctx: Ctx, buffer: Buffer, elem_offset: Expr, base: str | None = None) -> str:

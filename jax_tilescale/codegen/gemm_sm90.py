@@ -324,7 +324,8 @@ class Sm90Plan:
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         return [
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32;",
-            f"for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
+            # a 32-bit counter: the consumers only derive the stage and the phase from it
+            f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({i} % {gl.stages});",
             f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({i} / {gl.stages}) & 1));",
             f"{INDENT}const uint32_t ts_a_base = ts_smem_addr({ctx.pointers[a.buffer]} + ts_s * {a.stage_bytes});",

@@ -74,7 +74,8 @@ def arch_flags(arch: str) -> list[str]:
 
 
 def _ptxas_lines(stderr: str) -> str:
-    return "\n".join(line for line in stderr.splitlines() if line.startswith("ptxas")) + "\n"
+    keep = [line for line in stderr.splitlines() if line.startswith("ptxas") or "bytes stack frame" in line]
+    return "\n".join(keep) + "\n"
 
 
 def compile_cubin(module_source: str, *, arch: str = "sm_90", entry: str, nvshmem: bool = True) -> Path:

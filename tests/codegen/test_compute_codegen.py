@@ -1,0 +1,110 @@
+"""The compute part's CUDA: which kernels take the Hopper GEMM lowering (and why not), what it
+asks of the handler (threads, shared memory, tensor maps), and nvcc building every variant for
+sm_90a / sm_90 without register spills."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_sm90 import TENSOR_MAP_FIELDS
+from jax_tilescale.compiler import compile_cubin, ptxas_report
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+BF16 = jnp.bfloat16
+
+
+def _trace(kern, *shapes_dtypes):
+    return kern.trace(*(jax.ShapeDtypeStruct(s, d) for s, d in shapes_dtypes))
+
+
+def _gemm_ir(m, n, k, dtype=BF16, **cfg):
+    return _trace(gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg), ((m, k), dtype), ((k, n), dtype))
+
+
+def _general_gemm(ta, tb, threads=256, dtype=BF16, bm=128, bn=128, bk=64, stages=3, extra=None):
+    m = n = k = 256
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(n // bn, m // bm), threads=threads)
+    def kern(A, B, C):
+        bx, by = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((bk, bm) if ta else (bm, bk), dtype)
+        B_s = T.alloc_shared((bn, bk) if tb else (bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // bk, num_stages=stages):
+            T.copy(A[T.ds(ko * bk, bk), T.ds(by * bm, bm)] if ta else A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(bx * bn, bn), T.ds(ko * bk, bk)] if tb else B[T.ds(ko * bk, bk), T.ds(bx * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f, transpose_A=ta, transpose_B=tb)
+        if extra is not None:
+            extra(C_f, A_s)
+        T.copy(C_f, C[T.ds(by * bm, bm), T.ds(bx * bn, bn)])
+
+    return _trace(kern, (((k, m) if ta else (m, k)), dtype), (((n, k) if tb else (k, n)), dtype))
+
+
+def test_pipelined_gemm_takes_the_hopper_lowering():
+    mod = generate_cuda(_gemm_ir(8192, 8192, 8192), "sm_90")
+    assert mod.arch == "sm_90a" and mod.threads == 256 + 128 and not mod.notes
+    assert mod.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 128  # stages, alignment slack, barriers
+    maps = np.asarray(mod.tensor_maps).reshape(-1, TENSOR_MAP_FIELDS)
+    # A: 64-column boxes of 128 rows; B: 64-column boxes of 64 rows; both 128-byte swizzled bf16
+    assert maps.tolist() == [[0, 9, 2, 8192, 8192, 16384, 64, 128, 3], [1, 9, 2, 8192, 8192, 16384, 64, 64, 3]]
+    src = mod.source
+    assert "ts_wgmma_m64n256k16_bf16_km" in src and "ts_tma_load_2d" in src and "setmaxnreg" in src
+    assert "__syncthreads()" not in src.split("consumer warpgroups")[1]  # consumers never wait for the producer
+
+
+@pytest.mark.parametrize("why,ir,pattern", [
+    ("other GPUs", lambda: _gemm_ir(512, 512, 512), None),
+    ("96 threads", lambda: _general_gemm(False, False, threads=96), r"threads=96"),
+    ("fp32 tiles", lambda: _general_gemm(False, False, dtype=jnp.float32), r"fp16/bf16"),
+    ("accumulator read elsewhere", lambda: _general_gemm(False, False, extra=lambda c, a: T.fill(c[0:8, :], 1.0)),
+     r"accumulator other than"),
+    ("tile used outside", lambda: _general_gemm(False, False, extra=lambda c, a: T.fill(a, 0.0)),
+     r"pipelined tile outside"),
+])
+def test_portable_path_and_the_reason(why, ir, pattern):
+    arch = "sm_80" if why == "other GPUs" else "sm_90"
+    mod = generate_cuda(ir(), arch)
+    assert mod.arch == arch and mod.tensor_maps == ()
+    if pattern:
+        assert any(re.search(pattern, note) for note in mod.notes), mod.notes
+        assert "portable path: " in mod.source
+
+
+def _no_spills(cubin) -> str:
+    report = ptxas_report(cubin) or ""
+    assert "Used" in report, report
+    assert all(m == ("0", "0") for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)), report
+    assert "C7514" not in report and "C7504" not in report, report  # serialized wgmma / ignored setmaxnreg
+    return report
+
+
+@pytest.mark.parametrize("name,ir", [
+    ("128x256", lambda: _gemm_ir(8192, 8192, 8192)),
+    ("256x128", lambda: _gemm_ir(8192, 28672, 8192, block_m=256, block_n=128)),
+    ("fp16 64x64 one warpgroup", lambda: _gemm_ir(256, 512, 192, jnp.float16, block_m=64, block_n=64, threads=128)),
+    ("A^T", lambda: _general_gemm(True, False)),
+    ("B^T", lambda: _general_gemm(False, True)),
+    ("A^T B^T bk=128", lambda: _general_gemm(True, True, bk=128, threads=128)),
+])
+def test_hopper_variants_build_without_spills(session_cache, require_nvcc, name, ir):
+    mod = generate_cuda(ir(), "sm_90")
+    assert mod.arch == "sm_90a", mod.notes
+    _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, BF16])
+def test_portable_variants_build(session_cache, require_nvcc, dtype):
+    mod = generate_cuda(_general_gemm(True, True, threads=96, dtype=dtype), "sm_90")
+    assert mod.arch == "sm_90"
+    compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)

@@ -1,0 +1,106 @@
+"""The compute part on GPUs: the Hopper GEMM lowering (TMA + wgmma) and the portable rules (loops,
+fill, casting copies, gemm), each checked element by element against jax.numpy in float32 on
+random data. Every process runs them on its own GPU (these kernels do not communicate)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from jax_tilescale.codegen import generate_cuda
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+TOL = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-4}
+
+
+def _inputs(shape_a, shape_b, dtype, seed):
+    ka, kb = jax.random.split(jax.random.key(seed))
+    return (jax.random.normal(ka, shape_a, jnp.float32).astype(dtype),
+            jax.random.normal(kb, shape_b, jnp.float32).astype(dtype))
+
+
+def _ref(x):
+    """Host float64 copy (XLA's float32 dot on GPUs defaults to TF32: not a reference for fp32 kernels)."""
+    return np.asarray(x.astype(jnp.float32), np.float64)
+
+
+def _close(got, want, dtype):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    scale = float(np.max(np.abs(want)))
+    assert got.shape == want.shape and np.all(np.isfinite(got))
+    err = float(np.max(np.abs(got - want)))
+    assert err <= TOL[dtype] * scale, f"max error {err} vs scale {scale}"
+
+
+def _uses_wgmma(kern, *args) -> bool:
+    return generate_cuda(kern.trace(*args), "sm_90").arch == "sm_90a"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (1024, 1024, 512, dict(block_m=128, block_n=256, block_k=64, num_stages=4)),
+    (512, 768, 1024, dict(block_m=256, block_n=128, block_k=64, num_stages=3)),
+    (256, 512, 192, dict(block_m=64, block_n=64, block_k=64, num_stages=2, threads=128)),
+    (384, 256, 256, dict(block_m=128, block_n=128, block_k=128, num_stages=2, threads=128, group_m=1)),
+])
+def test_wgmma_gemm_matches_jnp_dot(dtype, m, n, k, cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg)
+    a, b = _inputs((m, k), (k, n), dtype, m + n + k)
+    assert _uses_wgmma(kern, a, b)
+    _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), dtype)
+
+
+@pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
+def test_wgmma_gemm_transposed_operands(ta, tb):
+    m, n, k, bm, bn, bk = 256, 256, 256, 128, 128, 64
+    dtype = jnp.bfloat16
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(n // bn, m // bm), threads=256)
+    def kern(A, B, C):
+        bx, by = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((bk, bm) if ta else (bm, bk), dtype)
+        B_s = T.alloc_shared((bn, bk) if tb else (bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // bk, num_stages=3):
+            T.copy(A[T.ds(ko * bk, bk), T.ds(by * bm, bm)] if ta else A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(bx * bn, bn), T.ds(ko * bk, bk)] if tb else B[T.ds(ko * bk, bk), T.ds(bx * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f, transpose_A=ta, transpose_B=tb)
+        T.copy(C_f, C[T.ds(by * bm, bm), T.ds(bx * bn, bn)])
+
+    a, b = _inputs((k, m) if ta else (m, k), (n, k) if tb else (k, n), "bfloat16", 3)
+    assert _uses_wgmma(kern, a, b)
+    af, bf = _ref(a), _ref(b)
+    _close(jax.jit(kern)(a, b), (af.T if ta else af) @ (bf.T if tb else bf), "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_portable_gemm_fill_and_casting_copies(dtype):
+    """threads=96 and fp32 tiles: not the wgmma path; loops, fragments in shared memory, casts."""
+    m, n, k, bk = 64, 48, 96, 32
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(1,), threads=96)
+    def kern(A, B, C):
+        A_s = T.alloc_shared((m, bk), dtype)
+        B_s = T.alloc_shared((bk, n), dtype)
+        acc = T.alloc_fragment((m, n), jnp.float32)
+        T.fill(acc, 0.5)
+        for ko in T.Pipelined(k // bk, num_stages=2):
+            T.copy(A[:, T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(ko * bk, bk), :], B_s)
+            T.gemm(A_s, B_s, acc)
+        T.copy(acc, C)
+
+    a, b = _inputs((m, k), (k, n), dtype, 11)
+    assert not _uses_wgmma(kern, a, b)
+    _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b) + 0.5, dtype)
+
+
+def test_gemm_example_default_gpu_size():
+    assert gemm_example.check(2048, 2048, 1024, "bfloat16", seed=5)
