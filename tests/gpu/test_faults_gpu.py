@@ -2,6 +2,8 @@
 
 A staged buffer that does not fit NVSHMEM's symmetric heap: every rank gets the same error, which names
 NVSHMEM_SYMMETRIC_SIZE and how to raise it, and the process goes on running kernels afterwards.
+Waits that nothing satisfies: a WaitTimeoutError naming kernel, PE, statement and line after the wait
+timeout, and the job goes on (scripts/wait_times_out.py, run as its own two-rank job by rank 0).
 (Ranks that fail or die while a peer waits on the GPU: tools/gpu_test.sh, step two_nodes_fault.)
 """
 
@@ -10,6 +12,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -35,13 +40,52 @@ def heap_bytes() -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else NVSHMEM_DEFAULT_HEAP
 
 
-def exchange(tag: str, value: str) -> list[str]:
+def exchange(tag: str, value: str, timeout_ms: int = 120_000) -> list[str]:
     """Every rank's `value` (through jax.distributed's key-value store)."""
     from jax._src import distributed
 
     client = distributed.global_state.client
     client.key_value_set(f"tests/faults_gpu/{tag}/{jax.process_index()}", value)
-    return [client.blocking_key_value_get(f"tests/faults_gpu/{tag}/{r}", 120_000) for r in range(jax.process_count())]
+    keys = [f"tests/faults_gpu/{tag}/{r}" for r in range(jax.process_count())]
+    return [client.blocking_key_value_get(key, timeout_ms) for key in keys]
+
+
+WAIT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "wait_times_out.py"
+# What the outer launcher set for this rank; the inner job must start from a clean slate.
+_LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "NODES", "GPUS", "MASTER_ADDR", "MASTER_PORT",
+                "JAX_COORDINATOR_ADDRESS")
+
+
+def test_a_wait_nobody_satisfies_raises_a_named_error_and_the_job_goes_on(gpu_mesh):
+    # Its own job (rank 0 launches it on two of the GPUs; every rank waits for the verdict), so that if the
+    # timeout failed to end a wait, only that job would hang, bounded by its --timeout.
+    if jax.process_index() == 0:
+        env = {k: v for k, v in os.environ.items()
+               if k not in _LAUNCH_VARS and not (k.startswith("TILESCALE_") and k not in (
+                   "TILESCALE_CACHE_DIR", "TILESCALE_NVCC"))}
+        # This job's processes hold most of the GPU memory: the inner one takes what it needs.
+        env.update(XLA_PYTHON_CLIENT_PREALLOCATE="false", NVSHMEM_SYMMETRIC_SIZE="1G", PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "jax_tilescale.launch", "-n", "2", "--timeout", "240", str(WAIT_SCRIPT)]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False,
+                                  cwd=str(WAIT_SCRIPT.parents[3]))
+            out, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            out, rc = f"{e.stdout or ''}{e.stderr or ''}", "timeout"
+        print(out)  # the lead reads the times and messages from the GPU log
+        problems = []
+        if rc != 0:
+            problems.append(f"the job exited {rc}")
+        for r in (0, 1):
+            if f"[rank {r}] rank {r}: OK" not in out:
+                problems.append(f"rank {r} did not finish")
+            if f"rank {r}: caught after" not in out:
+                problems.append(f"rank {r} raised no WaitTimeoutError")
+        verdict = "ok" if not problems else "; ".join(problems) + "\n" + out[-6000:]
+    else:
+        verdict = "rank 0 decides"
+    verdicts = exchange("wait_timeout", verdict, timeout_ms=330_000)
+    assert verdicts[0] == "ok", verdicts[0]
 
 
 def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
