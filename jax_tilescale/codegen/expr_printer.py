@@ -51,6 +51,8 @@ def var_name(v: Var) -> str:
         return GRID_VAR_NAMES[v.axis]
     if v.kind is VarKind.PE:
         return PE_VAR_NAME
+    if v.kind is VarKind.LOOP:
+        return f"ts_i{v.axis}"
     raise NotImplementedError(f"no CUDA spelling for kernel variable {v!r}")
 
 

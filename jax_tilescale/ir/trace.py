@@ -173,7 +173,7 @@ STORE_BUILDERS: dict[BufferKind, Callable[[Region, Any, SourceLoc], Stmt]] = {}
 
 def element_store(region: Region, value: Any, loc: SourceLoc) -> None:
     """`ref[i, j] = value`: one element := value (converted to the element's dtype)."""
-    from .values import as_value
+    from .values import as_value, for_destination
 
     state = current_trace("store")
     builder = STORE_BUILDERS.get(region.buffer.kind)
@@ -187,7 +187,7 @@ def element_store(region: Region, value: Any, loc: SourceLoc) -> None:
             loc,
         )
     try:
-        node = as_value(value)
+        node = for_destination(as_value(value), region.buffer.dtype)
     except TypeError as e:
         raise KernelTraceError(f"`{region} = ...`: {e}", loc) from None
     state.emit(Store(region, node, loc=loc))

@@ -303,6 +303,14 @@ def retype_literal(lit: Literal, dtype: np.dtype) -> Literal:
     return Literal(float(rounded), dtype)
 
 
+def for_destination(v: Value, dtype: np.dtype) -> Value:
+    """A value about to be stored (or atomically applied) into an element of `dtype`: a weak
+    constant takes that type directly (so `x64[i] = 0.1` keeps float64's 0.1, not float32's)."""
+    if isinstance(v, Literal) and v.weak and dtype != BOOL and not (isinstance(v.value, float) and dtype in INT_DTYPES):
+        return retype_literal(v, dtype)
+    return v
+
+
 def _resolve_weak(a: Value, b: Value) -> tuple[Value, Value]:
     """Gives a weak constant the type of the other operand (a float constant next to an integer
     value becomes float32)."""

@@ -21,7 +21,7 @@ from ..ir.expr import Expr, Var, VarKind, as_expr, expr_max, expr_min
 from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Reduce, ReduceKind
 from ..ir.tile_ops import Parallel as ParallelStmt
 from ..ir.trace import Ref, RegionRef, current_trace, element_value, user_source_loc
-from ..ir.values import BinaryKind, TileValue, UnaryKind, Value, as_value, binary, unary
+from ..ir.values import BinaryKind, TileValue, UnaryKind, Value, as_value, binary, for_destination, unary
 from ..ir.values import cast as cast_value
 from ..ir.values import select as select_value
 from ._common import RefLike, region
@@ -193,7 +193,11 @@ def _atomic(kind: AtomicKind, dst: Any, value: Any) -> None:
             f"T.{op}: the destination {d} has {d.size} elements: update one element (C[i, j]) with a value, or a "
             "region with a tile of the same shape", loc)
     element_value(d, loc)
-    state.emit(AtomicElement(kind, d, _value(value, op), loc=loc))
+    try:
+        node = for_destination(_value(value, op), d.buffer.dtype)
+    except TypeError as e:
+        raise KernelTraceError(f"T.{op}: {e}", loc) from None
+    state.emit(AtomicElement(kind, d, node, loc=loc))
 
 
 def atomic_add(dst: Any, value: Any) -> None:

@@ -1,6 +1,7 @@
 """The compute examples (issue 6) through the interpreter on simulated CPU devices, against
 jnp.dot in float32: allgather_gemm on 2 and 4 PEs, SUMMA and Cannon on 2x2 and 3x3 meshes (3x3
-needs 9 devices: it runs in a subprocess, the suite's process has 8)."""
+needs 9 devices: it runs in a subprocess, the suite's process has 8); softmax against
+jax.nn.softmax."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.conftest import ROOT, load_example
 ag_gemm = load_example("allgather_gemm")
 summa = load_example("summa")
 cannon = load_example("cannon")
+softmax = load_example("softmax")
 
 
 @pytest.mark.parametrize("npes", [2, 4])
@@ -58,3 +60,16 @@ def test_3x3_in_a_subprocess():
     proc = subprocess.run([sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, env=env,
                           timeout=240, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("dtype,n,block_m", [("float32", 53, 4), ("bfloat16", 200, 8), ("float16", 128, 16)])
+def test_softmax_matches_jax_nn_softmax(dtype, n, block_m):
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    assert softmax.check(mesh, m_per_pe=32, n=n, dtype=dtype, seed=n, block_m=block_m)
+
+
+def test_softmax_check_can_fail(monkeypatch):
+    """With no tolerance the bfloat16 result (rounded once) no longer passes: the check compares."""
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    monkeypatch.setitem(softmax.TOLERANCE, "bfloat16", 0.0)
+    assert not softmax.check(mesh, m_per_pe=16, n=64, dtype="bfloat16", seed=5)
