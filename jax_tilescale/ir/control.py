@@ -63,6 +63,7 @@ from .nodes import (
     WaitUntil,
     stmt_exprs,
 )
+from .tile_ops import THREAD_STMTS
 
 THREAD_VAR = Var(VarKind.THREAD)
 Ranges = dict[Var, tuple[int, int]]
@@ -101,6 +102,7 @@ PER_THREAD_STMTS = (If, LocalStore)
 # Statements a thread may issue on its own (in a thread-dependent branch); scoped ones only in
 # thread scope.
 THREAD_SAFE_STMTS = (Put, Get, RemoteSignal, SignalWait, WaitUntil, Quiet, Fence, LocalStore, If, Loop)
+THREAD_SAFE_STMTS += THREAD_STMTS  # element stores and atomics (tile_ops.py): one thread runs each
 
 
 def thread_dependent(e: Expr) -> bool:

@@ -205,6 +205,19 @@ def histogram(n=64, bins=10, blocks=4):
     return build(histogram, [((blocks, n), np.int32)], [((blocks, bins), np.int32)], grid=(blocks,))
 
 
+def per_thread_branches():
+    def per_thread_branches(x, y):
+        tx = T.thread_id()
+        for i in T.Parallel(4):
+            y[i] = x[i]
+        with T.If(tx < 5):
+            T.atomic_add(y[0], x[3])
+        with T.If(tx == 33):
+            y[1] = x[2] * 2.0
+
+    return build(per_thread_branches, [((4,), np.float32)], [((4,), np.float32)], threads=64)
+
+
 def softmax_kernel():
     from tests.conftest import load_example
 
@@ -228,6 +241,7 @@ def _cases() -> dict[str, object]:
         cases[f"element_atomics-{name}"] = lambda d=d: element_atomics(np.dtype(d))
     cases["region_atomics"] = region_atomics
     cases["histogram"] = histogram
+    cases["per_thread_branches"] = per_thread_branches
     cases["softmax"] = softmax_kernel
     return cases
 

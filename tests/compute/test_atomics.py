@@ -169,6 +169,28 @@ def test_blocks_wait_for_an_atomic_counter():
     np.testing.assert_array_equal(got, x + 1)
 
 
+def test_element_stores_and_atomics_in_thread_dependent_branches_run_per_thread():
+    """Inside `if tx < k:` (per-thread code) an element atomic runs once per thread of the branch,
+    an element store by the thread that takes it."""
+    @ts.kernel(out_shape=SDS((4,), jnp.float32), grid=(1,), threads=64)
+    def k(x, y):
+        tx = T.thread_id()
+        for i in T.Parallel(4):
+            y[i] = x[i]
+        with T.If(tx < 5):
+            T.atomic_add(y[0], x[3])
+        with T.If(tx == 33):
+            y[1] = x[2] * 2.0
+
+    x = rand(np.random.default_rng(55), (4,), np.float32)
+    (got,) = run1(k, x)
+    want = x.copy()
+    for _ in range(5):
+        want[0] = np.float32(want[0] + x[3])
+    want[1] = x[2] * 2
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("name,match", [
     ("on_input", "atomics update local memory"),
     ("on_fragment", "atomics update local memory"),
