@@ -183,8 +183,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90") -> CudaModule:
         ]
         params += ", const __grid_constant__ TsTensorMaps ts_maps"
     bounds = f"{threads}" if plan is None else f"{threads}, 1"
+    cluster = f" __cluster_dims__({plan.cluster}, 1, 1)" if plan is not None and plan.cluster > 1 else ""
     out += [
-        f'extern "C" __global__ void __launch_bounds__({bounds}) {entry}({params}) {{',
+        f'extern "C" __global__ void __launch_bounds__({bounds}){cluster} {entry}({params}) {{',
         *indent(_prologue(ctx)),
     ]
     if plan is None:
@@ -229,7 +230,9 @@ def _warp_specialised(plan: Sm90Plan, ctx: Ctx) -> list:
     # The consumers meet among themselves; __syncthreads would wait for the producer too.
     body = [line.replace("__syncthreads()", f"ts_named_sync(1, {user})") if isinstance(line, str) else line
             for line in body]
+    cluster = ["const uint32_t ts_crank = ts_cluster_rank();  // this block's rank in its cluster pair"]
     return [
+        *(cluster if plan.cluster > 1 else []),
         *plan.barrier_init(f"ts_smem + {ctx.layout.mbarrier_offset}"),
         f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
         f"{INDENT}ts_setmaxnreg_dec<{PRODUCER_REGS}>();",
@@ -243,4 +246,6 @@ def _warp_specialised(plan: Sm90Plan, ctx: Ctx) -> list:
         *indent(plan.accumulators()),
         *_indent_lines(body),
         "}",
+        # a peer may still multicast into this block's tiles or arrive on its barriers until both are done
+        *(["ts_cluster_sync();"] if plan.cluster > 1 else []),
     ]

@@ -37,12 +37,13 @@ only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.expr import Const
+from ..ir.expr import BinOp, BinOpKind, Const, Var, VarKind
 from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
 from .common import INDENT, Ctx, c_string, indent
 from .expr_printer import WHERE_NAME, c_expr, var_name
@@ -105,6 +106,7 @@ class GemmLoop:
     n: int
     k: int
     stages: int
+    multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
 
     @property
     def stage_bytes(self) -> int:
@@ -128,6 +130,7 @@ class Sm90Plan:
     tensor_maps: list[TensorMapSpec]
     ptx_type: str
     rejected: list[str] = field(default_factory=list)  # why loops were left to the portable path
+    cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
 
     # ---- facts for the layout and the kernel frame ----
 
@@ -184,9 +187,12 @@ class Sm90Plan:
         for gl in self.loops:
             lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], 1);")
-            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self.consumers * 4});")
+            releases = self.consumers * 4 * (2 if gl.multicast else 1)  # every consumer warp of the pair
+            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
             lines.append(f"{INDENT}}}")
-        lines += [f"{INDENT}ts_mbar_init_fence();", "}", "__syncthreads();"]
+        # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first
+        meet = "ts_cluster_sync();" if self.cluster > 1 else "__syncthreads();"
+        lines += [f"{INDENT}ts_mbar_init_fence();", "}", meet]
         return lines
 
     def producer(self, ctx: Ctx) -> list[str]:
@@ -196,15 +202,17 @@ class Sm90Plan:
             i = var_name(gl.loop.var)
             s = f"ts_s{gl.index}"
             loads: list[str] = []
-            for op in (gl.a, gl.b):
+            for role, op in (("a", gl.a), ("b", gl.b)):
                 y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
                 for atom in range(op.atoms):
                     dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {atom * op.rows * 128}"
                     xa = x if atom == 0 else f"{x} + {atom * ATOM_ELEMS}"
-                    loads.append(
-                        f"ts_tma_load_2d({dst}, &ts_maps.m[{op.map_index}], &{gl.full()}[{s}], "
-                        f"(int32_t)({xa}), (int32_t)({y}));"
-                    )
+                    where = f"&ts_maps.m[{op.map_index}], &{gl.full()}[{s}], (int32_t)({xa}), (int32_t)({y})"
+                    if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both
+                        owner = atom % 2 if op.atoms > 1 else 0
+                        loads.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
+                    else:
+                        loads.append(f"ts_tma_load_2d({dst}, {where});")
             lines += [
                 f"{{  // producer of the loop at {gl.loop.loc}",
                 f"{INDENT}const char* const {WHERE_NAME} = {c_string(str(gl.loop.loc))}; (void){WHERE_NAME};",
@@ -337,7 +345,11 @@ class Sm90Plan:
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
             *indent(fence, 1),
-            f"{INDENT}if ({i} > 0 && ts_lane == 0) ts_mbar_arrive(&{gl.empty()}[({i} - 1) % {gl.stages}]);",
+            f"{INDENT}if ({i} > 0 && ts_lane == 0) {{",
+            f"{INDENT * 2}ts_mbar_arrive(&{gl.empty()}[({i} - 1) % {gl.stages}]);",
+            *([f"{INDENT * 2}ts_mbar_arrive_cluster(&{gl.empty()}[({i} - 1) % {gl.stages}], ts_crank ^ 1);"]
+              if gl.multicast else []),
+            f"{INDENT}}}",
             "}",
             "ts_wgmma_wait<0>();",
             *fence,
@@ -492,13 +504,69 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
                                              and s.src.sizes[-2:] == s.dst.sizes)))
             if not ok:
                 return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
+    loops = [_with_multicast(gl, kernel) for gl in loops]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:
         return None, [*reasons, "the pipelined loops mix fp16 and bf16"]
     acc_n = {gl.acc: gl.n for gl in loops}
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
-    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), reasons)
+    cluster = 2 if any(gl.multicast for gl in loops) else 1
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), reasons, cluster)
     return plan, reasons
+
+
+# ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
+
+MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
+
+_NP_BINOPS = {
+    BinOpKind.ADD: np.add, BinOpKind.SUB: np.subtract, BinOpKind.MUL: np.multiply,
+    BinOpKind.FLOORDIV: np.floor_divide, BinOpKind.MOD: np.mod,  # Python's rounding, like the kernel's
+    BinOpKind.MIN: np.minimum, BinOpKind.MAX: np.maximum,
+}
+
+
+def _np_eval(e, env: dict) -> np.ndarray | None:
+    """`e` over arrays of its variables' values (None: a node or variable this cannot evaluate)."""
+    if isinstance(e, Const):
+        return np.int64(e.value)
+    if isinstance(e, Var):
+        return env.get(e)
+    if isinstance(e, BinOp) and e.op in _NP_BINOPS:
+        lhs, rhs = _np_eval(e.lhs, env), _np_eval(e.rhs, env)
+        if lhs is None or rhs is None:
+            return None
+        if e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD) and np.any(rhs == 0):
+            return None
+        return _NP_BINOPS[e.op](lhs, rhs)
+    return None
+
+
+def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
+    """Whether blocks (2c, y, z) and (2c + 1, y, z) copy the same source tile at every iteration:
+    checked by evaluating the tile's start on every such pair and iteration (exact, not a guess)."""
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    if gx % 2 or (gx // 2) * gy * gz * loop.extent > MAX_CHECKED_POINTS:
+        return False
+    xs, ys, zs, ks = np.meshgrid(np.arange(0, gx, 2, dtype=np.int64), np.arange(gy, dtype=np.int64),
+                                 np.arange(gz, dtype=np.int64), np.arange(loop.extent, dtype=np.int64),
+                                 indexing="ij", sparse=True)
+    pid = [Var(VarKind.PROGRAM_ID, a) for a in range(3)]
+    even = {pid[0]: xs, pid[1]: ys, pid[2]: zs, loop.var: ks}
+    odd = {**even, pid[0]: xs + 1}
+    for start in copy.src.starts:
+        a, b = _np_eval(start, even), _np_eval(start, odd)
+        if a is None or b is None or not np.array_equal(*np.broadcast_arrays(a, b)):
+            return False
+    return True
+
+
+def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
+    """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
+    for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
+        if _pair_shares(op.copy, gl.loop, kernel.grid):
+            return dataclasses.replace(gl, multicast=role)
+    return gl
 
 
 def _buffers_of(s: Stmt) -> set[Buffer]:

@@ -96,3 +96,33 @@ __device__ __forceinline__ void ts_tma_load_2d(void* smem_dst, const void* tmap,
 __device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
+
+// ---- clusters of two blocks sharing a tile through TMA multicast ----
+__device__ __forceinline__ uint32_t ts_cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster (also orders the mbarrier initialisations before
+// any peer's use of them).
+__device__ __forceinline__ void ts_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Box (x, y) into the same shared-memory offset of every block in `mask`, each block's barrier at
+// `bar`'s offset receiving the bytes that land in it.
+__device__ __forceinline__ void ts_tma_load_2d_multicast(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x,
+                                                         int32_t y, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(ts_smem_addr(smem_dst)),
+      "l"(tmap), "r"(ts_smem_addr(bar)), "r"(x), "r"(y), "h"(mask)
+      : "memory");
+}
+// One arrival on the barrier at `bar`'s offset in block `rank` of the cluster.
+__device__ __forceinline__ void ts_mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(ts_smem_addr(bar)),
+      "r"(rank)
+      : "memory");
+}

@@ -47,7 +47,8 @@ def _uses_wgmma(kern, *args) -> bool:
     (1024, 1024, 512, dict(block_m=128, block_n=256, block_k=64, num_stages=4)),
     (512, 768, 1024, dict(block_m=256, block_n=128, block_k=64, num_stages=3)),
     (256, 512, 192, dict(block_m=64, block_n=64, block_k=64, num_stages=2, threads=128)),
-    (384, 256, 256, dict(block_m=128, block_n=128, block_k=128, num_stages=2, threads=128, group_m=1)),
+    (384, 256, 256, dict(block_m=128, block_n=128, block_k=128, num_stages=2, threads=128, group_m=1)),  # A shared
+    (256, 384, 256, dict(block_m=128, block_n=128, block_k=64, num_stages=3, group_m=1)),  # odd grid: no cluster
 ])
 def test_wgmma_gemm_matches_jnp_dot(dtype, m, n, k, cfg):
     kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg)
