@@ -518,6 +518,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
 
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
+MULTICAST = False  # measured slower on H200 (benchmarks/NOTES.md); tests and gen_harness.py turn it on
 
 _NP_BINOPS = {
     BinOpKind.ADD: np.add, BinOpKind.SUB: np.subtract, BinOpKind.MUL: np.multiply,
@@ -563,6 +564,8 @@ def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
 
 def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
+    if not MULTICAST:
+        return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
         if _pair_shares(op.copy, gl.loop, kernel.grid):
             return dataclasses.replace(gl, multicast=role)

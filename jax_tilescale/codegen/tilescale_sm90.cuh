@@ -122,7 +122,7 @@ __device__ __forceinline__ void ts_tma_load_2d_multicast(void* smem_dst, const v
 __device__ __forceinline__ void ts_mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(ts_smem_addr(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(ts_smem_addr(bar)),
       "r"(rank)
       : "memory");
 }

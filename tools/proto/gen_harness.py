@@ -16,10 +16,11 @@ sys.path.insert(0, str(root))
 sys.path.insert(0, str(root / "examples"))
 from gemm import gemm  # noqa: E402
 
-from jax_tilescale.codegen import generate_cuda  # noqa: E402
+from jax_tilescale.codegen import gemm_sm90, generate_cuda  # noqa: E402
 
 m, n, k, bm, bn, bk, stages, threads = map(int, sys.argv[1:9])
 group = int(sys.argv[9]) if len(sys.argv) > 9 else 8
+gemm_sm90.MULTICAST = "nomc" not in sys.argv[10:]
 kern = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=stages, threads=threads,
             group_m=group)
 mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)),
@@ -70,7 +71,7 @@ int main() {{
     float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms / 10);
   }}
   std::sort(ts.begin(), ts.end());
-  printf("generated %dx%dx%d tiles {bm}x{bn}x{bk} s{stages} t{threads} g{group}: %.3f ms %.1f TFLOP/s\\n", M, N, K, ts[3],
+  printf("generated %dx%dx%d tiles {bm}x{bn}x{bk} s{stages} t{threads} g{group} multicast={gemm_sm90.MULTICAST}: %.3f ms %.1f TFLOP/s\\n", M, N, K, ts[3],
          2.0 * M * N * K / (ts[3] * 1e-3) / 1e12);
   return 0;
 }}
