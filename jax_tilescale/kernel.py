@@ -26,10 +26,10 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from .ast_rewrite import rewrite_kernel_function
-from .errors import CompileError, KernelTraceError, LaunchError
+from .errors import KernelTraceError, LaunchError
 from .interpret.options import InterpretOptions
 from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
-from .ir.nodes import BufferKind, Fill, Gemm, Loop, SourceLoc, walk_stmts
+from .ir.nodes import BufferKind, SourceLoc
 from .language import control as _control
 
 ABI_VERSION = 2
@@ -287,31 +287,9 @@ def _lower_interpret(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, ca
     return results
 
 
-_CUDA_UNSUPPORTED = {Loop: "T.serial/T.Pipelined loops", Gemm: "T.gemm", Fill: "T.fill/T.clear"}
-
-
-def check_cuda_supported(k: KernelIR) -> None:
-    """Refuses, before code generation, what the CUDA code generator does not lower yet: the
-    compute part (loops, gemm, fill, fragments; issue 6). The interpreter runs all of it."""
-    for s in walk_stmts(k.body):
-        what = _CUDA_UNSUPPORTED.get(type(s))
-        if what is not None:
-            raise CompileError(
-                f"kernel {k.name}: {what} is not supported by the CUDA code generator yet (issue 6); "
-                f"run with interpret=True (at {s.loc})"
-            )
-    for b in k.allocs:
-        if b.kind is BufferKind.FRAGMENT:
-            raise CompileError(
-                f"kernel {k.name}: T.alloc_fragment ({b.name}) is not supported by the CUDA code generator yet "
-                "(issue 6); run with interpret=True"
-            )
-
-
 def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     if call.interpret:
         return _lower_interpret(ctx, pe_info, *args, call=call)
-    check_cuda_supported(call.kernel)
     from .codegen import generate_cuda
     from .compiler import compile_cubin
     from .runtime import ensure_initialized, ensure_registered, mesh_pe_table
@@ -330,8 +308,8 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         kernel_axes = [names.index(a) for a in k.mesh_axes]
     else:
         pe_table, mesh_shape, kernel_axes = (jax.process_index(),), (1,), []
-    module = generate_cuda(k)
-    cubin = compile_cubin(module.source, arch=_cuda_arch(), entry=module.entry)
+    module = generate_cuda(k, arch=_cuda_arch())
+    cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
     staged = staged_flags(k)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
     rule = jax.ffi.ffi_lowering("jax_tilescale_launch", has_side_effect=True)
@@ -353,6 +331,7 @@ def _lower_cuda(ctx: mlir.LoweringRuleContext, pe_info: Any, *args: Any, call: C
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
         wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
+        tensor_maps=np.asarray(module.tensor_maps, np.int64),
     )
 
 

@@ -43,7 +43,8 @@ namespace jax_tilescale {
   X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020)                                \
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                      \
   X(cuMemHostGetDevicePointer, PFN_cuMemHostGetDevicePointer_v3020)                \
-  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)
+  X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                        \
+  X(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000)
 
 struct DriverApi {
 #define TS_DECLARE_DRIVER_FN(name, type) type name = nullptr;

@@ -16,6 +16,7 @@
 #include "kernel_module.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
+#include "tensor_maps.h"
 #include "ts_abi.h"
 #include "wait_timeout.h"
 #include "workspace.h"
@@ -39,6 +40,7 @@ struct LaunchState {
   int64_t scratch_bytes = 0;
   std::vector<int64_t> staged;
   std::vector<int64_t> pe_table, mesh_shape, kernel_axes;
+  std::vector<int64_t> tensor_maps;  // kTensorMapFields per map (tensor_maps.h); empty: one parameter
 
   // Filled by the first execute (under `mutex`), kept for the life of the call site.
   std::mutex mutex;
@@ -95,7 +97,7 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
     int64_t abi_version, std::string_view cubin, std::string_view entry, ffi::Span<const int64_t> grid,
     int64_t threads, int64_t smem_bytes, int64_t scratch_bytes, int64_t wait_timeout_ns, ffi::Span<const int64_t> staged,
     ffi::Span<const int64_t> pe_table, ffi::Span<const int64_t> mesh_shape, ffi::Span<const int64_t> kernel_axes,
-    bool uses_nvshmem, bool grid_barrier) {
+    bool uses_nvshmem, bool grid_barrier, ffi::Span<const int64_t> tensor_maps) {
   if (abi_version != TS_ABI_VERSION) {
     return Invalid(entry, "it was generated for calling-convention ABI " + std::to_string(abi_version) +
                               " but this jax_tilescale._ffi implements ABI " + std::to_string(TS_ABI_VERSION) +
@@ -139,6 +141,10 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
   state->scratch_bytes = scratch_bytes;
   state->wait_timeout_ns = static_cast<uint64_t>(wait_timeout_ns);
   state->staged = ToVector(staged);
+  state->tensor_maps = ToVector(tensor_maps);
+  if (std::string err = ValidateTensorMaps(state->tensor_maps, state->staged.size()); !err.empty()) {
+    return Invalid(entry, err);
+  }
   return state;
 }
 
@@ -213,7 +219,14 @@ ffi::Error Load(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext 
 }
 
 ffi::Error LaunchKernel(const DriverApi& cu, const LaunchState& s, CUstream stream, TsLaunchArgs& args) {
-  void* params[] = {&args};
+  // Kernels with bulk tensor copies take their tensor maps, encoded for this launch's buffers, second.
+  std::vector<CUtensorMap> maps;
+  if (!s.tensor_maps.empty()) {
+    if (std::string err = EncodeTensorMaps(cu, s.tensor_maps, args.buffers, &maps); !err.empty()) {
+      return Internal(s, err);
+    }
+  }
+  void* params[] = {&args, maps.data()};
   const KernelConfig& c = s.config;
   const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
              gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
@@ -386,7 +399,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
                                   .Attr<ffi::Span<const int64_t>>("mesh_shape")
                                   .Attr<ffi::Span<const int64_t>>("kernel_axes")
                                   .Attr<bool>("uses_nvshmem")
-                                  .Attr<bool>("grid_barrier"));
+                                  .Attr<bool>("grid_barrier")
+                                  .Attr<ffi::Span<const int64_t>>("tensor_maps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecute, jax_tilescale::Execute,
                               ffi::Ffi::Bind()

@@ -75,6 +75,12 @@ static_assert(offsetof(TsWaitFault, where) == 128, "TsWaitFault.where at 128");
 
 // ---- index arithmetic with Python semantics (the CPU interpreter is the reference) ----
 
+// The barrier ts_fail waits at: the whole block, unless the kernel has a producer warpgroup
+// that never reaches it (then the generated source defines it as a named barrier of the rest).
+#ifndef TS_FAIL_SYNC
+#define TS_FAIL_SYNC() __syncthreads()
+#endif
+
 // Stops the kernel with a message. Every caller is block-uniform (index expressions depend
 // only on the block index and the PE), so thread 0 can print while the others wait for it.
 __device__ __noinline__ void ts_fail(const char* where, const char* what, long long value, long long limit) {
@@ -82,7 +88,7 @@ __device__ __noinline__ void ts_fail(const char* where, const char* what, long l
     printf("jax_tilescale: kernel error at %s (block %u,%u,%u): %s (value %lld, limit %lld)\n", where, blockIdx.x,
            blockIdx.y, blockIdx.z, what, value, limit);
   }
-  __syncthreads();
+  TS_FAIL_SYNC();
   __trap();
 }
 
