@@ -186,3 +186,22 @@ def test_the_watcher_raises_a_kernels_report_in_the_main_thread(ffi, capfd):
     finally:
         wt.stop_watcher()
     assert "[jax_tilescale] WaitTimeoutError: kernel `wait_for_peer`" in capfd.readouterr().err
+
+
+def test_generated_waits_check_the_clock_off_the_fast_path():
+    from jax_tilescale.codegen import generate_cuda
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((64, 8), jnp.float32), grid=(1,))
+    def waits_once(src, dst):
+        sig = T.alloc_signal()
+        T.copy(src[0:64, :], dst[0:64, :])
+        T.signal_wait_until(sig, T.Cmp.EQ, 1)
+
+    ir = waits_once.trace(jax.ShapeDtypeStruct((64, 8), jnp.float32), mesh_axes=("x",), num_pes=2)
+    source = generate_cuda(ir).source
+    assert "static_assert(sizeof(TsLaunchArgs) == 304" in source and "#define TS_ABI_VERSION 2" in source
+    assert "ts_wait<TS_CMP_EQ, false, true, uint64_t>(ts_wait_ctx(args), ts_sig, ts_sig_value, -1, ts_where," in source
+    # The header's slow loop: the clock every TS_WAIT_CHECK_EVERY polls, the record, the bounded ack wait.
+    assert 'asm volatile("mov.u64 %0, %%globaltimer;"' in source and "n % TS_WAIT_CHECK_EVERY != 0" in source
+    assert "f->launch_id = c.launch_id;" in source and "TS_WAIT_ACK_NS" in source
+    assert "nvshmem_signal_wait_until" not in source.split("ts_wait_slow", 1)[1].split("extern \"C\"")[-1]
