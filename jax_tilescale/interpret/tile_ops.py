@@ -121,13 +121,13 @@ class _IterationLog:
     """The elements each iteration of one Parallel touched, to find iterations that race."""
 
     def __init__(self) -> None:
-        self.records: dict[tuple[Buffer, int], list[tuple[Array, Array, int, Stmt]]] = {}
+        self.records: dict[Buffer, list[tuple[Array, Array, int, Stmt]]] = {}
 
     def add(self, buffer: Buffer, flat: Array, ids: Array, kind: int, stmt: Stmt) -> None:
-        self.records.setdefault((buffer, id(buffer)), []).append((flat, ids, kind, stmt))
+        self.records.setdefault(buffer, []).append((flat, ids, kind, stmt))
 
     def check(self, ctx: Any, space: _Space) -> None:
-        for (buf, _), recs in self.records.items():
+        for buf, recs in self.records.items():
             flat = np.concatenate([r[0] for r in recs])
             ids = np.concatenate([r[1] for r in recs])
             kinds = np.concatenate([np.full(r[0].size, r[2], np.int8) for r in recs])
@@ -208,6 +208,9 @@ class _Eval:
             c = self.index(e.cond, active) != 0
             return np.where(c, self.index(e.if_true, active & c), self.index(e.if_false, active & ~c))
         if isinstance(e, Load):
+            if not self.space.shape:  # one element: the block's own T.load path (registers included)
+                indices = tuple(int(self.index(i, active)) for i in e.indices)
+                return np.int64(self.ctx.load(e, indices, self.stmt))
             return to_rep(self.elements(Region(e.buffer, e.indices, (1,) * len(e.indices)), active, _READ),
                           e.buffer.dtype)
         raise KernelRuntimeError(f"internal: no vectorised rule for the index expression {fmt(e)} at {self.stmt.loc}")

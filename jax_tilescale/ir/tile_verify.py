@@ -9,7 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import KernelTraceError
-from .nodes import BLOCK_LOCAL, BufferKind, KernelIR, Loop, Region, SourceLoc, Stmt
+from .expr import loads
+from .nodes import BLOCK_LOCAL, BufferKind, KernelIR, Loop, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
 from .tile_ops import THREAD_STMTS, AtomicElement, AtomicRegion, Parallel, Reduce, Store
 from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, format_value, walk
 from .verify import Ranges, _check_kind, _check_region, _squeezed, _verify_body
@@ -66,6 +67,15 @@ def _verify_parallel(s: Parallel, kernel: KernelIR, ranges: Ranges) -> None:
     if len(s.vars) != len(s.extents) or not s.extents or any(e < 1 for e in s.extents):
         raise KernelTraceError(f"T.Parallel: extents must be positive ints, got {s.extents}", s.loc)
     _check_parallel_body(s.body, s)
+    for inner in walk_stmts(s.body):
+        for e in stmt_exprs(inner):
+            for ld in loads(e):
+                if ld.buffer.kind is not BufferKind.INPUT:
+                    raise KernelTraceError(
+                        f"{ld.buffer.name} is a per-thread register; a T.Parallel iteration runs on whichever thread "
+                        "the loop gives it, so registers cannot be read in its body (read them before the loop)",
+                        inner.loc,
+                    )
     _verify_body(s.body, kernel, {**ranges, **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}})
 
 

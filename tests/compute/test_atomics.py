@@ -191,6 +191,23 @@ def test_element_stores_and_atomics_in_thread_dependent_branches_run_per_thread(
     np.testing.assert_array_equal(got, want)
 
 
+def test_per_thread_atomic_of_a_register_value():
+    """Each thread of the branch adds its own register (tx + 1): 1 + 2 + 3 on top of y[0]."""
+    @ts.kernel(out_shape=SDS((4,), jnp.float32), grid=(1,), threads=32)
+    def k(x, y):
+        tx = T.thread_id()
+        r = T.alloc_var(jnp.int32)
+        r = tx + 1
+        for i in T.Parallel(4):
+            y[i] = x[i]
+        with T.If(tx < 3):
+            T.atomic_add(y[0], r * 1.0)
+
+    x = np.arange(4, dtype=np.float32) + 1.5
+    (got,) = run1(k, x)
+    np.testing.assert_array_equal(got, np.array([1.5 + 6, 2.5, 3.5, 4.5], np.float32))
+
+
 @pytest.mark.parametrize("name,match", [
     ("on_input", "atomics update local memory"),
     ("on_fragment", "atomics update local memory"),

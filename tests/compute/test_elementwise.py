@@ -348,6 +348,7 @@ def _trace(body, *shapes, dtype=jnp.float32, out=(16, 16)):
     ("bad_extent", "positive Python ints"),
     ("bad_cast", "not an element type|not a dtype"),
     ("read_slice", "element-wise code reads one element"),
+    ("register_in_parallel", "per-thread register"),
 ])
 def test_bad_element_wise_code_is_a_trace_error_naming_the_line(name, match):
     def static_oob(x, y):
@@ -401,6 +402,12 @@ def test_bad_element_wise_code_is_a_trace_error_naming_the_line(name, match):
     def read_slice(x, y):
         for i, j in T.Parallel(16, 16):
             y[i, j] = x[i, :] * 2
+
+    def register_in_parallel(x, y):
+        r = T.alloc_var(jnp.int32)
+        r = 2
+        for i, j in T.Parallel(16, 16):
+            y[i, j] = x[i, j] * r
 
     body = locals()[name]
     with pytest.raises(ts.KernelTraceError, match=match) as info:
