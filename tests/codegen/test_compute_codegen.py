@@ -84,7 +84,8 @@ def test_portable_path_and_the_reason(why, ir, pattern):
 def _no_spills(cubin) -> str:
     report = ptxas_report(cubin) or ""
     assert "Used" in report, report
-    assert all(m == ("0", "0") for m in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)), report
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert all(m == ("0", "0") for m in spills), report
     assert "C7514" not in report and "C7504" not in report, report  # serialized wgmma / ignored setmaxnreg
     return report
 

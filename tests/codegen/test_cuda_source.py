@@ -38,7 +38,8 @@ def test_entry_and_calling_convention():
     assert f"static_assert(sizeof(TsLaunchArgs) == {LAUNCH_ARGS_BYTES}" in m.source
     assert f"#define TS_ABI_VERSION {TS_ABI_VERSION}" in m.source
     assert "void* buffers[TS_MAX_BUFFERS];" in m.source and "#define TS_MAX_BUFFERS 32" in m.source
-    assert "extern __shared__ __align__(128) unsigned char ts_smem[];" in m.source
+    assert "extern __shared__ __align__(128) unsigned char ts_smem_raw[];" in m.source
+    assert "unsigned char* const ts_smem = ts_smem_raw;" in m.source  # no Hopper plan: no realignment
     assert "#include <nvshmem.h>" in m.source and "#define TS_USES_NVSHMEM 1" in m.source
     # Inputs then outputs, in IR order.
     assert re.search(r"p_in0 = static_cast<unsigned char\*>\(args\.buffers\[0\]\)", m.source)

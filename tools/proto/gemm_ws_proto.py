@@ -6,7 +6,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from jax_tilescale.codegen.wgmma import wgmma_wrapper  # noqa: E402
+from jax_tilescale.codegen.wgmma import wgmma_wrapper
 
 here = pathlib.Path(__file__).parent
 header = (here.parents[1] / "jax_tilescale/codegen/tilescale_sm90.cuh").read_text()

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the generated C++ harness is one long f-string)
 """Times a *generated* GEMM kernel outside XLA (CUDA events, back-to-back launches), beside the
 hand-written prototype, to separate kernel speed from launch-path overhead. Development aid.
 
@@ -23,8 +24,8 @@ group = int(sys.argv[9]) if len(sys.argv) > 9 else 8
 gemm_sm90.MULTICAST = "nomc" not in sys.argv[10:]
 kern = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=stages, threads=threads,
             group_m=group)
-mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)),
-                    "sm_90")
+shapes = (jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16))
+mod = generate_cuda(kern.trace(*shapes), "sm_90")
 assert mod.arch == "sm_90a", mod.notes
 maps = list(mod.tensor_maps)
 nmaps = len(maps) // 9

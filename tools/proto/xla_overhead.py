@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
-from gemm import gemm  # noqa: E402
+from gemm import gemm
 
 
 def per_call(f, a, b, reps=20):
