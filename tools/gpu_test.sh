@@ -77,7 +77,9 @@ step codegen_smoke python3 -m pytest -q tests/codegen/test_gpu_smoke.py -o addop
 step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -q -o addopts="" -p no:cacheprovider
 step simple_shift python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/simple_shift.py --m 4096 --n 1024
 step allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather.py --m 4096 --n 1024
-step gemm_example python3 examples/gemm.py
+step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
+step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
+step thread_signal python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/primitives/thread_signal.py
 step allgather_gemm python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather_gemm.py --m 256 --k 256 --n 128
 if [ "$NGPU" -ge 2 ]; then
   PORT2=${TWO_NODE_PORT:-29533} MODE2=cvd
@@ -89,6 +91,9 @@ if [ "$NGPU" -ge 2 ]; then
 fi
 if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py
+fi
+if [ "${1:-}" = bench ] && want bench_wait_timeout; then
+  step bench_wait_timeout python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/wait_timeout_cost.py
 fi
 if [ "${1:-}" = bench ] && want bench_allgather; then
   step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py

@@ -105,3 +105,44 @@ def test_portable_gemm_fill_and_casting_copies(dtype):
 
 def test_gemm_example_default_gpu_size():
     assert gemm_example.check(2048, 2048, 1024, "bfloat16", seed=5)
+
+
+def test_multicast_clusters_match_jnp_dot(monkeypatch):
+    """Two-block clusters multicasting the shared tile (off by default, measured slower) stay correct."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    for m, n, k, cfg in [(1024, 1024, 512, dict(block_m=128, block_n=256)),  # B shared (grouped order)
+                         (384, 256, 256, dict(block_m=128, block_n=128, threads=128, group_m=1))]:  # A shared
+        kern = gemm_example.gemm(m, n, k, jnp.bfloat16, block_k=64, num_stages=3, **cfg)
+        a, b = _inputs((m, k), (k, n), "bfloat16", m + k)
+        assert "__cluster_dims__(2, 1, 1)" in generate_cuda(kern.trace(a, b), "sm_90").source
+        _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), "bfloat16")
+
+
+def test_parallel_and_atomics_on_the_gpu():
+    """T.Parallel element-wise math and shared-memory integer atomics (collisions within a block),
+    against numpy."""
+    m, n, bins, blocks = 64, 96, 16, 8
+
+    @ts.kernel(out_shape=(jax.ShapeDtypeStruct((m, n), jnp.float32), jax.ShapeDtypeStruct((blocks, bins), jnp.int32)),
+               grid=(blocks,), threads=128)
+    def kern(x, idx, y, hist):
+        bx = T.program_id(0)
+        rows = m // blocks
+        for i, j in T.Parallel(rows, n):
+            y[bx * rows + i, j] = T.exp(x[bx * rows + i, j]) * 0.5 + T.max(x[bx * rows + i, j], 0.0)
+        acc = T.alloc_shared((bins,), jnp.int32)
+        T.clear(acc)
+        for i in T.Parallel(n):
+            T.atomic_add(acc[idx[bx, i]], 1)
+        for b in T.Parallel(bins):
+            hist[bx, b] = acc[b]
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    idx = rng.integers(0, bins, (blocks, n)).astype(np.int32)
+    y, hist = jax.jit(kern)(x, idx)
+    np.testing.assert_allclose(np.asarray(y), np.exp(x) * 0.5 + np.maximum(x, 0), rtol=2e-6, atol=1e-6)
+    want = np.stack([np.bincount(idx[b], minlength=bins) for b in range(blocks)])
+    np.testing.assert_array_equal(np.asarray(hist), want)
