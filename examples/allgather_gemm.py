@@ -4,9 +4,10 @@ one signal per row block) and multiplies it with its columns of B as the row blo
 (signal_wait_until, then a T.Pipelined loop over K with T.gemm into a float32 fragment).
 
 C = A @ B, each PE holding its columns, checked against jnp.dot in float32 on random data.
-Interpreter only for now: `python examples/allgather_gemm.py` runs it on simulated CPU devices; the
-CUDA code generator does not lower T.gemm, loops or fragments yet (issue 6), so it does not run on
-GPUs yet.
+`python examples/allgather_gemm.py` runs it on simulated CPU devices; on GPUs run it through the
+launcher (`python -m jax_tilescale.launch -n 2 examples/allgather_gemm.py`). The kernel
+communicates, so its GEMM takes the portable lowering, not the Hopper one (see
+jax_tilescale/codegen/gemm_sm90.py): correct everywhere, not fast.
 """
 
 from __future__ import annotations

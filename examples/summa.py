@@ -4,9 +4,10 @@ B blocks of row k along the columns; here every PE broadcasts its own blocks wit
 every PE of row i, B_ij to every PE of column j, one signal per slot, PE-space helpers
 `T.axis_index` / `T.pe_of`), and step k waits for slot k of both and accumulates with T.gemm.
 
-Checked against jnp.dot in float32 on random data. Interpreter only for now:
-`python examples/summa.py` runs it on simulated CPU devices (a square number of them); the CUDA
-code generator does not lower T.gemm, loops or fragments yet (issue 6), so it does not run on GPUs yet.
+Checked against jnp.dot in float32 on random data. `python examples/summa.py` runs it on
+simulated CPU devices (a square number of them). On GPUs it needs a square number of them too
+(4: `python -m jax_tilescale.launch -n 4 examples/summa.py`), which the GPU machines lent so far
+do not have (issue 4). Its GEMM takes the portable lowering.
 """
 
 from __future__ import annotations

@@ -424,10 +424,6 @@ class Gemm(Stmt):
     op_name = "gemm"
 
 
-# Statements of the compute part that the CUDA code generator does not lower yet.
-COMPUTE_STMTS = (Loop, Fill, Gemm)
-
-
 def walk_stmts(body: tuple[Stmt, ...]):
     """Every statement of `body`, loops (and ifs) first and then their bodies (recursively), in order."""
     for s in body:

@@ -8,7 +8,7 @@ count may be given and must agree).
 - kernel values (`queries`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
   axis_index, axis_size, pe_of, Scale("device"), ds, load;
 - memory (`memory`): alloc_shared, alloc_signal, alloc_symmetric, copy;
-- compute (`compute`, interpreter only for now): serial, Pipelined, alloc_fragment, clear, fill,
+- compute (`compute`): serial, Pipelined, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
   ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, atomic_add, atomic_max, atomic_min

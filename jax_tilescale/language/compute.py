@@ -1,5 +1,7 @@
 """The compute part: loops (`serial`, `Pipelined`), register tiles (`alloc_fragment`), `clear`,
-`fill` and `gemm`. Interpreter only for now: the CUDA code generator refuses them (issue 6)."""
+`fill` and `gemm`. The interpreter runs them with numpy; the CUDA code generator lowers them
+portably (codegen/compute.py) or, for pipelined GEMM loops on Hopper, to TMA + wgmma
+(codegen/gemm_sm90.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
-from gemm import gemm  # noqa: E402
+from gemm import gemm
 
 a = jax.ShapeDtypeStruct((8192, 8192), jnp.bfloat16)
 text = jax.jit(gemm(8192, 8192, 8192)).lower(a, a).compile().as_text()
