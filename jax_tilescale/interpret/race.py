@@ -36,6 +36,10 @@ Happens-before edges (each an explicit call; `world.py`, `transfers.py`, `schedu
       (C++'s release/acquire on a plain store), which is the precise reading and finds more bugs;
     - `sync_from(agent, owner, word)` / `after_wait(wait)`: a satisfied wait joins the word's
       clock into the waiter (so waiting for a put's signal orders the waiter after its data);
+    - a put's delivery into at most MAX_PUBLISHED_WORDS integer words that `wait_*` can poll
+      publishes the put's clock on each word, like `sync_to` with SET (a flag put after a fence
+      orders the data puts before it); a block's own plain store to such a word forgets the
+      word's clock (no release);
     - `join_all`: barrier_all and the end of the kernel: every clock becomes the join of all.
       When no transfer is in flight (barrier_all delivers them first), everything before is
       ordered before everything after, so logs, word clocks and clocks are simply reset.
@@ -91,18 +95,23 @@ Hooks a new statement must call (all under the world's lock; methods are no-ops 
 
 from __future__ import annotations
 
+import itertools
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable, Iterable, Sequence
 from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
-from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, SignalOp
+from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, SignalOp
 from .memory import Access, AccessKind, Block, ResolvedRegion
 from .waits import SignalWaitOn
 
 VC = dict[int, int]  # a sparse vector clock: agent id -> count (absent = 0)
 
 LOG_LIMIT = 64  # entries of one log before it is pruned by the live agents' clocks
+# Puts of at most this many integer words publish their clock on each word (flags waited on with
+# wait_*); bigger puts are data, and tracking each element would cost more than it could find.
+MAX_PUBLISHED_WORDS = 64
 
 
 def join_into(dst: VC, src: VC) -> None:
@@ -266,7 +275,29 @@ class RaceDetector:
             return  # signal words: atomic; ordered by sync_to / sync_from
         if acc.region.buffer.kind is BufferKind.INPUT:
             return  # read-only: reads of inputs never race
-        self.on_access(self._agent_of(acc), acc, write)
+        agent = self._agent_of(acc)
+        self.on_access(agent, acc, write)
+        if write and self.enabled:
+            self._word_written(agent, acc)
+
+    def _word_written(self, agent: Agent, acc: Access) -> None:
+        """A plain write of words a `wait_*` may poll. Delivered by a put, it publishes the put's
+        clock on each word (a waiter that sees the value acquires it: NVSHMEM delivers a put after
+        the issuer's fenced earlier puts, whose clocks `begin_delivery` joined in). Written by a
+        block's own store, it carries no ordering (no release), so it forgets the word's clock."""
+        region = acc.region
+        buf = region.buffer
+        if buf.kind not in WAIT_WORD_KINDS or buf.dtype.kind not in "iu":
+            return
+        if math.prod(region.sizes) > MAX_PUBLISHED_WORDS:
+            return
+        clock = dict(agent.vc) if acc.via is not None else None
+        for coords in itertools.product(*(range(s, s + n) for s, n in zip(region.starts, region.sizes))):
+            key = (buf, acc.owner, coords)
+            if clock is None:
+                self._words.pop(key, None)
+            else:
+                self._words[key] = dict(clock)
 
     def on_access(self, agent: Agent, acc: Access, write: bool, atomic: bool = False) -> None:
         """Checks `acc` by `agent` against the log of its memory, then logs it (`atomic`: a

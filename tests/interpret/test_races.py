@@ -425,3 +425,43 @@ def test_hooks_logs_are_pruned_once_every_live_agent_is_ordered_after_them() -> 
     assert len(log) == 1  # only the newest read (after the last release) is not covered
     h.race.join_all()  # nothing in flight: a full reset
     assert not h.race._logs
+
+
+# --- a flag written by a plain put, waited on with wait_eq ------------------------------------------
+
+
+def plain_flag_kernel(fence: bool):
+    """Data put, optional fence, then a plain put of a flag word (no signal); the receiver waits
+    on the word with wait_eq and reads the data: NVSHMEM orders the two deliveries only with the fence."""
+
+    def plain_flag(a, ones, result):
+        bx = T.program_id(0)
+        rows = T.ds(bx * BM, BM)
+        recv = T.alloc_symmetric((M, N), F32)
+        flag = T.alloc_symmetric((NB,), np.int64)
+        T.putmem_nbi_block(recv[rows, :], a[rows, :], pe=nxt())
+        if fence:
+            T.fence()
+        T.putmem_nbi(flag[T.ds(bx, 1)], ones[T.ds(bx, 1)], pe=nxt())
+        T.wait_eq(flag[bx], 1)
+        T.copy(recv[rows, :], result[rows, :])
+
+    return build(plain_flag, inputs=[((M, N), F32), ((NB,), np.int64)], outputs=[((M, N), F32)], grid=(NB,),
+                 num_pes=2)
+
+
+def _plain_flag_inputs(seed: int) -> list[list[np.ndarray]]:
+    return [[d[0], np.ones(NB, np.int64)] for d in inputs(2, seed=seed)]
+
+
+@pytest.mark.parametrize("delivery", ["late", "eager"])
+def test_a_plain_put_flag_after_a_fence_orders_the_data(delivery: str) -> None:
+    data = _plain_flag_inputs(13)
+    outs = run(session(plain_flag_kernel(True), delivery=delivery, reorder_unfenced=True), data)
+    np.testing.assert_array_equal(np.stack([o[0] for o in outs]), np.roll(np.stack([d[0] for d in data]), 1, axis=0))
+
+
+def test_a_plain_put_flag_without_a_fence_does_not_order_the_data() -> None:
+    kernel = plain_flag_kernel(False)
+    msg = race_message(launch(session(kernel, reorder_unfenced=True), _plain_flag_inputs(14)))
+    assert f"by putmem_nbi_block at {stmt_loc(kernel, Put, 0)} (delivery" in msg
