@@ -81,6 +81,10 @@ step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
 step thread_signal python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/primitives/thread_signal.py
 step allgather_gemm python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather_gemm.py --m 256 --k 256 --n 128
+if [ "$NGPU" -ge 4 ]; then  # 2x2 meshes (issue 4): one PE per GPU
+  step summa python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/summa.py
+  step cannon python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/cannon.py
+fi
 if [ "$NGPU" -ge 2 ]; then
   PORT2=${TWO_NODE_PORT:-29533} MODE2=cvd
   if ! step two_nodes two_nodes "$PORT2" cvd 300 examples/allgather.py --m 4096 --n 1024; then
