@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import KernelRuntimeError
+from ..ir.control import THREAD_VAR
 from ..ir.expr import format_expr
 from ..ir.nodes import BLOCK_LOCAL, Direction, Get, PeerCopy, Put, Region, RemoteSignal, WaitUntil
 from .memory import SIGNAL_MODULUS, AccessKind, ResolvedRegion, poisoned, where
@@ -104,4 +105,5 @@ def wait_until(ctx: BlockContext, s: WaitUntil) -> Wait:
     owner = ctx.pe if s.pe is None else ctx.target_pe(s.pe, s, "PE of the word")
     word = ctx.resolve(s.word, "word", s)
     value = wrap_to(ctx.eval(s.value, "the compared value", s), word.buffer.dtype)
-    return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s, owner=owner)
+    return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s, owner=owner,
+                        thread=ctx.env.get(THREAD_VAR))

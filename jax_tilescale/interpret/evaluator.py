@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator
 import numpy as np
 
 from ..errors import KernelRuntimeError
+from ..ir.control import THREAD_VAR
 from ..ir.expr import Expr, Load, Var, VarKind, format_expr
 from ..ir.nodes import (
     BarrierAll,
@@ -158,7 +159,7 @@ def _put(ctx: BlockContext, s: Put) -> None:
 def _signal_wait(ctx: BlockContext, s: SignalWait) -> Wait:
     word = ctx.resolve(s.word, "signal word", s)
     value = ctx.eval(s.value, "the compared value", s) % SIGNAL_MODULUS
-    return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s)
+    return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s, thread=ctx.env.get(THREAD_VAR))
 
 
 def _quiet(ctx: BlockContext, s: Quiet) -> None:

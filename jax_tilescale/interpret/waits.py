@@ -47,9 +47,11 @@ class SignalWaitOn(Wait):
         value: int,
         stmt: Stmt,
         owner: int | None = None,
+        thread: int | None = None,
     ):
         self.pe, self.block, self.word, self.cmp, self.value, self.stmt = pe, block, word, cmp, value, stmt
         self.owner = pe if owner is None else owner
+        self.thread = thread  # the waiting thread, inside a thread-dependent branch (`if tx == 0:`)
         self._holds = cmp.holds
         acc = Access(AccessKind.SYNC_READ, word, self.owner, None, pe, block, stmt)
         self._view = memory.access(acc).reshape(-1)
@@ -69,9 +71,10 @@ class SignalWaitOn(Wait):
 
     def describe(self) -> str:
         on = "" if self.owner == self.pe else f" on PE {self.owner}"
+        by = "" if self.thread is None else f" (thread {self.thread})"
         return (
-            f"{self.stmt.op_name}({self.word} {self.cmp.value} {self.value}{on}): {self.word} is {self.current()}, "
-            f"at {self.stmt.loc}"
+            f"{self.stmt.op_name}({self.word} {self.cmp.value} {self.value}{on}){by}: {self.word} is "
+            f"{self.current()}, at {self.stmt.loc}"
         )
 
 

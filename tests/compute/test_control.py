@@ -249,7 +249,7 @@ def test_unsatisfied_wait_inside_a_thread_branch_is_a_deadlock_naming_pe_word_an
     res = launch(session(ir), [[np.arange(4, dtype=I32)]] * 2)
     assert all(isinstance(e, DeadlockError) for e in res.errors)
     msg = str(res.errors[0])
-    assert "PE 0" in msg and "PE 1" in msg and "wait_eq(signal[1] == 4)" in msg and "signal[1] is 3" in msg
+    assert "PE 0" in msg and "PE 1" in msg and "wait_eq(signal[1] == 4) (thread 1)" in msg and "signal[1] is 3" in msg
 
 
 def test_reading_an_unwritten_register_is_an_error() -> None:
