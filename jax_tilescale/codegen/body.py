@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ..errors import KernelTraceError
 from ..ir.nodes import SourceLoc, Stmt
 from ..ir.printer import format_stmt
-from .common import INDENT, Ctx, c_string, comment, indent
+from .common import Ctx, c_string, comment, indent
 from .expr_printer import WHERE_NAME
 
 Rule = Callable[[Stmt, Ctx], list[str]]
@@ -42,12 +42,13 @@ def emit_stmt(stmt: Stmt, ctx: Ctx, label: str) -> list:
     body = rule(stmt, ctx)
     if any(WHERE_NAME in line for line in body if isinstance(line, str)):  # the user's line, for errors
         body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
-    first_line = format_stmt(stmt).splitlines()[0] if format_stmt(stmt) else stmt.op_name
+    text = format_stmt(stmt)
+    first_line = text.splitlines()[0] if text else stmt.op_name
     out: list = ["", comment(f"[{label}] {first_line}    at {stmt.loc}")]
     directive = line_directive(stmt.loc)
     if directive is not None:
         out.append(directive)
-    out += ["{", *_indent_mixed(body), "}"]
+    out += ["{", *indent(body), "}"]
     if directive is not None:
         out.append(RESTORE)
     return out
@@ -59,11 +60,6 @@ def emit_body(stmts: tuple[Stmt, ...], ctx: Ctx, prefix: str = "") -> list:
     for n, stmt in enumerate(stmts):
         out += emit_stmt(stmt, ctx, f"{prefix}{n}")
     return out
-
-
-def _indent_mixed(lines: list) -> list:
-    return [line if line is RESTORE or (isinstance(line, str) and line.startswith("#line")) else INDENT + line
-            for line in lines]
 
 
 __all__ = ["EMIT_RULES", "RESTORE", "emit_body", "emit_stmt", "indent", "line_directive"]

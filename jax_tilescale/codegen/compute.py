@@ -19,42 +19,11 @@ from .body import emit_body
 from .common import INDENT, Ctx, copy_loop, decompose, indent, index_type
 from .expr_printer import c_expr, var_name
 from .regions import element_offset, merged_dims, row_major_strides
-
-try:
-    import ml_dtypes
-
-    _BF16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - jax depends on ml_dtypes
-    _BF16 = None
-
-# C element types of the dtypes compute statements read and write.
-ELEM_TYPES: dict[np.dtype, str] = {
-    np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
-    np.dtype(np.float16): "__half",
-    np.dtype(np.int8): "int8_t",
-    np.dtype(np.int16): "int16_t",
-    np.dtype(np.int32): "int32_t",
-    np.dtype(np.int64): "int64_t",
-    np.dtype(np.uint8): "uint8_t",
-    np.dtype(np.uint16): "uint16_t",
-    np.dtype(np.uint32): "uint32_t",
-    np.dtype(np.uint64): "uint64_t",
-}
-if _BF16 is not None:
-    ELEM_TYPES[_BF16] = "__nv_bfloat16"
-_FLOAT_KINDS = "f"
-
-
-def elem_type(buf: Buffer, loc) -> str:
-    try:
-        return ELEM_TYPES[buf.dtype]
-    except KeyError:
-        raise KernelTraceError(f"{buf} has a dtype the CUDA compute statements do not handle", loc) from None
+from .tile_ops import float_literal, storage_type
 
 
 def typed_base(ctx: Ctx, buf: Buffer, loc) -> str:
-    t = elem_type(buf, loc)
+    t = storage_type(buf.dtype, loc)
     return f"reinterpret_cast<{t}*>({ctx.pointers[buf]})"
 
 
@@ -75,16 +44,6 @@ def emit_loop(s: Loop, ctx: Ctx) -> list[str]:
 
 
 # ---- fill ----------------------------------------------------------------------------------------
-
-
-def _value_literal(value: float, dtype: np.dtype) -> str:
-    if dtype.kind in "iu":
-        return str(int(value))
-    if math.isnan(value):
-        return "__int_as_float(0x7fc00000)"
-    if math.isinf(value):
-        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
-    return repr(float(value)) + "f"
 
 
 def _region_loop(region: Region, body: str, *, lanes: str) -> list[str]:
@@ -110,9 +69,13 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
     if own is not None:
         return own
     buf = s.dst.buffer
-    t = elem_type(buf, s.loc)
-    value = _value_literal(s.value, buf.dtype)
-    conv = value if t == "float" or buf.dtype.kind in "iu" else f"ts_from_float<{t}>({value})"
+    t = storage_type(buf.dtype, s.loc)
+    if buf.dtype.kind in "iu":
+        conv = str(int(s.value))
+    elif t in ("float", "double"):
+        conv = float_literal(s.value, buf.dtype)
+    else:  # 16-bit floats: rounded from the float32 literal, like the interpreter's astype
+        conv = f"ts_from_float<{t}>({float_literal(s.value, np.dtype(np.float32))})"
     return [
         f"{t}* const ts_dst = {typed_base(ctx, buf, s.loc)};",
         *_region_loop(s.dst, f"ts_dst[ts_off] = {conv};", lanes=f"{ctx.kernel.threads}u"),
@@ -136,7 +99,7 @@ def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
 
 def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc) -> list[str]:
     """`dst = src` element by element, converting the element type (round to nearest even)."""
-    st, dt = elem_type(src.buffer, loc), elem_type(dst.buffer, loc)
+    st, dt = storage_type(src.buffer.dtype, loc), storage_type(dst.buffer.dtype, loc)
     dims = merged_dims(src, dst)
     count = math.prod(d.size for d in dims)
     idx = index_type(count + 1024)
@@ -179,7 +142,7 @@ def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
     # element (i, kk) of op(A) and (kk, j) of op(B)
     a_i, a_k = (a_c, a_r) if s.transpose_a else (a_r, a_c)
     b_k, b_j = (b_c, b_r) if s.transpose_b else (b_r, b_c)
-    ta, tb, tc = (elem_type(r.buffer, s.loc) for r in (s.a, s.b, s.c))
+    ta, tb, tc = (storage_type(r.buffer.dtype, s.loc) for r in (s.a, s.b, s.c))
     idx = index_type(m * n + 1024)
     init = "0.0f" if s.clear_accum else f"ts_to_float<{tc}>(ts_c[ts_co])"
     return [

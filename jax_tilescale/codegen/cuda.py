@@ -189,9 +189,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90") -> CudaModule:
         *indent(_prologue(ctx)),
     ]
     if plan is None:
-        out += _indent_lines(emit_body(kernel.body, ctx))
+        out += indent(emit_body(kernel.body, ctx))
     else:
-        out += _indent_lines(_warp_specialised(plan, ctx))
+        out += indent(_warp_specialised(plan, ctx))
     out += ["}", ""]
 
     # Statement code is attributed to the user's line (nvcc messages, -lineinfo in profilers);
@@ -217,11 +217,6 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90") -> CudaModule:
     )
 
 
-def _indent_lines(lines: list) -> list:
-    return [line if line is RESTORE or (isinstance(line, str) and line.startswith("#line")) else INDENT + line
-            for line in lines]
-
-
 def _warp_specialised(plan: Sm90Plan, ctx: Ctx) -> list:
     """The kernel body split into the TMA producer warpgroup and the consumer warpgroups that run
     the user's statements (gemm_sm90's docstring has the picture)."""
@@ -244,7 +239,7 @@ def _warp_specialised(plan: Sm90Plan, ctx: Ctx) -> list:
         f"}} else {{  // consumer warpgroups: the kernel's own {user} threads",
         f"{INDENT}ts_setmaxnreg_inc<{plan.consumer_regs}>();",
         *indent(plan.accumulators()),
-        *_indent_lines(body),
+        *indent(body),
         "}",
         # a peer may still multicast into this block's tiles or arrive on its barriers until both are done
         *(["ts_cluster_sync();"] if plan.cluster > 1 else []),

@@ -9,7 +9,7 @@ A kernel written the TileLang way,
         T.gemm(A_s, B_s, C_f)                  # C_f: float32 fragment
     T.copy(C_f, C[by * bm, bx * bn])
 
-is lowered, when `plan_sm90` finds every condition below, to the structure of a CUTLASS
+is lowered, when `plan_with_reasons` finds every condition below, to the structure of a CUTLASS
 "warp-specialised" mainloop:
 
 - the block gets one more warpgroup (128 threads) than the kernel asked for: the producer. One
@@ -38,16 +38,17 @@ only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing e
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields, is_dataclass
 
 import numpy as np
 
 from ..ir.expr import BinOp, BinOpKind, Const, Var, VarKind
 from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
 from .common import INDENT, Ctx, c_string, indent
-from .expr_printer import WHERE_NAME, c_expr, var_name
+from .compute import typed_base
+from .expr_printer import WHERE_NAME, c_expr, c_identifier, var_name
 from .regions import element_offset, row_major_strides
+from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
 
 WARPGROUP = 128
@@ -129,7 +130,6 @@ class Sm90Plan:
     acc_n: dict[Buffer, int]
     tensor_maps: list[TensorMapSpec]
     ptx_type: str
-    rejected: list[str] = field(default_factory=list)  # why loops were left to the portable path
     cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
 
     # ---- facts for the layout and the kernel frame ----
@@ -237,7 +237,7 @@ class Sm90Plan:
             gl = self._loop_of(stmt)
             return None if gl is None else self._consumer_loop(gl, ctx)
         if isinstance(stmt, Fill) and stmt.dst.buffer in self.acc_slabs:
-            name, v = acc_name(stmt.dst.buffer), _float_literal(stmt.value)
+            name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
             return self._for_each_pair(stmt.dst.buffer, lambda m, i: [
                 f"{name}[{m}][{i}] = {v};", f"{name}[{m}][{i} + 1] = {v};"])
         if isinstance(stmt, Copy) and stmt.src.buffer in self.acc_slabs:
@@ -271,10 +271,8 @@ class Sm90Plan:
         ]
 
     def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
-        from .compute import elem_type, typed_base
-
         buf, dst = s.src.buffer, s.dst
-        t = elem_type(dst.buffer, s.loc)
+        t = storage_type(dst.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
         name = acc_name(buf)
         at = f"(int64_t)ts_row * {r_stride} + ts_col"
@@ -291,10 +289,8 @@ class Sm90Plan:
         ]
 
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
-        from .compute import elem_type, typed_base
-
         buf, src = s.dst.buffer, s.src
-        t = elem_type(src.buffer, s.loc)
+        t = storage_type(src.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
         name = acc_name(buf)
         return [
@@ -371,17 +367,7 @@ def _even(offset) -> bool:
 
 
 def acc_name(buf: Buffer) -> str:
-    from .expr_printer import c_identifier
-
     return f"ts_acc_{c_identifier(buf.name)}"
-
-
-def _float_literal(value: float) -> str:
-    if math.isnan(value):
-        return "__int_as_float(0x7fc00000)"
-    if math.isinf(value):
-        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
-    return repr(float(value)) + "f"
 
 
 # ---- planning ------------------------------------------------------------------------------------
@@ -452,14 +438,9 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
     return GemmLoop(loop, index, a, b, g, acc, m, n, k, loop.num_stages)
 
 
-def plan_sm90(kernel: KernelIR, arch: str) -> Sm90Plan | None:
-    """The Hopper plan of `kernel`, or None when no loop qualifies (reasons then don't matter:
-    `rejections` gives them for the generated source's comment)."""
-    plan, _ = plan_with_reasons(kernel, arch)
-    return plan
-
-
 def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, list[str]]:
+    """The Hopper plan of `kernel` (None when no loop qualifies) and why each pipelined loop it
+    leaves to the portable path does not qualify (the generated source's header prints them)."""
     reasons: list[str] = []
     if not arch.startswith("sm_90"):
         return None, [f"target {arch} is not sm_90"]
@@ -511,7 +492,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     acc_n = {gl.acc: gl.n for gl in loops}
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
-    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), reasons, cluster)
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster)
     return plan, reasons
 
 
@@ -575,8 +556,6 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
 def _buffers_of(s: Stmt) -> set[Buffer]:
     """Every buffer a statement names (regions, element expressions, anything nested), except
     through the statement lists it holds (those statements are visited on their own)."""
-    from dataclasses import fields, is_dataclass
-
     out: set[Buffer] = set()
 
     def visit(value: object) -> None:
