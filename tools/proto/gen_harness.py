@@ -22,6 +22,8 @@ from jax_tilescale.codegen import gemm_sm90, generate_cuda  # noqa: E402
 m, n, k, bm, bn, bk, stages, threads = map(int, sys.argv[1:9])
 group = int(sys.argv[9]) if len(sys.argv) > 9 else 8
 gemm_sm90.MULTICAST = "nomc" not in sys.argv[10:]
+sustain_s = next((float(a.split("=")[1]) for a in sys.argv[10:] if a.startswith("sustain=")), 0.0)
+with_cublas = "cublas" in sys.argv[10:]
 kern = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=stages, threads=threads,
             group_m=group)
 shapes = (jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16))
@@ -33,6 +35,8 @@ print(mod.source)
 print(f"""
 #include <cuda.h>
 #include <vector>
+#include <chrono>
+{"#include <cublas_v2.h>" if with_cublas else ""}
 #include <algorithm>
 #define CK(x) do {{ cudaError_t e = (x); if (e != cudaSuccess) {{ printf("CUDA error %s at %d\\n", cudaGetErrorString(e), __LINE__); exit(1); }} }} while (0)
 __global__ void ts_init(__nv_bfloat16* p, size_t n, uint32_t seed) {{
@@ -72,6 +76,45 @@ int main() {{
     float ms; cudaEventElapsedTime(&ms, e0, e1); ts.push_back(ms / 10);
   }}
   std::sort(ts.begin(), ts.end());
+  const double flop = 2.0 * M * N * K;
+  auto sustained = [&](const char* what, auto&& launch) {{
+    // back-to-back launches for {sustain_s} s: TFLOP/s per 10-launch round at a few points in time
+    std::vector<std::pair<double, float>> rs;
+    auto t_start = std::chrono::steady_clock::now();
+    double el = 0;
+    while (el < {sustain_s}) {{
+      cudaEventRecord(e0); for (int i = 0; i < 10; ++i) launch(); cudaEventRecord(e1); cudaEventSynchronize(e1);
+      float ms; cudaEventElapsedTime(&ms, e0, e1);
+      el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+      rs.push_back({{el, ms / 10}});
+    }}
+    printf("%s sustained:", what);
+    for (double mark : {{0.05, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0}}) {{
+      for (auto& r : rs) if (r.first >= mark) {{ printf(" t=%.2fs %.0f", r.first, flop / (r.second * 1e-3) / 1e12); break; }}
+    }}
+    printf(" TF/s\\n");
+  }};
+  auto ours = [&]() {{ {mod.entry}<<<grid, {mod.threads}, {mod.smem_bytes}>>>(args, tm); }};
+  if ({sustain_s} > 0) {{ sustained("generated", ours); }}
+#if {1 if with_cublas else 0}
+  {{
+    cublasHandle_t h; cublasCreate(&h);
+    float alpha = 1.f, beta = 0.f;
+    // row-major C = A B  <=>  column-major C^T = B^T A^T
+    auto cub = [&]() {{ cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF, N, A, CUDA_R_16BF, K,
+                                    &beta, C, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT); }};
+    for (int i = 0; i < 3; ++i) cub();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> cs;
+    for (int r = 0; r < 7; ++r) {{
+      cudaEventRecord(e0); for (int i = 0; i < 10; ++i) cub(); cudaEventRecord(e1); cudaEventSynchronize(e1);
+      float ms; cudaEventElapsedTime(&ms, e0, e1); cs.push_back(ms / 10);
+    }}
+    std::sort(cs.begin(), cs.end());
+    printf("cublas burst: %.3f ms %.1f TFLOP/s\\n", cs[3], flop / (cs[3] * 1e-3) / 1e12);
+    if ({sustain_s} > 0) {{ sustained("cublas", cub); sustained("generated", ours); sustained("cublas", cub); }}
+  }}
+#endif
   printf("generated %dx%dx%d tiles {bm}x{bn}x{bk} s{stages} t{threads} g{group} multicast={gemm_sm90.MULTICAST}: %.3f ms %.1f TFLOP/s\\n", M, N, K, ts[3],
          2.0 * M * N * K / (ts[3] * 1e-3) / 1e12);
   return 0;
