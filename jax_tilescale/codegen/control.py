@@ -6,7 +6,10 @@
   interpreter does), `and`/`or` as `&&`/`||` (short-circuit, as the interpreter does), `not`,
   and `if_then_else` as `?:` (only the chosen side evaluated).
 - A block-uniform `if` is a C `if` around the statements' block-level code (every thread takes
-  the same side, so the barriers inside stay block-wide).
+  the same side, so the barriers inside stay block-wide). An element-value condition
+  (`if flag[0] > 0:`) is printed as codegen/tile_ops.py prints values; every thread evaluates it,
+  and they agree: the interpreter reads it once for the block and reports a read that races with
+  a write, the only way threads could see different values.
 - A thread-dependent `if` is a C `if` around the statements' per-thread code, then one
   `__syncthreads()`: the block continues together after it, which is the interpreter's meaning
   (the block runs the if to completion before its next statement). The per-thread code of a
@@ -33,6 +36,7 @@ from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select,
 from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, BufferKind, KernelIR, Stmt, walk_stmts
 from .common import Ctx, indent
 from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_int64, const_literal
+from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 THREAD_VAR_NAME = "ts_tx"
 _GUARD = "if (threadIdx.x == 0) {"
@@ -164,7 +168,8 @@ def emit_if(s: If, ctx: Ctx) -> list:
     then_lines, else_lines = _emit_nested(s.then_body, ctx), _emit_nested(s.else_body, ctx)
     if divergent:
         then_lines, else_lines = per_thread(then_lines, s), per_thread(else_lines, s)
-    lines = [f"if ({c_expr(s.cond)} != 0) {{", *_indent(then_lines)]
+    printer = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
+    lines = [f"if ({condition(s.cond, printer, s.loc)}) {{", *_indent(then_lines)]
     lines += ["} else {", *_indent(else_lines), "}"] if else_lines else ["}"]
     if divergent:  # the block goes on together (dropped in an enclosing thread-dependent if)
         lines.append("__syncthreads();")

@@ -10,6 +10,8 @@ reference; this follows it:
   intrinsics (no FMA contraction), so they match numpy bit for bit.
 - Element indices the verifier could not prove in bounds are checked by the thread using them
   (`ts_elem_index`, a trap without a block barrier).
+- An `if` in a Parallel body is a C `if`/`else` inside the iteration (per iteration, no barrier);
+  its condition is printed like any value (element values in their compute type, as `T.where`'s).
 - Element stores and atomics outside a Parallel run on thread 0, then the block meets (the shape
   codegen/control.py makes per-thread inside thread-dependent ifs).
 - Reductions: one warp per output element (lanes stride over the reduced dimension, then a
@@ -24,7 +26,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.expr import Var, value_range
+from ..ir.control import THREAD_VAR, If, branch_ranges
+from ..ir.expr import Expr, Var, value_range
 from ..ir.nodes import KernelIR, Loop, Region, Stmt
 from ..ir.tile_ops import AtomicElement, AtomicRegion, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
@@ -197,6 +200,15 @@ def _binary(p: ValuePrinter, v: Binary, loc: object) -> str:
     return f"{fn}({a}, {b})"
 
 
+def _select(p: ValuePrinter, v: ValueSelect, loc: object) -> str:
+    """`c ? a : b`; each side's reads are checked under what its side knows (`j < n ? x[i, j] : 0`
+    needs no check of j where the verifier's ranges prove it)."""
+    then_ranges, else_ranges = branch_ranges(v.cond, p.ranges)
+    a = ValuePrinter(p.ctx, then_ranges).operand(v.if_true, v.dtype, loc)
+    b = ValuePrinter(p.ctx, else_ranges).operand(v.if_false, v.dtype, loc)
+    return f"({p.value(v.cond, loc)} ? {a} : {b})"
+
+
 _VALUE_RULES: dict[type, Callable[[ValuePrinter, object, object], str]] = {
     Literal: lambda p, v, loc: _literal(v),
     IndexValue: lambda p, v, loc: f"({c_expr(v.expr)} != 0)" if v.dtype == BOOL else f"((int64_t)({c_expr(v.expr)}))",
@@ -205,8 +217,7 @@ _VALUE_RULES: dict[type, Callable[[ValuePrinter, object, object], str]] = {
     Binary: _binary,
     ValueCompare: lambda p, v, loc: (f"({p.operand(v.lhs, v.operand_dtype, loc)} {v.cmp.value} "
                                      f"{p.operand(v.rhs, v.operand_dtype, loc)})"),
-    ValueSelect: lambda p, v, loc: (f"({p.value(v.cond, loc)} ? {p.operand(v.if_true, v.dtype, loc)} : "
-                                    f"{p.operand(v.if_false, v.dtype, loc)})"),
+    ValueSelect: _select,
     Cast: lambda p, v, loc: convert(p.value(v.x, loc), v.x.dtype, v.dtype),
 }
 
@@ -215,8 +226,9 @@ _VALUE_RULES: dict[type, Callable[[ValuePrinter, object, object], str]] = {
 
 
 def enclosing_ranges(kernel: KernelIR, target: Stmt) -> dict[Var, tuple[int, int]]:
-    """Ranges of the block index, the PE and the variables of the loops around `target`."""
-    ranges = var_ranges(kernel)
+    """Ranges of the block index, the PE, tx and the variables of the loops around `target`, cut
+    by the conditions of the ifs around it (as the verifier's, so what it proved needs no check)."""
+    ranges = {**var_ranges(kernel), THREAD_VAR: (0, kernel.threads - 1)}
 
     def find(body: tuple[Stmt, ...], acc: dict[Var, tuple[int, int]]) -> dict | None:
         for s in body:
@@ -227,13 +239,21 @@ def enclosing_ranges(kernel: KernelIR, target: Stmt) -> dict[Var, tuple[int, int
                 inner[s.var] = (0, s.extent - 1)
             elif isinstance(s, Parallel):
                 inner.update({v: (0, e - 1) for v, e in zip(s.vars, s.extents)})
-            for nested in getattr(s, "bodies", ()):
-                found = find(nested, inner)
+            bodies = getattr(s, "bodies", ())
+            sides = branch_ranges(s.cond, inner) if isinstance(s, If) else (inner,) * len(bodies)
+            for nested, side in zip(bodies, sides):
+                found = find(nested, side)
                 if found is not None:
                     return found
         return None
 
     return find(kernel.body, ranges) or ranges
+
+
+def condition(cond: Expr | Value, p: ValuePrinter, loc: object) -> str:
+    """An if's condition as a C boolean: an element value in its compute type (as T.where's), or
+    an index condition."""
+    return p.value(cond, loc) if isinstance(cond, Value) else f"{c_expr(cond)} != 0"
 
 
 def _thread_lines(s: Stmt, p: ValuePrinter) -> list[str]:
@@ -243,6 +263,12 @@ def _thread_lines(s: Stmt, p: ValuePrinter) -> list[str]:
         inner = ValuePrinter(p.ctx, {**p.ranges, s.var: (0, s.extent - 1)})
         body = [line for stmt in s.body for line in _thread_lines(stmt, inner)]
         return [f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{", *indent(body), "}"]
+    if isinstance(s, If):  # per iteration: a plain C if (the verifier admits only per-iteration statements)
+        then_ranges, else_ranges = branch_ranges(s.cond, p.ranges)
+        then_lines = [line for st in s.then_body for line in _thread_lines(st, ValuePrinter(p.ctx, then_ranges))]
+        else_lines = [line for st in s.else_body for line in _thread_lines(st, ValuePrinter(p.ctx, else_ranges))]
+        lines = [f"if ({condition(s.cond, p, s.loc)}) {{", *indent(then_lines)]
+        return lines + (["} else {", *indent(else_lines), "}"] if else_lines else ["}"])
     if isinstance(s, Store):
         dst = s.dst.buffer.dtype
         return [f"{p.element(s.dst, s.loc)} = {to_storage(p.value(s.value, s.loc), s.value.dtype, dst)};"]

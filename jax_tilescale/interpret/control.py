@@ -26,7 +26,9 @@ from ..errors import KernelRuntimeError
 from ..ir.control import THREAD_VAR, If, LocalStore, thread_dependent
 from ..ir.expr import Load, format_expr
 from ..ir.nodes import Buffer, Stmt
+from ..ir.values import Value
 from .memory import where
+from .tile_ops import block_condition
 
 if TYPE_CHECKING:
     from .evaluator import BlockContext
@@ -106,19 +108,29 @@ def local_store(ctx: BlockContext, s: LocalStore) -> None:
     ctx.registers.store(s.dst.buffer, thread, dst.starts, value)
 
 
+def _taken(ctx: BlockContext, s: If) -> bool:
+    """The condition, for the block or for the thread bound in ctx.env: an index condition, or an
+    element value read (a block access of the memory it reads, seen by the race detector)."""
+    if isinstance(s.cond, Value):
+        return block_condition(ctx, s)
+    return bool(ctx.eval(s.cond, "the condition", s))
+
+
 def run_if(ctx: BlockContext, s: If, run_body: RunBody) -> Body:
     """A block-uniform if runs one side at the current thread set; a thread-dependent one splits
-    the active threads by the condition (each evaluates it) and runs each side for its threads."""
+    the active threads by the condition (each evaluates it) and runs each side for its threads.
+    (An if inside a T.Parallel body is per iteration: interpret/tile_ops.py runs it.)"""
     if not thread_dependent(s.cond):
-        taken = ctx.eval(s.cond, "the condition", s)
-        yield from run_body(ctx, s.then_body if taken else s.else_body)
+        yield from run_body(ctx, s.then_body if _taken(ctx, s) else s.else_body)
         return
     active: Iterable[int] = ctx.threads if ctx.threads is not None else range(ctx.world.kernel.threads)
     then_threads, else_threads = [], []
-    for t in active:
-        ctx.env[THREAD_VAR] = t
-        (then_threads if ctx.eval(s.cond, "the condition", s) else else_threads).append(t)
-    ctx.env.pop(THREAD_VAR, None)
+    try:
+        for t in active:
+            ctx.env[THREAD_VAR] = t
+            (then_threads if _taken(ctx, s) else else_threads).append(t)
+    finally:
+        ctx.env.pop(THREAD_VAR, None)
     outer = ctx.threads
     try:
         for threads, body in ((then_threads, s.then_body), (else_threads, s.else_body)):

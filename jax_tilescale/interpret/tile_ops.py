@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelRuntimeError, RaceError
+from ..ir.control import If
 from ..ir.expr import BinOp, BinOpKind, Compare, CompareKind, Const, Expr, Load, Logic, LogicKind, Not, Select, Var
 from ..ir.expr import format_expr as fmt
 from ..ir.nodes import Buffer, Loop, Region, Stmt
@@ -354,16 +355,27 @@ def _atomic_update(kind: AtomicKind, dtype: np.dtype) -> Callable[[Array, Array]
     return update
 
 
-def _run_thread_stmt(ctx: Any, s: Stmt, space: _Space, log: _IterationLog | None) -> None:
-    active = np.ones(space.shape, bool)
+def _run_thread_stmt(ctx: Any, s: Stmt, space: _Space, log: _IterationLog | None, active: Array | None = None) -> None:
+    """Runs `s` for the `active` iterations of `space` (all when None): an if splits them by its
+    condition, each side running for its own (the then side first; iterations are independent, so
+    that is the order of running them one by one)."""
+    if active is None:
+        active = np.ones(space.shape, bool)
     if isinstance(s, Loop):
         for i in range(s.extent):
             space.env[s.var] = i
             for inner in s.body:
-                _run_thread_stmt(ctx, inner, space, log)
+                _run_thread_stmt(ctx, inner, space, log, active)
         del space.env[s.var]
         return
     ev = _Eval(ctx, s, space, log)
+    if isinstance(s, If):
+        taken = active & np.broadcast_to(_condition(ev, s.cond, active), space.shape)
+        for body, lanes in ((s.then_body, taken), (s.else_body, active & ~taken)):
+            if body and lanes.any():
+                for inner in body:
+                    _run_thread_stmt(ctx, inner, space, log, lanes)
+        return
     if isinstance(s, Store):
         value = ev.value(s.value, active)
         data = to_storage(value, compute_dtype(s.value.dtype), s.dst.buffer.dtype)
@@ -374,6 +386,20 @@ def _run_thread_stmt(ctx: Any, s: Stmt, space: _Space, log: _IterationLog | None
         ev.elements(s.dst, active, _ATOMIC, update=_atomic_update(s.op, dtype), data=value)
     else:
         raise KernelRuntimeError(f"internal: {s.op_name} at {s.loc} cannot run per thread")
+
+
+def _condition(ev: _Eval, cond: Expr | Value, active: Array) -> Array:
+    """An if's condition (an index condition or a bool value) at the active iterations."""
+    if isinstance(cond, Value):
+        return np.asarray(ev.value(cond, active), bool)
+    return np.asarray(ev.index(cond, active)) != 0
+
+
+def block_condition(ctx: Any, s: If) -> bool:
+    """An if's element-value condition evaluated once, at block level (the current thread, if
+    any, bound in ctx.env): its reads are block accesses, as a once-per-block store's are."""
+    ev = _Eval(ctx, s, _Space(dict(ctx.env), (), None), None)
+    return bool(_condition(ev, s.cond, np.True_))
 
 
 def _parallel(ctx: Any, s: Parallel) -> None:

@@ -180,17 +180,18 @@ class Expr:
     def __ge__(self, other: IntLike) -> Any:
         return _compare_or_not_implemented(CompareKind.GE, self, other)
 
+    # With an element value on the other side (`(j < n) & (x[i, j] > 0)`) the result is a value.
     def __and__(self, other: Any) -> Any:
-        return logic(LogicKind.AND, self, other)
+        return _value_op("&", self, other) if _defers(other) else logic(LogicKind.AND, self, other)
 
     def __rand__(self, other: Any) -> Any:
-        return logic(LogicKind.AND, other, self)
+        return _value_op("&", other, self) if _defers(other) else logic(LogicKind.AND, other, self)
 
     def __or__(self, other: Any) -> Any:
-        return logic(LogicKind.OR, self, other)
+        return _value_op("|", self, other) if _defers(other) else logic(LogicKind.OR, self, other)
 
     def __ror__(self, other: Any) -> Any:
-        return logic(LogicKind.OR, other, self)
+        return _value_op("|", other, self) if _defers(other) else logic(LogicKind.OR, other, self)
 
     def __invert__(self) -> Any:
         return logical_not(self)
@@ -457,6 +458,12 @@ def _defers(x: Any) -> bool:
         return False
     return isinstance(x, float) or bool(getattr(x, "__tilescale_defer__", False)) or \
         getattr(getattr(x, "dtype", None), "kind", "") == "f"
+
+
+def _value_op(op: str, a: Any, b: Any) -> Any:
+    from .values import index_arith  # values.py builds on this module
+
+    return index_arith(op, a, b)
 
 
 def binop(op: BinOpKind, a: IntLike, b: IntLike) -> Expr:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .control import If, LocalStore
+from .control import If, LocalStore, format_cond
 from .expr import Expr, format_expr
 from .nodes import (
     BarrierAll,
@@ -82,7 +82,7 @@ PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
 
 
 PRINT_RULES.update({
-    If: lambda s: f"if {format_expr(s.cond)}:",
+    If: lambda s: f"if {format_cond(s.cond)}:",
     LocalStore: lambda s: f"{s.dst} = {format_expr(s.value)}",
 })
 PRINT_RULES.update(TILE_PRINT_RULES)  # T.Parallel, element stores, reductions, atomics

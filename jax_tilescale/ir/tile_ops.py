@@ -5,8 +5,11 @@ Execution model (every backend): a `Parallel` runs its iterations concurrently, 
 the block (round robin when there are more iterations than threads), and the block meets after it
 (a `__syncthreads()` on the GPU), so later statements see every element it wrote. Iterations must
 be independent: two iterations that touch the same element, one of them writing it (plainly), is a
-race (the interpreter reports it; on the GPU the result is undefined). Element stores and atomics
-outside a `Parallel` run once per block. `Reduce` and `AtomicRegion` are block statements (all
+race (the interpreter reports it; on the GPU the result is undefined). An `If` (ir/control.py) in a
+`Parallel` body is per iteration: its condition (loop variables, element values, both) is
+evaluated by each iteration, whose statements of the side it took run; only those iterations'
+accesses happen (and count for races). Element stores and atomics outside a `Parallel` run once
+per block. `Reduce` and `AtomicRegion` are block statements (all
 threads cooperate, the block meets after them).
 """
 
@@ -119,5 +122,6 @@ PRINT_RULES = {
     Reduce: lambda s: f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})",
 }
 
-# Statements that may be in a Parallel body (besides T.serial loops of them): one thread runs each.
+# Statements that may be in a Parallel body (besides T.serial loops and per-iteration ifs of them):
+# one thread runs each.
 THREAD_STMTS: tuple[type, ...] = (Store, AtomicElement)

@@ -9,10 +9,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import KernelTraceError
-from .expr import loads
+from .control import THREAD_VAR, If, format_cond, guarded, known_conditions, narrowed
+from .expr import loads, variables
 from .nodes import BLOCK_LOCAL, BufferKind, KernelIR, Loop, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
 from .tile_ops import THREAD_STMTS, AtomicElement, AtomicRegion, Parallel, Reduce, Store
-from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, format_value, walk
+from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelect, children, format_value
 from .verify import Ranges, _check_kind, _check_region, _squeezed, _verify_body
 
 # Where element atomics may update (local memory that several threads or blocks share).
@@ -37,28 +38,51 @@ def _check_element(region: Region, ranges: Ranges, op: str, role: str, loc: Sour
     _check_region(region, ranges, f"{op} {role}", loc)
 
 
-def _check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
-    """Every element read in `v` is in bounds (where affine) and reads data (not a signal word)."""
-    for node in walk(v):
-        if isinstance(node, ElementRead):
-            r = node.region
-            _check_element(r, ranges, op, f"read {format_value(node)}", loc)
-            if r.buffer.kind is BufferKind.SIGNAL:
-                raise KernelTraceError(f"{op}: {r.buffer.name} holds signal words; wait for them (signal_wait_until), "
-                                       "do not read them as data", loc)
-            _check_dtype(r, op, "read", loc)
+def check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
+    """Every element read in `v` is in bounds (where affine) and reads data (not a signal word).
+    A read on one side of a `T.where` (and of `a and b`, `a or b`) is checked where its side is
+    chosen: under `T.where(j < n, x[i, j], 0)` j < n holds (ir/control.py's guards)."""
+    if isinstance(v, ValueSelect):
+        check_value(v.cond, ranges, op, loc)
+        for holds, side in ((True, v.if_true), (False, v.if_false)):
+            known = known_conditions(v.cond, holds)
+            with guarded(known):
+                check_value(side, narrowed(known, ranges), op, loc)
+        return
+    if isinstance(v, ElementRead):
+        r = v.region
+        _check_element(r, ranges, op, f"read {format_value(v)}", loc)
+        if r.buffer.kind is BufferKind.SIGNAL:
+            raise KernelTraceError(f"{op}: {r.buffer.name} holds signal words; wait for them (signal_wait_until), "
+                                   "do not read them as data", loc)
+        _check_dtype(r, op, "read", loc)
+    for child in children(v):
+        check_value(child, ranges, op, loc)
 
 
-def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel) -> None:
+def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel, branch: If | None = None) -> None:
     for s in body:
         if isinstance(s, Loop):
-            _check_parallel_body(s.body, outer)
+            _check_parallel_body(s.body, outer, branch)
+        elif isinstance(s, If):
+            _check_parallel_body(s.then_body + s.else_body, outer, s)
         elif not isinstance(s, THREAD_STMTS):
             what = "a nested T.Parallel" if isinstance(s, Parallel) else f"T.{s.op_name}"
+            where = f"the T.Parallel at {outer.loc}"
+            if branch is not None:
+                where = f"`if {format_cond(branch.cond)}` (at {branch.loc}) in {where}, a per-iteration branch"
             raise KernelTraceError(
-                f"{what} inside the T.Parallel at {outer.loc}: a Parallel body runs once per iteration, on one thread, "
-                "and holds element stores (ref[i, j] = ...), element atomics and T.serial loops of them; block "
-                "operations (copies, reductions, gemm, communication) go before or after it",
+                f"{what} inside {where}: a Parallel body runs once per iteration, on one thread, and holds element "
+                "stores (ref[i, j] = ...), element atomics, ifs and T.serial loops of them; block operations "
+                "(copies, reductions, gemm, barriers, communication) need every thread of the block and go before "
+                "or after the loop (an element condition for them: compute it into a tile, then branch at block "
+                "level on one element, e.g. `if flag[0] > 0:`)",
+                s.loc,
+            )
+        if THREAD_VAR in (v for e in stmt_exprs(s) for v in variables(e)):
+            raise KernelTraceError(
+                f"{s.op_name}: T.thread_id() inside the T.Parallel at {outer.loc}: an iteration runs on whichever "
+                "thread the loop gives it, so tx means nothing there; use the loop variables",
                 s.loc,
             )
 
@@ -84,7 +108,7 @@ def _verify_store(s: Store, kernel: KernelIR, ranges: Ranges) -> None:
     _check_kind(s.dst, STORE_KINDS, "store", "destination", "element stores write kernel outputs, symmetric "
                 "scratch and on-chip tiles", s.loc)
     _check_dtype(s.dst, "store", "destination", s.loc)
-    _check_value(s.value, ranges, "store", s.loc)
+    check_value(s.value, ranges, "store", s.loc)
 
 
 def _check_atomic_dst(dst: Region, op: str, loc: SourceLoc) -> None:
@@ -100,7 +124,7 @@ def _verify_atomic_element(s: AtomicElement, kernel: KernelIR, ranges: Ranges) -
     _check_atomic_dst(s.dst, s.op_name, s.loc)
     if s.value.dtype == BOOL:
         raise KernelTraceError(f"{s.op_name}: the value {format_value(s.value)} is bool; T.cast it", s.loc)
-    _check_value(s.value, ranges, s.op_name, s.loc)
+    check_value(s.value, ranges, s.op_name, s.loc)
 
 
 def _verify_atomic_region(s: AtomicRegion, kernel: KernelIR, ranges: Ranges) -> None:

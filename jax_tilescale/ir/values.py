@@ -240,6 +240,10 @@ def reads(v: Value) -> list[ElementRead]:
     return [n for n in walk(v) if isinstance(n, ElementRead)]
 
 
+def _is_bool_literal(v: Value, value: bool) -> bool:
+    return isinstance(v, Literal) and v.dtype == BOOL and v.value is value
+
+
 def format_value(v: Value) -> str:
     if isinstance(v, Literal):
         return repr(v.value) if v.weak else f"{v.dtype.name}({v.value!r})"
@@ -258,6 +262,10 @@ def format_value(v: Value) -> str:
     if isinstance(v, ValueCompare):
         return f"({format_value(v.lhs)} {v.cmp.value} {format_value(v.rhs)})"
     if isinstance(v, ValueSelect):
+        if _is_bool_literal(v.if_false, False):  # what `a and b` builds (language/control.py)
+            return f"({format_value(v.cond)} and {format_value(v.if_true)})"
+        if _is_bool_literal(v.if_true, True):  # `a or b`
+            return f"({format_value(v.cond)} or {format_value(v.if_false)})"
         return f"where({format_value(v.cond)}, {format_value(v.if_true)}, {format_value(v.if_false)})"
     if isinstance(v, Cast):
         return f"cast({format_value(v.x)}, {v.dtype.name})"
@@ -516,8 +524,10 @@ class TileValue:
     __rfloordiv__ = __mod__ = __rmod__ = __floordiv__
 
     def __bool__(self) -> bool:
-        raise self._no_int("Python `if`/`and`/`or` cannot decide it while the kernel is traced; use T.where(cond, "
-                           "a, b), or `&`, `|`, `~` to combine conditions")
+        raise self._no_int("a Python `if` or bool() cannot decide it while the kernel is traced. In the body of a "
+                           "@ts.kernel function `if`/`and`/`or`/`not`/`a if c else b` on it are traced as kernel "
+                           "conditionals (per iteration inside T.Parallel); elsewhere (helper functions) write `with "
+                           "T.If(cond):`, T.where(cond, a, b), and `&`, `|`, `~` to combine conditions")
 
     def __index__(self) -> int:
         raise self._no_int("it cannot be an index (indices are index expressions: loop variables, program ids, "
@@ -536,7 +546,7 @@ def index_arith(op: str, a: Any, b: Any) -> TileValue:
     """`a op b` where one side is an index expression and the other a value or a float (called by
     the index-expression operators, which hand such operands over)."""
     kinds = {"+": BinaryKind.ADD, "-": BinaryKind.SUB, "*": BinaryKind.MUL, "/": BinaryKind.DIV,
-             "min": BinaryKind.MIN, "max": BinaryKind.MAX}
+             "min": BinaryKind.MIN, "max": BinaryKind.MAX, "&": BinaryKind.AND, "|": BinaryKind.OR}
     if op in CMP_BY_OP:
         return build_value(compare, (CMP_BY_OP[op], a, b))
     if op not in kinds:

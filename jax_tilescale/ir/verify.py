@@ -12,8 +12,17 @@ import math
 from collections.abc import Callable
 
 from ..errors import KernelTraceError
-from .control import If, LocalStore, check_thread_context, verify_if, verify_local_store
-from .expr import Expr, Var, VarKind, format_expr, loads, value_range, variables
+from .control import (
+    If,
+    LocalStore,
+    check_thread_context,
+    guarded,
+    guarded_loads,
+    guards_keep_in_bounds,
+    verify_if,
+    verify_local_store,
+)
+from .expr import Expr, Var, VarKind, format_expr, value_range, variables
 from .nodes import (
     BLOCK_LOCAL,
     REMOTE_READABLE,
@@ -92,7 +101,7 @@ def _check_region(region: Region, ranges: Ranges, what: str, loc: SourceLoc) -> 
         if rng is None:
             continue
         lo, hi = rng
-        if lo < 0 or hi + size > extent:
+        if (lo < 0 or hi + size > extent) and not guards_keep_in_bounds(start, size, extent, ranges):
             bad = lo if lo < 0 else hi
             raise KernelTraceError(
                 f"{what}: the slice of {buf.name} along dimension {dim} starts at {format_expr(start)}, which can be "
@@ -157,25 +166,29 @@ def _check_scope(s: Stmt, scope: Scope, allowed: tuple[Scope, ...]) -> None:
 
 
 def _check_loads(s: Stmt, ranges: Ranges) -> None:
-    """Every `T.load` in the statement reads an integer input inside its bounds (where affine)."""
-    for e in stmt_exprs(s):
-        for ld in loads(e):
-            buf = ld.buffer
-            # Inputs (T.load) and per-thread registers (ir/control.py) can be read as values.
-            loadable = buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES
-            if buf.kind is not BufferKind.LOCAL and not loadable:
-                raise KernelTraceError(f"{s.op_name}: T.load of {buf}: only integer inputs can be loaded", s.loc)
-            if len(ld.indices) != len(buf.shape):
-                raise KernelTraceError(f"{s.op_name}: T.load of {buf.name} needs {len(buf.shape)} indices", s.loc)
-            for dim, (index, extent) in enumerate(zip(ld.indices, buf.shape)):
-                rng = value_range(index, ranges)
-                if rng is not None and (rng[0] < 0 or rng[1] >= extent):
-                    bad = rng[0] if rng[0] < 0 else rng[1]
-                    raise KernelTraceError(
-                        f"{s.op_name}: T.load {format_expr(ld)} is out of bounds: its index {format_expr(index)} "
-                        f"along dimension {dim} can be {bad}, the extent is {extent}",
-                        s.loc,
-                    )
+    """Every `T.load` in the statement reads an integer input inside its bounds (where affine),
+    where the conditions around it hold (`j < n and x[j] > 0` reads x[j] only for j < n)."""
+    for ld, known in guarded_loads(s):
+        buf = ld.buffer
+        # Inputs (T.load) and per-thread registers (ir/control.py) can be read as values.
+        loadable = buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES
+        if buf.kind is not BufferKind.LOCAL and not loadable:
+            raise KernelTraceError(f"{s.op_name}: T.load of {buf}: only integer inputs can be loaded", s.loc)
+        if len(ld.indices) != len(buf.shape):
+            raise KernelTraceError(f"{s.op_name}: T.load of {buf.name} needs {len(buf.shape)} indices", s.loc)
+        for dim, (index, extent) in enumerate(zip(ld.indices, buf.shape)):
+            rng = value_range(index, ranges)
+            if rng is None or (rng[0] >= 0 and rng[1] < extent):
+                continue
+            with guarded(list(known)):
+                if guards_keep_in_bounds(index, 1, extent, ranges):
+                    continue
+            bad = rng[0] if rng[0] < 0 else rng[1]
+            raise KernelTraceError(
+                f"{s.op_name}: T.load {format_expr(ld)} is out of bounds: its index {format_expr(index)} "
+                f"along dimension {dim} can be {bad}, the extent is {extent}",
+                s.loc,
+            )
 
 
 def _check_row(region: Region, op: str, role: str, loc: SourceLoc) -> None:

@@ -6,6 +6,13 @@
   into calls of `branch`, `and_`, ... below, which behave exactly like Python on plain values and
   trace both sides on kernel values. Everywhere (helpers too): `with T.If(cond): ...` optionally
   followed by `with T.Else(): ...`, `T.if_then_else(cond, a, b)`, `&`, `|`, `~`, `T.all`, `T.any`.
+  Conditions may be index conditions (`tx < 4`, `j < n`) or element values (`x[i, j] > 0`, a
+  bool element, a number meaning `!= 0`, or a mix: `j < n and x[i, j] > 0`, where `and`/`or`
+  evaluate the right side only where needed, so it never reads x[i, n]). Inside a `T.Parallel`
+  body an `if` is per iteration (only the iterations where it holds run its statements); at
+  block level an element condition such as `if flag[0] > 0:` is read once by the block
+  (block-uniform), or per thread when it depends on the thread. `a if c else b` on element values
+  is `T.where(c, a, b)`.
 - Registers: `T.alloc_local(shape, dtype)` (`x[i] = v`, `x[i]` in expressions) and
   `T.alloc_var(dtype, init=None)` (a scalar: `v = 3` in a kernel body, `v[0] = 3` or `v += 1`
   anywhere; `v` in expressions reads it). One copy per thread; integer dtypes for now.
@@ -13,6 +20,7 @@
 
 from __future__ import annotations
 
+import builtins
 import operator
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,8 +40,11 @@ from ..ir.expr import (
     logical_not,
     select,
 )
-from ..ir.nodes import Buffer, BufferKind, Region, full_region
+from ..ir.nodes import Buffer, BufferKind, Cmp, Region, full_region
 from ..ir.trace import current_trace, slice_region, user_source_loc
+from ..ir.values import BOOL, BinaryKind, TileValue, UnaryKind, Value, as_value, binary, unary
+from ..ir.values import compare as value_compare
+from ..ir.values import select as value_select
 from ._common import expr
 from .memory import _shape
 
@@ -58,15 +69,49 @@ def get_thread_binding(dim: int = 0) -> Expr:
     return THREAD_VAR
 
 
+def _is_value(value: Any) -> bool:
+    """An element value (values.py): a TileValue, or an element of a buffer other than an integer
+    input (whose elements are index values, read with T.load)."""
+    return isinstance(value, TileValue) or bool(getattr(value, "__tilescale_defer__", False))
+
+
 def _is_kernel_value(value: Any) -> bool:
-    return isinstance(value, Expr) or hasattr(value, "__tilescale_expr__")
+    return isinstance(value, Expr) or hasattr(value, "__tilescale_expr__") or _is_value(value)
 
 
-def _condition(value: Any, op: str) -> Expr | bool:
+def _value_condition(value: Any, op: str) -> Value:
+    """`value` as a bool element value: a number means `value != 0` (Python's truth)."""
+    try:
+        v = as_value(value)
+        return v if v.dtype == BOOL else value_compare(Cmp.NE, v, 0)
+    except TypeError as err:
+        raise KernelTraceError(f"{op}: {err}", user_source_loc()) from None
+
+
+def _condition(value: Any, op: str) -> Expr | Value | bool:
+    """An index condition, a bool element value (for element values), or a Python bool."""
+    if _is_value(value):
+        return _value_condition(value, op)
     try:
         return as_condition(value)
     except TypeError as err:
         raise KernelTraceError(f"{op}: {err}", user_source_loc()) from None
+
+
+def _value_logic(op: LogicKind, a: Any, b: Any) -> TileValue:
+    """`a & b`, `a and b` (and the `or`s) where a side is an element value. `and`/`or` evaluate
+    `b` only where it decides (`where(a, b, False)`, `where(a, True, b)`), as Python does."""
+    what = op.value
+    conj = op in (LogicKind.AND, LogicKind.LAND)
+    for first, second in ((a, b), (b, a)):
+        if isinstance(first, bool):  # True & c is c, False & c is False; True | c is True, False | c is c
+            return TileValue(_value_condition(second, what)) if first == conj else TileValue(as_value(first))
+    x, y = _value_condition(a, what), _value_condition(b, what)
+    if op in (LogicKind.AND, LogicKind.OR):
+        return TileValue(binary(BinaryKind.AND if op is LogicKind.AND else BinaryKind.OR, x, y))
+    if op is LogicKind.LAND:
+        return TileValue(value_select(x, y, False))
+    return TileValue(value_select(x, True, y))
 
 
 # ---- explicit forms ----------------------------------------------------------------------------
@@ -75,7 +120,8 @@ def _condition(value: Any, op: str) -> Expr | bool:
 class If:
     """`with T.If(cond):` traces its body as the `then` side of a kernel conditional; a
     `with T.Else():` right after it adds the `else` side. A Python bool condition keeps (True)
-    or drops (False) the body's statements."""
+    or drops (False) the body's statements. `cond` may be an element value (`x[i, j] > 0`): per
+    iteration inside a T.Parallel body, read once by the block outside it."""
 
     def __init__(self, cond: Any):
         self.loc = user_source_loc()
@@ -126,29 +172,42 @@ class Else:
         self.parent.append(IfStmt(t.cond, t.then_body, tuple(self.body), loc=t.loc))
 
 
-def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr:
-    """`true_value` where `cond` holds, else `false_value` (only the chosen side is evaluated)."""
+def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr | TileValue:
+    """`true_value` where `cond` holds, else `false_value` (only the chosen side is evaluated): an
+    index expression, or an element value (`T.where`) when the condition or a side is one."""
     loc = user_source_loc()
     c = _condition(cond, "T.if_then_else")
     if isinstance(c, bool):
-        return expr(true_value if c else false_value, "if_then_else", "the chosen value", loc)
+        chosen = true_value if c else false_value
+        if _is_value(chosen) or isinstance(chosen, float):
+            return chosen
+        return expr(chosen, "if_then_else", "the chosen value", loc)
+    if isinstance(c, Value) or builtins.any(_is_value(x) or isinstance(x, float) for x in (true_value, false_value)):
+        try:
+            return TileValue(value_select(c, true_value, false_value))
+        except TypeError as err:
+            raise KernelTraceError(f"T.if_then_else: {err}", loc) from None
     return select(c, expr(true_value, "if_then_else", "true_value", loc),
                   expr(false_value, "if_then_else", "false_value", loc))
 
 
-def all(*conds: Any) -> Expr | bool:  # TileLang's name (shadows the builtin here)
+def all(*conds: Any) -> Expr | TileValue | bool:  # TileLang's name (shadows the builtin here)
     """Every condition holds (`c0 & c1 & ...`); True for none."""
-    out: Expr | bool = True
+    out: Any = True
     for c in conds:
-        out = logic(LogicKind.AND, out, _condition(c, "T.all"))
+        cond = _condition(c, "T.all")
+        out = _value_logic(LogicKind.AND, out, cond) if _is_value(out) or isinstance(cond, Value) else \
+            logic(LogicKind.AND, out, cond)
     return out
 
 
-def any(*conds: Any) -> Expr | bool:  # TileLang's name (shadows the builtin here)
+def any(*conds: Any) -> Expr | TileValue | bool:  # TileLang's name (shadows the builtin here)
     """Some condition holds (`c0 | c1 | ...`); False for none."""
-    out: Expr | bool = False
+    out: Any = False
     for c in conds:
-        out = logic(LogicKind.OR, out, _condition(c, "T.any"))
+        cond = _condition(c, "T.any")
+        out = _value_logic(LogicKind.OR, out, cond) if _is_value(out) or isinstance(cond, Value) else \
+            logic(LogicKind.OR, out, cond)
     return out
 
 
@@ -179,7 +238,7 @@ def branch(test: Any) -> Iterator[bool]:
 
 
 def if_else(test: Any, if_true: Callable[[], Any], if_false: Callable[[], Any]) -> Any:
-    """The rewritten `a if test else b`."""
+    """The rewritten `a if test else b` (`T.where(test, a, b)` on element values)."""
     if not _is_kernel_value(test):
         return if_true() if test else if_false()
     return if_then_else(test, if_true(), if_false())
@@ -193,7 +252,11 @@ def _combine(op: LogicKind, first: Any, rest: tuple[Callable[[], Any], ...]) -> 
                 return acc
             acc = thunk()
             continue
-        acc = logic(op, _condition(acc, op.value), _condition(thunk(), op.value))
+        rhs = thunk()
+        if _is_value(acc) or _is_value(rhs):
+            acc = _value_logic(op, acc, rhs)
+        else:
+            acc = logic(op, _condition(acc, op.value), _condition(rhs, op.value))
     return acc
 
 
@@ -211,6 +274,8 @@ def not_(value: Any) -> Any:
     """The rewritten `not value`."""
     if not _is_kernel_value(value):
         return not value
+    if _is_value(value):
+        return TileValue(unary(UnaryKind.NOT, _value_condition(value, "not")))
     return logical_not(_condition(value, "not"))
 
 

@@ -56,7 +56,9 @@ def Parallel(*extents: int) -> _ParallelRange:
     """`for i, j in T.Parallel(M, N):` runs the body for every (i, j) in [0, M) x [0, N), the
     iterations spread over the block's threads (which meet after the loop). Iterations must be
     independent: none may touch an element another one writes (atomics excepted). The body holds
-    element stores `ref[i, j] = value`, `T.atomic_*` of elements and `T.serial` loops."""
+    element stores `ref[i, j] = value`, `T.atomic_*` of elements, `T.serial` loops, and Python
+    `if`/`elif`/`else` on loop variables and element values (`if j < n and x[i, j] > 0:`): per
+    iteration, only the iterations where the condition holds run the branch."""
     return _ParallelRange(extents)
 
 

@@ -146,3 +146,61 @@ def test_parallel_and_atomics_on_the_gpu():
     np.testing.assert_allclose(np.asarray(y), np.exp(x) * 0.5 + np.maximum(x, 0), rtol=2e-6, atol=1e-6)
     want = np.stack([np.bincount(idx[b], minlength=bins) for b in range(blocks)])
     np.testing.assert_array_equal(np.asarray(hist), want)
+
+
+def test_value_conditions_on_the_gpu():
+    """`if`/`elif`/`else` and `a if c else b` on element values inside T.Parallel (ragged guards on
+    rows across blocks and on columns, bf16 values computed in float32), atomics under a value
+    condition, and a block-uniform condition read from a fragment, against numpy on every element."""
+    m, n, bm, bn, bins = 70, 100, 16, 128, 8
+    blocks = -(-m // bm)
+
+    @ts.kernel(out_shape=(jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((m, n), jnp.float32),
+                          jax.ShapeDtypeStruct((blocks, bins), jnp.int32), jax.ShapeDtypeStruct((blocks,), jnp.int32)),
+               grid=(blocks,), threads=128)
+    def kern(x, idx, y, z, hist, flag):
+        bx = T.program_id(0)
+        acc = T.alloc_shared((bins,), jnp.int32)
+        top = T.alloc_fragment((1,), jnp.float32)
+        row = T.alloc_shared((n,), jnp.float32)
+        T.clear(acc)
+        for i, j in T.Parallel(bm, bn):
+            r = bx * bm + i
+            if r < m and j < n:
+                v = x[r, j]
+                if v > 1:
+                    y[r, j] = v * 3 + 1
+                elif v > 0:
+                    y[r, j] = v * v
+                else:
+                    y[r, j] = -v
+                z[r, j] = T.cast(v, "float32") * 0.5 if v < -0.5 or j == 0 else 2.0
+                if v > 0 and idx[r, j] >= 0:
+                    T.atomic_add(acc[idx[r, j]], 1)
+        for j in T.Parallel(n):
+            row[j] = x[T.min(bx * bm, m - 1), j]
+        T.reduce_max(row, top, dim=0)
+        if top[0] > 2:
+            flag[bx] = 1
+        else:
+            flag[bx] = 0
+        for b in T.Parallel(bins):
+            hist[bx, b] = acc[b]
+
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((m, n)).astype(jnp.bfloat16)
+    idx = rng.integers(-1, bins, (m, n)).astype(np.int32)
+    y, z, hist, flag = jax.jit(kern)(x, idx)
+    xf = np.asarray(x, np.float32)
+    want_y = np.where(xf > 1, xf * 3 + 1, np.where(xf > 0, xf * xf, -xf)).astype(jnp.bfloat16)
+    jj = np.arange(n)[None, :]
+    want_z = np.where((xf < -0.5) | (jj == 0), xf * 0.5, 2.0).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(y).view(np.uint16), want_y.view(np.uint16))
+    np.testing.assert_array_equal(np.asarray(z), want_z)
+    rows = np.arange(m) // bm
+    want_hist = np.zeros((blocks, bins), np.int32)
+    for r, j in zip(*np.nonzero((xf > 0) & (idx >= 0))):
+        want_hist[rows[r], idx[r, j]] += 1
+    np.testing.assert_array_equal(np.asarray(hist), want_hist)
+    firsts = xf[np.minimum(np.arange(blocks) * bm, m - 1)]
+    np.testing.assert_array_equal(np.asarray(flag), (firsts.max(1) > 2).astype(np.int32))
