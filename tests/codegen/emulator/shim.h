@@ -1,0 +1,194 @@
+// Host emulation of the CUDA that the mma.sync GEMM lowering emits (tests only).
+//
+// A block runs as one std::thread per CUDA thread; __syncthreads is a block barrier. ldmatrix and
+// mma.sync are warp-collective: each lane publishes its operands, the warp meets, every lane
+// computes its own result from all lanes' operands as the PTX ISA defines the fragments. cp.async
+// copies are queued per thread and performed only when cp.async.wait_group retires their commit
+// group, so reading a stage before waiting for it reads stale bytes (shared memory starts as NaN
+// patterns). Addresses are checked: 16-byte alignment, inside the block's
+// dynamic shared memory.
+#include <barrier>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __shared__
+#define __align__(n)
+#define __launch_bounds__(...)
+
+struct TsDim3 { unsigned x, y, z; };
+thread_local TsDim3 threadIdx;
+TsDim3 blockIdx;
+
+#define TS_MAX_BUFFERS 32
+struct TsWaitFault;
+struct TsLaunchArgs {
+  int32_t pe, npes;
+  const int32_t* pe_map;
+  unsigned char* scratch;
+  void* buffers[TS_MAX_BUFFERS];
+  uint64_t wait_timeout_ns, launch_id;
+  TsWaitFault* wait_fault;
+};
+
+static size_t ts_emu_smem_bytes;
+alignas(1024) unsigned char ts_smem_raw[256 * 1024];
+
+[[noreturn]] static void ts_emu_die(const char* what, long long v) {
+  std::fprintf(stderr, "emulator: %s (%lld), thread %u block %u,%u\n", what, v, threadIdx.x, blockIdx.x, blockIdx.y);
+  std::abort();
+}
+[[noreturn]] void ts_fail(const char* where, const char* what, long long value, long long) {
+  std::fprintf(stderr, "%s: ", where);
+  ts_emu_die(what, value);
+}
+inline int64_t ts_floordiv(int64_t a, int64_t b, const char* where) {
+  if (b == 0) ts_fail(where, "// by zero", a, 0);
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+inline int64_t ts_mod(int64_t a, int64_t b, const char* where) {
+  if (b == 0) ts_fail(where, "% by zero", a, 0);
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+inline int64_t ts_min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t ts_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- the block: barriers and per-warp exchange areas ----
+// A warp-collective operation publishes into one of two areas, alternately, and meets the warp
+// once: a lane rewrites an area only after the next operation's meeting, by which time every lane
+// has read what the area held.
+struct TsWarpArea {
+  uint32_t addr[32];
+  uint32_t a[32][4], b[32][2];
+};
+static std::barrier<>* ts_emu_block_bar;
+static std::vector<std::barrier<>*> ts_emu_warp_bar;
+static std::vector<TsWarpArea> ts_emu_warp;  // two per warp
+thread_local unsigned ts_emu_turn;
+static TsWarpArea& ts_emu_area() { return ts_emu_warp[2 * (threadIdx.x / 32) + (ts_emu_turn++ & 1)]; }
+inline void __syncthreads() { ts_emu_block_bar->arrive_and_wait(); }
+static inline unsigned ts_emu_lane() { return threadIdx.x % 32; }
+static inline void ts_emu_warp_sync() { ts_emu_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+
+inline uint32_t ts_smem_u32(const void* p) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c < ts_smem_raw || c > ts_smem_raw + ts_emu_smem_bytes) ts_emu_die("not a shared-memory pointer", 0);
+  return static_cast<uint32_t>(c - ts_smem_raw);
+}
+static unsigned char* ts_emu_smem(uint32_t addr, uint32_t bytes) {
+  if (addr + bytes > ts_emu_smem_bytes) ts_emu_die("shared-memory access past the dynamic shared memory", addr);
+  return ts_smem_raw + addr;
+}
+
+// ---- cp.async: queued, performed when their group is retired ----
+struct TsEmuCopy { uint32_t smem; const void* gmem; };
+thread_local std::vector<TsEmuCopy> ts_emu_open;
+thread_local std::deque<std::vector<TsEmuCopy>> ts_emu_groups;
+inline void ts_cp_async_cg16(uint32_t smem, const void* gmem) {
+  if (smem % 16) ts_emu_die("cp.async shared address not 16-byte aligned", smem);
+  if (reinterpret_cast<uintptr_t>(gmem) % 16) ts_emu_die("cp.async global address not 16-byte aligned", 0);
+  ts_emu_smem(smem, 16);
+  ts_emu_open.push_back({smem, gmem});
+}
+inline void ts_cp_async_cg16_zfill(uint32_t smem, const void* gmem, bool inside, const void* safe) {
+  if (inside) {
+    ts_cp_async_cg16(smem, gmem);
+  } else {  // nothing read; the 16 bytes become zero when the group completes
+    ts_cp_async_cg16(smem, safe);
+    ts_emu_open.back().gmem = nullptr;
+  }
+}
+inline void ts_cp_async_commit() {
+  ts_emu_groups.push_back(ts_emu_open);
+  ts_emu_open.clear();
+}
+template <int N>
+inline void ts_cp_async_wait() {
+  while (ts_emu_groups.size() > static_cast<size_t>(N)) {
+    for (const TsEmuCopy& c : ts_emu_groups.front()) {
+      if (c.gmem) std::memcpy(ts_emu_smem(c.smem, 16), c.gmem, 16);
+      else std::memset(ts_emu_smem(c.smem, 16), 0, 16);
+    }
+    ts_emu_groups.pop_front();
+  }
+}
+
+// ---- ldmatrix: lanes 8i..8i+7 address the rows of matrix i ----
+static void ts_emu_ldsm(uint32_t* r, uint32_t addr, bool trans) {
+  if (addr % 16) ts_emu_die("ldmatrix row address not 16-byte aligned", addr);
+  TsWarpArea& w = ts_emu_area();
+  const unsigned lane = ts_emu_lane();
+  w.addr[lane] = addr;
+  ts_emu_warp_sync();
+  for (int i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (!trans) {  // row lane/4, columns 2 (lane%4), +1
+      const unsigned char* row = ts_emu_smem(w.addr[8 * i + lane / 4], 16);
+      std::memcpy(&lo, row + 4 * (lane % 4), 2);
+      std::memcpy(&hi, row + 4 * (lane % 4) + 2, 2);
+    } else {  // rows 2 (lane%4), +1, column lane/4
+      std::memcpy(&lo, ts_emu_smem(w.addr[8 * i + 2 * (lane % 4)], 16) + 2 * (lane / 4), 2);
+      std::memcpy(&hi, ts_emu_smem(w.addr[8 * i + 2 * (lane % 4) + 1], 16) + 2 * (lane / 4), 2);
+    }
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+}
+inline void ts_ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t addr) {
+  uint32_t r[4];
+  ts_emu_ldsm(r, addr, false);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+inline void ts_ldsm_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t addr) {
+  uint32_t r[4];
+  ts_emu_ldsm(r, addr, true);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+
+// ---- mma.sync m16n8k16 row.col, fragments as the PTX ISA lays them out ----
+template <typename T>
+static float ts_emu_half(uint32_t reg, int k) {
+  const uint16_t bits = static_cast<uint16_t>(k % 2 ? reg >> 16 : reg);
+  T v;
+  std::memcpy(&v, &bits, 2);
+  return static_cast<float>(v);
+}
+template <typename T>
+static void ts_emu_mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  TsWarpArea& w = ts_emu_area();
+  const unsigned lane = ts_emu_lane();
+  std::memcpy(w.a[lane], a, sizeof a);
+  std::memcpy(w.b[lane], b, sizeof b);
+  ts_emu_warp_sync();
+  for (int e = 0; e < 4; ++e) {
+    const int row = lane / 4 + 8 * (e / 2), col = 2 * (lane % 4) + e % 2;
+    float sum = 0.0f;
+    for (int k = 0; k < 16; ++k) {
+      const float av = ts_emu_half<T>(w.a[(row % 8) * 4 + (k % 8) / 2][row / 8 + 2 * (k / 8)], k);
+      const float bv = ts_emu_half<T>(w.b[col * 4 + (k % 8) / 2][k / 8], k);
+      sum += av * bv;
+    }
+    d[e] += sum;
+  }
+}
+inline void ts_mma_16816_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ts_emu_mma<__nv_bfloat16>(d, a, b);
+}
+inline void ts_mma_16816_f16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  ts_emu_mma<__half>(d, a, b);
+}
