@@ -49,6 +49,10 @@ def test_element_conditions_at_block_level_and_per_thread():
     check(K.case_block_level())
 
 
+def test_block_level_condition_on_a_count_in_a_serial_loop():
+    check(K.case_counts_then_branch())
+
+
 def test_explicit_if_else_all_any_and_if_then_else_on_values():
     check(K.case_explicit_if())
 

@@ -201,6 +201,31 @@ def case_block_level(n: int = 64, blocks: int = 4) -> Case:
     return Case(block_level, [x], [o, stats])
 
 
+def case_counts_then_branch(rows: int = 6, n: int = 48) -> Case:
+    """An early-out on counts computed in the kernel: atomics count each row's large elements into
+    a shared tile, then a T.serial loop over the rows branches at block level on the count
+    (`if cnt[r] > 0:`, a shared element read per iteration) around a T.Parallel."""
+
+    @ts.kernel(out_shape=SDS((rows, n), np.float32), grid=(1,))
+    def counts_then_branch(x, o):
+        cnt = T.alloc_shared((rows,), np.int32)
+        T.clear(cnt)
+        for r, j in T.Parallel(rows, n):
+            if x[r, j] > 1.5:
+                T.atomic_add(cnt[r], 1)
+        for r in T.serial(rows):
+            if cnt[r] > 0:
+                for j in T.Parallel(n):
+                    o[r, j] = x[r, j]
+            else:
+                for j in T.Parallel(n):
+                    o[r, j] = 0.0
+
+    x = rand(np.random.default_rng(67), (rows, n), np.dtype(np.float32))
+    x[2] = np.minimum(x[2], 1.0)  # a row without large elements
+    return Case(counts_then_branch, [x], [np.where((x > 1.5).any(1, keepdims=True), x, 0).astype(np.float32)])
+
+
 def case_explicit_if(m: int = 8, n: int = 32) -> Case:
     """`with T.If(value): ... with T.Else(): ...` and T.if_then_else on values, in a Parallel."""
 
@@ -235,5 +260,6 @@ def all_cases() -> dict[str, Case]:
     for name in ("f32", "bf16"):
         cases[f"shared_then_global-{name}"] = case_shared_then_global(DTYPES[name])
     cases["block_level"] = case_block_level()
+    cases["counts_then_branch"] = case_counts_then_branch()
     cases["explicit_if"] = case_explicit_if()
     return cases
