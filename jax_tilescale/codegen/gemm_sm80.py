@@ -34,26 +34,30 @@ Conditions (anything else takes the portable path; the reason goes to CudaModule
 later; a `T.Pipelined` or `T.serial` loop, not under a thread-dependent `if`, whose body is two
 copies into whole 2-D shared tiles and one whole-tile `T.gemm` of them into a 2-D float32 fragment;
 fp16/bf16 tiles; sources in global memory (inputs, outputs, symmetric buffers) of the tile's type,
-whose start and row stride are provably multiples of 8 elements (cp.async moves 16 aligned bytes;
-a window that may end past its buffer, `Copy.clip_dims`, then never splits a chunk, and chunks
-outside are zero-filled); a tile's contiguous dimension a multiple of 16 elements whose
-16-byte chunks per row divide the thread count; M, N, K multiples of 16 and a warp grid giving every
-warp a multiple of 16 x 16 with at most 128 accumulators per thread (a 64 x 64 piece); the fragment
-used only by clear/fill/whole copies that cannot clip (ragged output edges stay portable) and
-planned gemms, the tiles by their loop only;
-shared memory within the GPU's limit (stages are dropped, down to 2, when the ring does not fit).
+whose start and row stride are provably multiples of 8 elements (cp.async moves 16 aligned bytes);
+a tile's contiguous dimension a multiple of 16 elements whose 16-byte chunks per row divide the
+thread count; M, N, K multiples of 16 and a warp grid giving every warp a multiple of 16 x 16 with
+at most 128 accumulators per thread (a 64 x 64 piece); the fragment used only by clear/fill/whole
+copies and planned gemms, the tiles by their loop only; shared memory within the GPU's limit
+(stages are dropped, down to 2, when the ring does not fit).
+
+Ragged edges (`Copy.clip_dims`: a window that may end past its buffer): a tile's chunk is then
+wholly inside or wholly outside (start and row stride are multiples of 8 elements), and one
+outside is zero-filled (cp.async with src-size 0); fragment stores outside the buffer are
+skipped, fragment loads read zero there.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
-from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
 from .common import INDENT, WARP, Ctx
 from .compute import typed_base
 from .expr_printer import c_expr, var_name
@@ -250,18 +254,22 @@ class Sm80Plan:
         t = storage_type(dst.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
         name = acc_name(buf)
+        setup, inside = _clip_checks(s, dst)
         pair = _PAIR_TYPES.get(t)
         if pair is not None and c_stride == 1 and r_stride % 2 == 0 and _even(element_offset(dst)):
-            ctype, make = pair  # two neighbours in one aligned store
+            # Two neighbours in one aligned store. Clipped, a pair is inside or outside as a whole:
+            # the row length and the pair's first column in the buffer are both even.
+            ctype, make = pair
 
             def store(e):
-                return [f"*reinterpret_cast<{ctype}*>(ts_dst + (int64_t)ts_row * {r_stride} + ts_col) = "
-                        f"{make}({name}{e(0)}, {name}{e(1)});"]
+                return [_guarded(f"*reinterpret_cast<{ctype}*>(ts_dst + (int64_t)ts_row * {r_stride} + ts_col) = "
+                                 f"{make}({name}{e(0)}, {name}{e(1)});", inside(0))]
         else:
             def store(e):
-                return [f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
-                        f"ts_from_float<{t}>({name}{e(j)});" for j in (0, 1)]
+                return [_guarded(f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
+                                 f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
         return [
+            *setup,
             f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
             *self._for_each_pair(buf, store),
             "__syncthreads();  // like every block-level copy: later statements may read what it wrote",
@@ -272,11 +280,20 @@ class Sm80Plan:
         t = storage_type(src.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
         name = acc_name(buf)
+        setup, inside = _clip_checks(s, src)
+
+        def load(e):
+            lines = []
+            for j in (0, 1):
+                value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}])"
+                cond = inside(j)
+                lines.append(f"{name}{e(j)} = {f'({cond}) ? {value} : 0.0f' if cond else value};")
+            return lines
+
         return [
+            *setup,
             f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
-            *self._for_each_pair(buf, lambda e: [
-                f"{name}{e(j)} = ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + "
-                f"(int64_t)(ts_col + {j}) * {c_stride}]);" for j in (0, 1)]),
+            *self._for_each_pair(buf, load),
             "__syncthreads();  // every thread has read the source before anyone overwrites it",
         ]
 
@@ -498,6 +515,26 @@ class Sm80Plan:
         return lines
 
 
+def _clip_checks(s: Copy, side: Region) -> tuple[list[str], Callable[[int], str]]:
+    """A copy between the fragment and a window of `side` that may end past its buffer
+    (`Copy.clip_dims`, the matrix's two dimensions only: the plan takes no other): the limits'
+    lines and `inside(j)`, the C condition that element (ts_row, ts_col + j) is in the buffer
+    ("" when nothing clips). Stores skip the elements outside, loads read them as zero."""
+    clip = getattr(s, "clip_dims", ())
+    nd = len(side.starts)
+    setup, terms = [], []
+    for dim, coord in ((nd - 2, "ts_row"), (nd - 1, "ts_col + {j}")):
+        if dim in clip:
+            setup.append(f"const int64_t ts_room{dim} = {side.buffer.shape[dim]} - {c_expr(side.starts[dim])};  "
+                         f"// of dimension {dim} of {side.buffer.name}, from the window's start to its end")
+            terms.append(f"{coord} < ts_room{dim}")
+    return setup, lambda j: " && ".join(t.format(j=j) for t in terms)
+
+
+def _guarded(line: str, cond: str) -> str:
+    return f"if ({cond}) {line}" if cond else line
+
+
 def _zero(acc: str, w: WarpTiling) -> list[str]:
     return ["#pragma unroll", f"for (int ts_e = 0; ts_e < {w.mi * w.nj * 4}; ++ts_e) (&{acc}[0][0][0])[ts_e] = 0.0f;"]
 
@@ -605,10 +642,6 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
             if touched & {gl.a.buffer, gl.b.buffer}:
                 drop.add(gl.index)
                 reasons.append(f"loop at {gl.loop.loc}: {s.op_name} at {s.loc} uses a pipelined tile outside its loop")
-            elif gl.acc in touched and isinstance(s, Copy) and getattr(s, "clip_dims", ()):
-                drop.add(gl.index)  # compute.emit_copy refuses clipped copies that a plan owns
-                reasons.append(f"loop at {gl.loop.loc}: the copy of the accumulator at {s.loc} may clip its window "
-                               "(ragged edge): only the portable path guards it")
             elif gl.acc in touched and not _fragment_use_ok(s, gl.acc):
                 drop.add(gl.index)
                 reasons.append(f"loop at {gl.loop.loc}: {s.op_name} at {s.loc} uses the accumulator other than "
@@ -617,6 +650,10 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
 
 
 def _fragment_use_ok(s: Stmt, acc: Buffer) -> bool:
+    if isinstance(s, Copy):
+        side = s.dst if s.src.buffer is acc else s.src
+        if any(d < len(side.sizes) - 2 for d in getattr(s, "clip_dims", ())):
+            return False  # a window clipped along a leading dimension: not a case _clip_checks takes
     if isinstance(s, Fill):
         return _whole(s.dst)
     if isinstance(s, Copy) and s.src.buffer is acc:
