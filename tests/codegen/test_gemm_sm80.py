@@ -305,6 +305,8 @@ EMULATED = {
                                                       clear_accum=True, non_affine=True, out_dtype=F32),
     "odd row stride: scalar stores": lambda: gemm_case(128, 128, 64, bm=64, bn=64, bk=32, threads=128,
                                                        out_dtype=F32, out_cols=129),
+    "3 warps, 6-chunk rows, fill": lambda: gemm_case(64, 48, 96, bm=64, bn=48, bk=32, threads=96, stages=2,
+                                                     fill=0.5),
     "nested like allgather_gemm": lambda: nested_case(128, 96, 128),
     "load, store to shared, ragged copies": lambda: through_memory_case(96, 256, 128),
 }

@@ -4,6 +4,8 @@ random data. Every process runs them on its own GPU (these kernels do not commun
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -204,3 +206,121 @@ def test_value_conditions_on_the_gpu():
     np.testing.assert_array_equal(np.asarray(hist), want_hist)
     firsts = xf[np.minimum(np.arange(blocks) * bm, m - 1)]
     np.testing.assert_array_equal(np.asarray(flag), (firsts.max(1) > 2).astype(np.int32))
+
+
+# ---- the mma.sync lowering (codegen/gemm_sm80.py), forced on this GPU -------------------------------
+
+ag_gemm = load_example("allgather_gemm")
+
+
+@pytest.fixture
+def mma_lowering(monkeypatch):
+    """Kernels compiled in the test take the mma.sync lowering (read when a kernel is lowered)."""
+    monkeypatch.setenv("TILESCALE_GEMM_LOWERING", "mma")
+
+
+def _uses_mma(kern, *args) -> bool:
+    src = generate_cuda(kern.trace(*args), "sm_90").source  # the lowering the environment asks for
+    return "ts_mma_16816_" in src and "ts_cp_async_cg16(" in src and "wgmma" not in src
+
+
+def _poisoned_call(fn, *args):
+    """fn(*args) right after a NaN array of each output's size was made and freed: the allocator
+    tends to hand that block to the next allocation of the same size, so elements the kernel
+    leaves unwritten read NaN (best effort; _close also requires every element to be finite)."""
+    outs = jax.eval_shape(fn, *args)
+    for o in jax.tree_util.tree_leaves(outs):
+        junk = jnp.full(o.shape, jnp.nan, o.dtype)
+        junk.block_until_ready()
+        del junk
+    return fn(*args)
+
+
+def _tile_gemm(m, n, k, bm, bn, bk, stages, threads, dtype, out_dtype=None, ta=False, tb=False, serial=False,
+               fill=0.0):
+    """C = op(A) @ op(B) + fill with affine tile starts (no copy may clip)."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype or dtype), grid=(-(-n // bn), -(-m // bm)),
+               threads=threads)
+    def kern(A, B, C):
+        bx, by = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((bk, bm) if ta else (bm, bk), dtype)
+        B_s = T.alloc_shared((bn, bk) if tb else (bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.fill(C_f, fill)
+        steps = -(-k // bk)
+        for ko in (T.serial(steps) if serial else T.Pipelined(steps, num_stages=stages)):
+            T.copy(A[T.ds(ko * bk, bk), T.ds(by * bm, bm)] if ta else A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(bx * bn, bn), T.ds(ko * bk, bk)] if tb else B[T.ds(ko * bk, bk), T.ds(bx * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f, transpose_A=ta, transpose_B=tb)
+        T.copy(C_f, C[T.ds(by * bm, bm), T.ds(bx * bn, bn)])
+
+    return kern
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k,tiles", [
+    (1024, 1024, 512, (128, 256, 64, 4, 256)),  # examples/gemm.py's tiles: 2 x 4 warps of 64 x 64
+    (512, 768, 1024, (256, 128, 64, 3, 256)),
+    (256, 512, 192, (64, 64, 64, 2, 128)),
+    (384, 256, 256, (128, 128, 128, 2, 128)),
+    (512, 512, 256, (128, 128, 32, 4, 128)),  # 64-byte rows: the 4-chunk swizzle
+    (256, 384, 320, (64, 128, 16, 3, 256)),  # 32-byte rows: the 2-chunk swizzle, 2 x 4 warps of 32 x 32
+])
+def test_mma_gemm_matches_jnp_dot(mma_lowering, dtype, m, n, k, tiles):
+    bm, bn, bk, stages, threads = tiles
+    kern = _tile_gemm(m, n, k, bm, bn, bk, stages, threads, dtype)
+    a, b = _inputs((m, k), (k, n), dtype, m + n + k)
+    assert _uses_mma(kern, a, b)
+    _close(_poisoned_call(jax.jit(kern), a, b), _ref(a) @ _ref(b), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("ta,tb,bk", [(True, False, 64), (False, True, 64), (True, True, 32), (True, True, 128)])
+def test_mma_gemm_transposed_operands(mma_lowering, dtype, ta, tb, bk):
+    m, n, k = 256, 384, 512
+    kern = _tile_gemm(m, n, k, 128, 128, bk, 3, 256, dtype, out_dtype="float32", ta=ta, tb=tb)
+    a, b = _inputs((k, m) if ta else (m, k), (n, k) if tb else (k, n), dtype, 7 + bk)
+    assert _uses_mma(kern, a, b)
+    af, bf = _ref(a), _ref(b)
+    _close(_poisoned_call(jax.jit(kern), a, b), (af.T if ta else af) @ (bf.T if tb else bf), dtype)
+
+
+def test_mma_serial_loop_fill_and_many_blocks(mma_lowering):
+    """T.serial (one stage), a non-zero fill, float32 output, 2 warps per block, 96 blocks."""
+    m, n, k = 768, 512, 96
+    kern = _tile_gemm(m, n, k, 32, 128, 32, 1, 64, "float16", out_dtype="float32", serial=True, fill=0.5)
+    a, b = _inputs((m, k), (k, n), "float16", 21)
+    assert _uses_mma(kern, a, b)
+    _close(_poisoned_call(jax.jit(kern), a, b), _ref(a) @ _ref(b) + 0.5, "float16")
+
+
+def test_mma_ragged_k(mma_lowering):
+    """K = 200 in steps of 64: the last step's tiles overhang and are zero-filled (cp.async src-size 0)."""
+    from jax_tilescale.ir.nodes import Copy
+
+    if "clip_dims" not in {f.name for f in dataclasses.fields(Copy)}:
+        pytest.skip("T.copy windows cannot end past their buffer in this version")
+    m, n, k = 256, 256, 200
+    kern = _tile_gemm(m, n, k, 128, 128, 64, 3, 256, "bfloat16", out_dtype="float32")
+    a, b = _inputs((m, k), (k, n), "bfloat16", 5)
+    assert _uses_mma(kern, a, b)
+    _close(_poisoned_call(jax.jit(kern), a, b), _ref(a) @ _ref(b), "bfloat16")
+
+
+@pytest.mark.parametrize("dtype,cfg", [
+    ("bfloat16", dict(m_per_pe=128, k=256, n_per_pe=128)),
+    ("float16", dict(m_per_pe=256, k=512, n_per_pe=128, block_m=64, block_n=64, block_k=64)),
+    ("bfloat16", dict(m_per_pe=64, k=128, n_per_pe=64, block_m=32, block_n=32)),
+])
+def test_allgather_gemm_takes_mma_and_matches(gpu_mesh, dtype, cfg):
+    """The communicating kernel (putmem_signal_nbi_block, signal_wait_until, then the GEMM): the
+    Hopper plan refuses it, the default lowering is now mma.sync; checked against jnp.dot."""
+    cfg = dict(cfg)
+    m, k, n = cfg.pop("m_per_pe"), cfg.pop("k"), cfg.pop("n_per_pe")
+    kern = ag_gemm.allgather_gemm(m, k, n, gpu_mesh.size, jnp.dtype(dtype), **cfg)
+    ir = kern.trace(jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype), mesh_axes=("x",),
+                    num_pes=gpu_mesh.size)
+    mod = generate_cuda(ir, "sm_90")
+    assert "ts_mma_16816_" in mod.source and mod.uses_nvshmem, mod.notes
+    assert ag_gemm.check(gpu_mesh, m_per_pe=m, k=k, n_per_pe=n, dtype=dtype, seed=m + k, **cfg)
