@@ -6,14 +6,19 @@ that clock and temperature drift hit all alike; medians reported):
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py);
 - calls: `reps` jitted calls dispatched back to back, full outputs, blocked on at the end.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
-Prints one row per shape and config: time, TFLOP/s, ratio to XLA, and ptxas's registers/spills.
+Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowering the
+loop took and ptxas's registers/spills. `--lowerings auto,mma` times each config through each
+GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async +
+ldmatrix + mma.sync, portable), in the same interleaved rounds.
 
-    python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...]
+    python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
+        [--configs 128x256x64/4/g8,128x128x32/4/g8/t128]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import re
 import sys
@@ -26,16 +31,36 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples")
 from gemm import gemm
 
 from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 
 SHAPES = ((8192, 8192, 8192), (8192, 28672, 8192), (8192, 8192, 28672))
-CONFIGS = "128x256x64/4/g8,256x128x64/4/g8"  # block_m x block_n x block_k / stages / group_m
+CONFIGS = "128x256x64/4/g8,256x128x64/4/g8"  # block_m x block_n x block_k / stages / group_m [/ tTHREADS]
 
 
 def parse_config(text: str) -> dict:
-    tiles, stages, group = text.split("/")
+    tiles, stages, group, *threads = text.split("/")
     bm, bn, bk = map(int, tiles.split("x"))
-    return dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
+    cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
+    if threads:
+        cfg["threads"] = int(threads[0].lstrip("t"))
+    return cfg
+
+
+def with_lowering(lowering: str, fn):
+    """`fn` run with $TILESCALE_GEMM_LOWERING set: kernels are lowered at their first (compiling)
+    call, so each runner's kernel takes its own lowering."""
+    def run(*args):
+        old = os.environ.get(LOWERING_VAR)
+        os.environ[LOWERING_VAR] = lowering
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                os.environ.pop(LOWERING_VAR, None)
+            else:
+                os.environ[LOWERING_VAR] = old
+    return run
 
 
 def loop_and_calls(product, reps: int):
@@ -60,12 +85,12 @@ def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
-def resources(kern, a, b) -> str:
-    module = generate_cuda(kern.trace(a, b), "sm_90")
+def resources(kern, a, b, lowering: str = "auto") -> str:
+    module = generate_cuda(kern.trace(a, b), "sm_90", gemm_lowering=lowering)
     report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    path = "wgmma" if module.arch == "sm_90a" else "portable"
+    path = "wgmma" if module.arch == "sm_90a" else "mma.sync" if "ts_mma_16816_" in module.source else "portable"
     return (f"{path}, {regs.group(1) if regs else '?'} regs, "
             f"spills {spill.group(1) + '/' + spill.group(2) if spill else '?'} B")
 
@@ -74,8 +99,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
-    ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group, comma-separated")
+    ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
+    ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
     args = ap.parse_args()
+    lowerings = args.lowerings.split(",")
+    for lowering in lowerings:
+        if lowering not in LOWERINGS:
+            ap.error(f"--lowerings: {lowering!r} is not one of {LOWERINGS}")
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}")
     rows = []
     for shape in args.shapes.split(","):
@@ -85,24 +115,29 @@ def main() -> None:
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
         want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
         scale = float(jnp.max(jnp.abs(want)))
-        kernels = {c: gemm(m, n, k, jnp.bfloat16, **parse_config(c)) for c in args.configs.split(",")}
+        kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low):
+                   gemm(m, n, k, jnp.bfloat16, **parse_config(c)) for c in args.configs.split(",") for low in lowerings}
         runners = {}
-        for name, product in [("XLA jnp.dot", lambda x, y: x @ y), *((f"ts {c}", kv) for c, kv in kernels.items())]:
+        for name, product in [("XLA jnp.dot", lambda x, y: x @ y), *((name, kv) for (name, _), kv in kernels.items())]:
             runners[(name, "loop")], runners[(name, "calls")] = loop_and_calls(product, args.reps)
+        for (name, low) in kernels:
+            for how in ("loop", "calls"):
+                runners[name, how] = with_lowering(low, runners[name, how])
         t = interleaved_medians(runners, a, b, args.reps)
         rows.append((shape, "XLA jnp.dot", t["XLA jnp.dot", "loop"], t["XLA jnp.dot", "calls"], 1.0, 1.0, "-", True))
-        for name, kern in kernels.items():
-            got = jax.jit(kern)(a, b)
+        for (name, low), kern in kernels.items():
+            got = with_lowering(low, jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
-            tl, tc = t[f"ts {name}", "loop"], t[f"ts {name}", "calls"]
-            rows.append((shape, f"ts {name}", tl, tc, t["XLA jnp.dot", "loop"] / tl, t["XLA jnp.dot", "calls"] / tc,
-                         resources(kern, a, b), err <= 2e-2 * scale))
-    print(f"\n{'shape':>18} {'what':>21} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'calls ms':>8} {'TF/s':>6} "
+            tl, tc = t[name, "loop"], t[name, "calls"]
+            rows.append((shape, name, tl, tc, t["XLA jnp.dot", "loop"] / tl, t["XLA jnp.dot", "calls"] / tc,
+                         resources(kern, a, b, low), err <= 2e-2 * scale))
+    width = max(21, *(len(what) for _, what, *_ in rows))
+    print(f"\n{'shape':>18} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'calls ms':>8} {'TF/s':>6} "
           f"{'xXLA':>5}  ok  code")
     for shape, what, tl, tc, rl, rc, res, ok in rows:
         m, n, k = map(int, shape.split("x"))
         f = 2 * m * n * k / 1e12
-        print(f"{shape:>18} {what:>21} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {tc * 1e3:8.3f} {f / tc:6.1f} "
+        print(f"{shape:>18} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {tc * 1e3:8.3f} {f / tc:6.1f} "
               f"{rc:5.2f}  {'yes' if ok else 'NO'}  {res}")
 
 
