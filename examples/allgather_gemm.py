@@ -6,8 +6,10 @@ one signal per row block) and multiplies it with its columns of B as the row blo
 C = A @ B, each PE holding its columns, checked against jnp.dot in float32 on random data.
 `python examples/allgather_gemm.py` runs it on simulated CPU devices; on GPUs run it through the
 launcher (`python -m jax_tilescale.launch -n 2 examples/allgather_gemm.py`). The kernel
-communicates, so its GEMM takes the portable lowering, not the Hopper one (see
-jax_tilescale/codegen/gemm_sm90.py): correct everywhere, not fast.
+communicates, so its GEMM does not take the Hopper lowering (a producer warpgroup would miss
+NVSHMEM's block-wide calls) but the mma.sync one, which keeps to the kernel's own threads and
+__syncthreads (jax_tilescale/codegen/gemm_sm80.py): cp.async into a 3-stage ring, ldmatrix,
+tensor-core mma.sync.
 """
 
 from __future__ import annotations
