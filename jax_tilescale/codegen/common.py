@@ -11,7 +11,7 @@ from ..ir.expr import Const, Expr
 from ..ir.nodes import Buffer, KernelIR, Region, Scope
 from .expr_printer import c_expr, c_identifier
 from .layout import Layout
-from .regions import Dim, element_offset, walk_pair
+from .regions import Dim, clipped_side, element_offset, walk_pair
 
 INDENT = "  "
 WARP = 32
@@ -99,16 +99,36 @@ def linear(dims: tuple[Dim, ...], which: str, wide: bool) -> str:
     return " + ".join(terms)
 
 
+def clip_guard(src: Region, dst: Region, dims: tuple[Dim, ...], per: int = 1) -> tuple[list[str], str]:
+    """(setup, condition) of a clipped copy's bound checks (ir/nodes.py Copy.clip_dims): per
+    guarded loop dimension k, `ts_limk` elements of the global buffer lie from the window's start
+    to the buffer's end, and coordinate ts_ck (in vectors of `per` elements when it is the inner
+    dimension) is inside when below it."""
+    side = clipped_side(src, dst)
+    setup, terms = [], []
+    for k, d in enumerate(dims):
+        if d.guard is None:
+            continue
+        extent, start = side.buffer.shape[d.guard], side.starts[d.guard]
+        setup.append(f"const int64_t ts_lim{k} = {extent} - {c_expr(start)};")
+        scale = f" * {per}" if per > 1 and k == len(dims) - 1 else ""
+        terms.append(f"(int64_t)ts_c{k}{scale} < ts_lim{k}")
+    what = "zero-filled" if side is src else "skipped"
+    note = comment(f"clipped at the end of {side.buffer.name} {list(side.buffer.shape)}: elements outside are {what}")
+    return [note, *setup], " && ".join(terms)
+
+
 def copy_loop_parts(
     ctx: Ctx, src: Region, dst: Region, *, src_base: str | None = None, dst_base: str | None = None,
-    lanes: int | None = None,
+    lanes: int | None = None, clip_dims: tuple[int, ...] = (),
 ) -> tuple[list[str], list[str]]:
     """`dst = src` element by element, the widest provably aligned access, `lanes` threads
     (default: the whole block; 32: warp 0, whose caller guards the loop). Returns (setup, loop):
     the pointers, which every thread computes (their index checks may stop the kernel, which
-    must not happen in a branch of some threads), and the loop. No barrier after."""
+    must not happen in a branch of some threads), and the loop. No barrier after. `clip_dims`:
+    a clipped copy's global dimensions (each element or vector is then checked, `clip_guard`)."""
     lanes = ctx.kernel.threads if lanes is None else lanes
-    walk = walk_pair(src, dst)
+    walk = walk_pair(src, dst, clip_dims=clip_dims)
     dims = walk.in_vectors()
     vtype = MOVE_TYPES[walk.vector_bytes]
     count = math.prod(d.size for d in dims)
@@ -122,18 +142,27 @@ def copy_loop_parts(
         f"const {vtype}*{restrict} ts_src = reinterpret_cast<const {vtype}*>({src_addr});",
         f"{vtype}*{restrict} ts_dst = reinterpret_cast<{vtype}*>({dst_addr});",
     ]
+    to, value = f"ts_dst[{linear(dims, 'dst', wide)}]", f"ts_src[{linear(dims, 'src', wide)}]"
+    move = f"{to} = {value};"
+    if clip_dims:
+        guard_setup, inside = clip_guard(src, dst, dims, walk.vector_bytes // walk.itemsize)
+        setup += guard_setup
+        if clipped_side(src, dst) is src:  # a load: the tile gets zero where the window is outside
+            move = f"{to} = ({inside}) ? {value} : {vtype}{{}};"
+        else:
+            move = f"if ({inside}) {move}"
     loop = [
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {lanes}u) {{",
         *indent(decompose("ts_i", dims, idx)),
-        f"{INDENT}ts_dst[{linear(dims, 'dst', wide)}] = ts_src[{linear(dims, 'src', wide)}];",
+        f"{INDENT}{move}",
         "}",
     ]
     return setup, loop
 
 
-def copy_loop(ctx: Ctx, src: Region, dst: Region) -> list[str]:
+def copy_loop(ctx: Ctx, src: Region, dst: Region, clip_dims: tuple[int, ...] = ()) -> list[str]:
     """The block-wide copy loop (all threads), its pointers first."""
-    setup, loop = copy_loop_parts(ctx, src, dst)
+    setup, loop = copy_loop_parts(ctx, src, dst, clip_dims=clip_dims)
     return setup + loop
 
 

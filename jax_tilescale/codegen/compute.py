@@ -16,9 +16,9 @@ import numpy as np
 from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
 from .body import emit_body
-from .common import INDENT, Ctx, copy_loop, decompose, indent, index_type
+from .common import INDENT, Ctx, clip_guard, copy_loop, decompose, indent, index_type
 from .expr_printer import c_expr, var_name
-from .regions import element_offset, merged_dims, row_major_strides
+from .regions import clipped_side, element_offset, merged_dims, row_major_strides
 from .tile_ops import float_literal, storage_type
 
 
@@ -89,18 +89,29 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
     if own is not None:
+        from .gemm_sm90 import Sm90Plan  # (it imports this module)
+
+        # The Hopper plan's accumulator copies access every element of the window (the mma.sync
+        # plan checks clip_dims itself); refused until its planner leaves clipped copies alone.
+        if s.clip_dims and isinstance(ctx.plan, Sm90Plan):
+            raise KernelTraceError(
+                f"copy: the Hopper GEMM lowering cannot clip the window of {s.global_side.buffer.name} yet "
+                f"(clip_dims={s.clip_dims}); use tile sizes that divide the shapes, or a non-Hopper target",
+                s.loc,
+            )
         return own
     if s.src.buffer.dtype == s.dst.buffer.dtype:
         # One barrier after every copy: it orders shared-memory writes before later reads, and
         # reads before later overwrites, for whatever statement comes next.
-        return [*copy_loop(ctx, s.src, s.dst), "__syncthreads();"]
-    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc), "__syncthreads();"]
+        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), "__syncthreads();"]
+    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), "__syncthreads();"]
 
 
-def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc) -> list[str]:
-    """`dst = src` element by element, converting the element type (round to nearest even)."""
+def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = ()) -> list[str]:
+    """`dst = src` element by element, converting the element type (round to nearest even).
+    `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`)."""
     st, dt = storage_type(src.buffer.dtype, loc), storage_type(dst.buffer.dtype, loc)
-    dims = merged_dims(src, dst)
+    dims = merged_dims(src, dst, clip_dims)
     count = math.prod(d.size for d in dims)
     idx = index_type(count + 1024)
 
@@ -111,12 +122,22 @@ def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc) -> list[str]:
             terms.append(f"(int64_t)ts_c{k}" + ("" if stride == 1 else f" * {stride}"))
         return f"{c_expr(element_offset(region))} + " + " + ".join(terms)
 
+    value = f"ts_convert<{dt}, {st}>(ts_src[{offset('src', src)}])"
+    move = f"ts_dst[{offset('dst', dst)}] = {value};"
+    setup: list[str] = []
+    if clip_dims:
+        setup, inside = clip_guard(src, dst, dims)
+        if clipped_side(src, dst) is src:  # a load: the tile gets zero where the window is outside
+            move = f"ts_dst[{offset('dst', dst)}] = ({inside}) ? {value} : ts_from_float<{dt}>(0.0f);"
+        else:
+            move = f"if ({inside}) {move}"
     return [
+        *setup,
         f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc)};",
         f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc)};",
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {ctx.kernel.threads}u) {{",
         *indent(decompose("ts_i", dims, idx)),
-        f"{INDENT}ts_dst[{offset('dst', dst)}] = ts_convert<{dt}, {st}>(ts_src[{offset('src', src)}]);",
+        f"{INDENT}{move}",
         "}",
     ]
 

@@ -59,8 +59,8 @@ class BlockContext:
     def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
         return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
 
-    def resolve(self, region: Region, role: str, stmt: Stmt) -> ResolvedRegion:
-        return resolve_region(region, self.env, role, stmt, self.pe, self.block, self._loader(stmt))
+    def resolve(self, region: Region, role: str, stmt: Stmt, clip_dims: tuple[int, ...] = ()) -> ResolvedRegion:
+        return resolve_region(region, self.env, role, stmt, self.pe, self.block, self._loader(stmt), clip_dims)
 
     def _loader(self, stmt: Stmt) -> Callable[[Load, tuple[int, ...]], int]:
         return lambda ld, indices: self.load(ld, indices, stmt)
@@ -109,12 +109,38 @@ Rule = Callable[[BlockContext, Stmt], "Wait | None"]
 
 
 def _copy(ctx: BlockContext, s: Copy) -> None:
+    if s.clip_dims:
+        _clipped_copy(ctx, s)
+        return
     src = ctx.resolve(s.src, "src", s)
     dst = ctx.resolve(s.dst, "dst", s)
     data = ctx.read(src, s)
     if data.dtype != dst.buffer.dtype:  # to or from a fragment: numpy's round-to-nearest cast
         data = data.astype(dst.buffer.dtype)
     ctx.write(dst, data, s)
+
+
+def _clipped_copy(ctx: BlockContext, s: Copy) -> None:
+    """A copy whose global window may end past its buffer (ir/nodes.py Copy.clip_dims): only the
+    part inside is read or written, so the race detector and coverage see exactly those elements;
+    a load writes the whole tile window, zero where the global window is outside its buffer."""
+    load = s.global_side is s.src
+    glob = ctx.resolve(s.global_side, "src" if load else "dst", s, s.clip_dims)
+    tile = ctx.resolve(s.dst if load else s.src, "dst" if load else "src", s)
+    # The tile's part that faces the buffer: the k-th dimension of more than one element of the
+    # window faces the k-th of the tile (shapes agree once size-1 dimensions are dropped).
+    inner = list(tile.sizes)
+    g_dims = [d for d, n in enumerate(s.global_side.sizes) if n > 1]
+    t_dims = [d for d, n in enumerate(tile.sizes) if n > 1]
+    for g, t in zip(g_dims, t_dims):
+        inner[t] = glob.sizes[g]
+    part = ResolvedRegion(tile.buffer, tile.starts, tuple(inner))
+    if load:
+        data = np.zeros(tile.sizes, tile.buffer.dtype)
+        data[tuple(slice(0, n) for n in inner)] = ctx.read(glob, s).reshape(inner).astype(tile.buffer.dtype)
+        ctx.write(tile, data, s)
+    else:
+        ctx.write(glob, ctx.read(part, s).astype(glob.buffer.dtype), s)
 
 
 def _fill(ctx: BlockContext, s: Fill) -> None:

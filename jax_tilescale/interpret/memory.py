@@ -84,22 +84,28 @@ class ResolvedRegion:
 
 
 def resolve_region(
-    region: Region, env: Env, role: str, stmt: Stmt, pe: int, block: Block | None, load: Loader | None = None
+    region: Region, env: Env, role: str, stmt: Stmt, pe: int, block: Block | None, load: Loader | None = None,
+    clip_dims: tuple[int, ...] = (),
 ) -> ResolvedRegion:
     """Evaluates a region's starts and checks it lies inside its buffer (the dynamic half of the
-    verifier's static check: only the interpreter sees non-affine starts)."""
+    verifier's static check: only the interpreter sees non-affine starts). Along `clip_dims` (a
+    clipped T.copy, ir/nodes.py Copy) the window need only start inside: the result is the part
+    inside the buffer (its sizes cut at the extent)."""
     buf = region.buffer
-    starts = []
+    starts, sizes = [], []
     for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, buf.shape)):
         value = eval_index(start, env, f"the start of {role} along dimension {dim}", stmt, pe, block, load)
-        if value < 0 or value + size > extent:
+        clip = dim in clip_dims
+        if value < 0 or (value >= extent if clip else value + size > extent):
+            why = " (a clipped window may end past its buffer, not start past it)" if clip else ""
             raise KernelRuntimeError(
                 f"{stmt.op_name}: out-of-bounds {role} {region}: along dimension {dim} of {buf.name} "
                 f"(extent {extent}) the start `{format_expr(start)}` is {value}, and [{value}, {value + size}) "
-                f"leaves [0, {extent}) {where(pe, block, stmt.loc)}"
+                f"leaves [0, {extent}){why} {where(pe, block, stmt.loc)}"
             )
         starts.append(value)
-    return ResolvedRegion(buf, tuple(starts), tuple(region.sizes))
+        sizes.append(min(size, extent - value))
+    return ResolvedRegion(buf, tuple(starts), tuple(sizes))
 
 
 class AccessKind(enum.Enum):

@@ -79,6 +79,9 @@ class BufferKind(enum.Enum):
 
 # Buffers private to one block (one copy per block of each PE).
 BLOCK_LOCAL = frozenset({BufferKind.SHARED, BufferKind.FRAGMENT})
+# Global memory whose window in a `T.copy` to or from an on-chip tile may extend past the end of
+# the buffer (`Copy.clip_dims`): kernel inputs and outputs and symmetric scratch.
+CLIP_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC})
 
 
 SIGNAL_DTYPE = np.dtype(np.uint64)
@@ -185,11 +188,31 @@ class Stmt:
 
 @dataclass(frozen=True)
 class Copy(Stmt):
-    """Block-cooperative copy between global and shared regions of equal shape."""
+    """Block-cooperative copy between global and shared regions of equal shape.
+
+    `clip_dims` (TileLang's ragged edges): the dimensions along which the global-side window of a
+    copy between global memory (`CLIP_KINDS`) and an on-chip tile may extend past the end of its
+    buffer (the clip bound is the buffer's extent). Elements of the window outside the buffer are
+    not accessed: a load writes zero into the tile for them, a store skips them. Every window
+    still starts inside its buffer, and along the other dimensions it lies wholly inside (the
+    verifier checks both). `T.copy` records the dimensions it cannot prove inside, so an empty
+    tuple means the plain, unguarded copy.
+    """
 
     src: Region
     dst: Region
+    clip_dims: tuple[int, ...] = ()
     op_name = "copy"
+
+    @property
+    def may_clip(self) -> bool:
+        """Whether some elements of the window may lie outside the global buffer."""
+        return bool(self.clip_dims)
+
+    @property
+    def global_side(self) -> Region:
+        """The region `clip_dims` refers to: the side that is not an on-chip tile (src for a load)."""
+        return self.dst if self.src.buffer.kind in BLOCK_LOCAL else self.src
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def _wait_until(s: WaitUntil) -> str:
 
 
 PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
-    Copy: lambda s: f"copy({s.src} -> {s.dst})",
+    Copy: lambda s: f"copy({s.src} -> {s.dst}" + (f", clip_dims={s.clip_dims}" if s.clip_dims else "") + ")",
     Put: _put,
     Get: _get,
     PeerCopy: _peer_copy,

@@ -61,6 +61,8 @@ class TraceState:
     # Bodies being traced: the kernel's, then one per open `T.serial`/`T.Pipelined` loop.
     open_bodies: list[list[Stmt]] = field(default_factory=list)
     next_loop_id: int = 0
+    # [0, n - 1] of every `T.serial`/`T.Pipelined` loop variable traced so far (`var_ranges`).
+    loop_ranges: dict[Var, tuple[int, int]] = field(default_factory=dict)
 
     def fresh_name(self, base: str) -> str:
         name, i = base, 0
@@ -72,6 +74,13 @@ class TraceState:
 
     def emit(self, stmt: Stmt) -> None:
         (self.open_bodies[-1] if self.open_bodies else self.body).append(stmt)
+
+    def var_ranges(self) -> dict[Var, tuple[int, int]]:
+        """Ranges of the block index, the PE and the loop variables: for a statement traced now,
+        what the verifier's `var_ranges` gives it (its enclosing loops are among those traced)."""
+        ranges = {Var(VarKind.PROGRAM_ID, i): (0, g - 1) for i, g in enumerate(self.grid)}
+        ranges[Var(VarKind.PE)] = (0, self.num_pes - 1)
+        return {**ranges, **self.loop_ranges}
 
 
 _STATE: contextvars.ContextVar[TraceState | None] = contextvars.ContextVar("tilescale_trace", default=None)
@@ -114,7 +123,7 @@ class Ref:
         return Region(self.buffer, tuple(Const(0) for _ in self.shape), self.shape)
 
     def __getitem__(self, index: Any) -> RegionRef:
-        return RegionRef(slice_region(self.region(), index, user_source_loc()))
+        return sliced_ref(self.region(), index, user_source_loc())
 
     def __setitem__(self, index: Any, value: Any) -> None:
         loc = user_source_loc()
@@ -176,6 +185,9 @@ def element_store(region: Region, value: Any, loc: SourceLoc) -> None:
     from .values import as_value, for_destination
 
     state = current_trace("store")
+    overhang = static_overhang(region)
+    if overhang is not None:
+        raise KernelTraceError(overhang, loc)
     builder = STORE_BUILDERS.get(region.buffer.kind)
     if builder is not None:
         state.emit(builder(region, value, loc))
@@ -201,13 +213,18 @@ _INDEX_OPS: dict[str, Callable[[Any, Any], Any]] = {
 
 class RegionRef:
     """A slice of a ref; can be sliced again. A one-element slice of an integer input is also a
-    kernel value: `splits[i] * 4`, `T.ds(offsets[p], 8)` read it when the kernel runs."""
+    kernel value: `splits[i] * 4`, `T.ds(offsets[p], 8)` read it when the kernel runs.
 
-    def __init__(self, region: Region):
+    A window that extends past the end of its buffer (static start, `A[96:128]` of 100 rows) is
+    only good for the global side of a `T.copy` to or from a tile: `overhang_` holds the error
+    (and the slicing line) that every other use raises (`region()`)."""
+
+    def __init__(self, region: Region, overhang: tuple[str, SourceLoc] | None = None):
         self.region_ = region
+        self.overhang_ = overhang
 
     def __tilescale_expr__(self) -> Expr:
-        return load_of(self.region_, user_source_loc())
+        return load_of(self.region(), user_source_loc())
 
     @property
     def __tilescale_defer__(self) -> bool:
@@ -217,7 +234,7 @@ class RegionRef:
         return not (buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES and self.region_.size == 1)
 
     def __tilescale_value__(self) -> Value:
-        return element_value(self.region_, user_source_loc())
+        return element_value(self.region(), user_source_loc())
 
     def _op(self, op: str, other: Any, reflected: bool = False) -> Expr | TileValue:
         if op == "/" or self.__tilescale_defer__ or defers(other):
@@ -302,16 +319,23 @@ class RegionRef:
         return self.region_.buffer.dtype
 
     def region(self) -> Region:
+        """The window, which must lie inside its buffer (else the slicing line's error)."""
+        if self.overhang_ is not None:
+            raise KernelTraceError(*self.overhang_)
         return self.region_
 
     def __getitem__(self, index: Any) -> RegionRef:
-        return RegionRef(slice_region(self.region_, index, user_source_loc()))
+        return sliced_ref(self.region_, index, user_source_loc())
 
     def __repr__(self) -> str:
         return f"RegionRef({self.region_})"
 
 
-def as_region(value: Any, what: str, loc: SourceLoc) -> Region:
+def as_region(value: Any, what: str, loc: SourceLoc, clip: bool = False) -> Region:
+    """The region of a ref or slice. `clip=True` (the global side of a `T.copy` to or from a
+    tile) also takes a window that extends past the end of its buffer."""
+    if isinstance(value, RegionRef) and clip:
+        return value.region_
     if isinstance(value, (Ref, RegionRef)):
         return value.region()
     raise KernelTraceError(f"{what} must be a kernel ref or a slice of one, got {type(value).__name__}", loc)
@@ -347,7 +371,11 @@ def _dim_window(index: Any, extent: int, dim: int, buffer: Buffer, loc: SourceLo
 
 
 def slice_region(region: Region, index: Any, loc: SourceLoc) -> Region:
-    """Applies a subscript to a region; integer indices drop nothing (regions keep rank)."""
+    """Applies a subscript to a region; integer indices drop nothing (regions keep rank).
+
+    A static window must start inside the region and end inside it, except where the region
+    spans its buffer's whole dimension: there the window may end past the buffer's end (callers
+    decide whether that may be used: `static_overhang`, `sliced_ref`)."""
     if not isinstance(index, tuple):
         index = (index,)
     if len(index) > len(region.sizes):
@@ -359,7 +387,8 @@ def slice_region(region: Region, index: Any, loc: SourceLoc) -> Region:
     for dim, (sub, base, extent) in enumerate(zip(index, region.starts, region.sizes)):
         start, size, _ = _dim_window(sub, extent, dim, region.buffer, loc)
         lo = static_value(start)
-        if lo is not None and (lo < 0 or lo + size > extent):
+        whole = extent == region.buffer.shape[dim] and static_value(base) == 0
+        if lo is not None and (lo < 0 or lo >= extent or (lo + size > extent and not whole)):
             raise KernelTraceError(
                 f"slice [{format_expr(start)}:{format_expr(start + size)}] is out of bounds for dimension {dim} "
                 f"of {region.buffer.name} (extent {extent})",
@@ -368,6 +397,28 @@ def slice_region(region: Region, index: Any, loc: SourceLoc) -> Region:
         starts.append(base + start)
         sizes.append(size)
     return Region(region.buffer, tuple(starts), tuple(sizes))
+
+
+def static_overhang(region: Region) -> str | None:
+    """The error for a window whose static start puts part of it past the end of its buffer
+    (None when it lies inside as far as is known now; the verifier checks run-time starts)."""
+    buf = region.buffer
+    for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, buf.shape)):
+        lo = static_value(start)
+        if lo is not None and lo + size > extent:
+            return (
+                f"slice [{lo}:{lo + size}] is out of bounds for dimension {dim} of {buf.name} (extent {extent}); "
+                "only T.copy between global memory and a shared or fragment tile takes a window that ends past "
+                "its buffer (the elements outside are zero-filled on load and skipped on store)"
+            )
+    return None
+
+
+def sliced_ref(region: Region, index: Any, loc: SourceLoc) -> RegionRef:
+    """`region[index]` as a RegionRef that remembers whether the window ends past its buffer."""
+    sliced = slice_region(region, index, loc)
+    overhang = static_overhang(sliced)
+    return RegionRef(sliced, None if overhang is None else (overhang, loc))
 
 
 def trace_kernel(
@@ -460,6 +511,8 @@ __all__ = [
     "current_trace",
     "program_id_var",
     "slice_region",
+    "sliced_ref",
+    "static_overhang",
     "trace_kernel",
     "user_source_loc",
 ]

@@ -22,9 +22,10 @@ from .control import (
     verify_if,
     verify_local_store,
 )
-from .expr import Expr, Var, VarKind, format_expr, value_range, variables
+from .expr import Expr, Var, VarKind, format_expr, value_bounds, value_range, variables
 from .nodes import (
     BLOCK_LOCAL,
+    CLIP_KINDS,
     REMOTE_READABLE,
     REMOTE_WRITABLE,
     WAIT_WORD_KINDS,
@@ -90,7 +91,24 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d for d in shape if d != 1)
 
 
-def _check_region(region: Region, ranges: Ranges, what: str, loc: SourceLoc) -> None:
+def overhanging_dims(region: Region, ranges: Ranges) -> tuple[int, ...]:
+    """The dimensions along which `region` may extend past the end of its buffer: where the bounds
+    of its start (over `ranges`; interval arithmetic where the start is not affine) allow
+    start + size > extent, or are not known (a T.load). One-element dimensions never qualify:
+    such a window is inside or has nothing inside."""
+    out = []
+    for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, region.buffer.shape)):
+        rng = value_bounds(start, ranges)
+        if size > 1 and (rng is None or rng[1] + size > extent):
+            out.append(dim)
+    return tuple(out)
+
+
+def _check_region(
+    region: Region, ranges: Ranges, what: str, loc: SourceLoc, clip_dims: tuple[int, ...] = ()
+) -> None:
+    """`region` lies inside its buffer where its starts' ranges are known; along `clip_dims` (a
+    clipped T.copy) it need only start inside: [start, start + size) may end past the extent."""
     buf = region.buffer
     if len(region.starts) != len(buf.shape):
         raise KernelTraceError(
@@ -101,6 +119,15 @@ def _check_region(region: Region, ranges: Ranges, what: str, loc: SourceLoc) -> 
         if rng is None:
             continue
         lo, hi = rng
+        if dim in clip_dims and lo >= 0 and hi >= extent:
+            raise KernelTraceError(
+                f"{what}: the window of {buf.name} along dimension {dim} starts at {format_expr(start)}, which can be "
+                f"{hi}, at or past the end of the buffer (extent {extent}): a window may end past its buffer but "
+                f"must start inside it (the start ranges over [{lo}, {hi}]; is the grid or the loop too large?)",
+                loc,
+            )
+        if dim in clip_dims and lo >= 0:
+            continue
         if (lo < 0 or hi + size > extent) and not guards_keep_in_bounds(start, size, extent, ranges):
             bad = lo if lo < 0 else hi
             raise KernelTraceError(
@@ -237,9 +264,29 @@ def _check_sizes(s: Put | Get, ranges: Ranges) -> None:
 # ---- statement rules -----------------------------------------------------------------------------
 
 
+def _check_clip(s: Copy) -> None:
+    """A clipped copy moves between global memory and an on-chip tile; `clip_dims` are distinct,
+    increasing dimensions of the global side with more than one element."""
+    kinds = (s.src.buffer.kind, s.dst.buffer.kind)
+    if not any(a in CLIP_KINDS and b in BLOCK_LOCAL for a, b in (kinds, kinds[::-1])):
+        raise KernelTraceError(
+            f"copy: only a copy between global memory and a shared or fragment tile may clip its window; {s.src} -> "
+            f"{s.dst} is {kinds[0].value} -> {kinds[1].value}",
+            s.loc,
+        )
+    side = s.global_side
+    if list(s.clip_dims) != sorted(set(s.clip_dims)) or any(
+        not 0 <= d < len(side.sizes) or side.sizes[d] == 1 for d in s.clip_dims
+    ):
+        raise KernelTraceError(f"internal: copy clip_dims {s.clip_dims} do not name dimensions of {side}", s.loc)
+
+
 def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
-    _check_region(s.src, ranges, "copy src", s.loc)
-    _check_region(s.dst, ranges, "copy dst", s.loc)
+    if s.clip_dims:
+        _check_clip(s)
+    clipped = s.global_side if s.clip_dims else None
+    _check_region(s.src, ranges, "copy src", s.loc, s.clip_dims if clipped is s.src else ())
+    _check_region(s.dst, ranges, "copy dst", s.loc, s.clip_dims if clipped is s.dst else ())
     for r, what in ((s.src, "src"), (s.dst, "dst")):
         if r.buffer.kind is BufferKind.SIGNAL:
             raise KernelTraceError(f"copy {what}: signal words are read with T.signal_wait_until, not copied", s.loc)

@@ -34,6 +34,7 @@ class _LoopRange:
         state = current_trace(self.op)
         var = Var(VarKind.LOOP, state.next_loop_id)
         state.next_loop_id += 1
+        state.loop_ranges[var] = (0, self.n - 1)  # T.copy decides with it whether a window may clip
         body: list = []
         state.open_bodies.append(body)
         yield var

@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.nodes import SIGNAL_DTYPE, Buffer, BufferKind, Copy
-from ..ir.trace import Ref, current_trace, user_source_loc
+from ..ir.nodes import BLOCK_LOCAL, CLIP_KINDS, SIGNAL_DTYPE, Buffer, BufferKind, Copy
+from ..ir.trace import Ref, as_region, current_trace, user_source_loc
+from ..ir.verify import overhanging_dims
 from ._common import RefLike, region
 
 
@@ -44,7 +45,29 @@ def alloc_symmetric(shape: Any, dtype: Any) -> Ref:
 
 
 def copy(src: RefLike, dst: RefLike) -> None:
-    """Copies `src` to `dst` (global, symmetric or shared; same shape), all threads of the block."""
+    """Copies `src` to `dst` (global, symmetric, shared or fragment; same shape once size-1
+    dimensions are dropped), all threads of the block; to or from a fragment it may cast.
+
+    Ragged edges: when one side is global memory (an input, an output, `alloc_symmetric`) and the
+    other an on-chip tile (`alloc_shared`, `alloc_fragment`), the global window may extend past
+    the end of its buffer in any dimension (`A[T.ds(bx * 128, 128), :]` with M not a multiple of
+    128, or `A[a:a + 128, :]`); it must still start inside the buffer. Elements outside are not
+    touched: a load (global -> tile) writes zero into the tile for them, a store (tile -> global)
+    skips them. The tile's own window must lie inside the tile; every other use of a slice
+    (transfers, element access, fills, reductions, atomics, gemm) must lie inside its buffer.
+    """
     state = current_trace("copy")
     loc = user_source_loc()
-    state.emit(Copy(region(src, "copy", "src", loc), region(dst, "copy", "dst", loc), loc=loc))
+    src_r, dst_r = (as_region(r, f"copy: {role}", loc, clip=True) for r, role in ((src, "src"), (dst, "dst")))
+    kinds = (src_r.buffer.kind, dst_r.buffer.kind)
+    clip = None
+    if kinds[0] in CLIP_KINDS and kinds[1] in BLOCK_LOCAL:
+        clip, dst_r = src_r, region(dst, "copy", "dst", loc)
+    elif kinds[0] in BLOCK_LOCAL and kinds[1] in CLIP_KINDS:
+        clip, src_r = dst_r, region(src, "copy", "src", loc)
+    else:  # no ragged windows on either side (the slices' own errors)
+        src_r, dst_r = region(src, "copy", "src", loc), region(dst, "copy", "dst", loc)
+    # The dimensions the copy's bound checks need: those not provably inside over the ranges of
+    # the block index, the PE and the enclosing loops (none: the plain copy, code unchanged).
+    dims = () if clip is None else overhanging_dims(clip, state.var_ranges())
+    state.emit(Copy(src_r, dst_r, dims, loc=loc))
