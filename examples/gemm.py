@@ -2,7 +2,9 @@
 
 Each block computes a block_m x block_n tile of C: it clears a float32 fragment, walks K in
 block_k steps copying a tile of A and of B into shared memory and multiplying them into the
-fragment, then stores the fragment (rounded to the output dtype). On an H100/H200 the code
+fragment, then stores the fragment (rounded to the output dtype). M, N and K need not be multiples
+of the tiles: the grid and the K loop round up (T.ceildiv) and the copies clip at the edges (a tile
+loaded past the end of A or B is zero-filled, C is written only inside). On an H100/H200 the code
 generator turns the loop into a TMA producer warpgroup and wgmma consumer warpgroups (see
 jax_tilescale/codegen/gemm_sm90.py); elsewhere, and in the CPU interpreter, the same kernel runs
 through the portable path. Blocks are visited in groups of `group_m` rows of tiles so that
@@ -28,8 +30,7 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to 
 def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int = 128, block_n: int = 256,
          block_k: int = 64, num_stages: int = 4, threads: int = 256, group_m: int = 8) -> ts.TileKernel:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation)."""
-    tiles_m, tiles_n = m // block_m, n // block_n
-    assert m % block_m == 0 and n % block_n == 0 and k % block_k == 0, "shapes must be multiples of the tiles"
+    tiles_m, tiles_n = T.ceildiv(m, block_m), T.ceildiv(n, block_n)
     group = group_m if tiles_m % group_m == 0 else 1
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=threads)
@@ -43,11 +44,12 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int =
         B_s = T.alloc_shared((block_k, block_n), dtype)
         C_f = T.alloc_fragment((block_m, block_n), jnp.float32)
         T.clear(C_f)
-        for ko in T.Pipelined(k // block_k, num_stages=num_stages):
+        for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
+            # ragged edges: rows of A past m and columns past k arrive as zeros (and add nothing)
             T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
             T.copy(B[T.ds(ko * block_k, block_k), T.ds(tn * block_n, block_n)], B_s)
             T.gemm(A_s, B_s, C_f)
-        T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])
+        T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])  # only the part inside C
 
     return gemm_kernel
 

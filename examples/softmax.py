@@ -2,6 +2,9 @@
 into shared memory, takes the row maxima (T.reduce_max into a float32 fragment), exponentiates in
 a T.Parallel loop (exp2 of (x - max) * log2(e), in float32), sums the rows (T.reduce_sum) and
 writes x / sum in the input dtype. Rows are split over the PEs (shard_map); nothing is exchanged.
+The rows per PE need not be a multiple of `block_m`: the last block's window ends past the input
+(T.copy clips it: those rows load as zeros, a softmax nobody stores). Each block takes whole rows,
+so no column is ever outside a tile.
 
 Checked against jax.nn.softmax in float32 on random data. `python examples/softmax.py` runs it on
 simulated CPU devices through the interpreter; the CUDA code generator lowers every statement it
@@ -28,24 +31,24 @@ TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}  # absolute (so
 
 # --- config + kernel --------------------------------------------------------------------------
 def softmax(m: int, n: int, dtype: jnp.dtype, block_m: int = 8) -> ts.TileKernel:
-    """Input and output [m, n] of `dtype` (one PE's rows); one block per `block_m` rows."""
-    if m % block_m:
-        raise ValueError(f"softmax: the rows per PE ({m}) must be a multiple of block_m ({block_m})")
+    """Input and output [m, n] of `dtype` (one PE's rows); one block per `block_m` rows (the last
+    block's rows past m are clipped)."""
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(m // block_m,), threads=128)
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(T.ceildiv(m, block_m),), threads=128)
     def row_softmax(x, y):
         bx = T.program_id(0)
         x_s = T.alloc_shared((block_m, n), dtype)
         e = T.alloc_fragment((block_m, n), jnp.float32)
         row_max = T.alloc_fragment((block_m,), jnp.float32)
         row_sum = T.alloc_fragment((block_m,), jnp.float32)
-        T.copy(x[T.ds(bx * block_m, block_m), :], x_s)
+        T.copy(x[T.ds(bx * block_m, block_m), :], x_s)  # rows past m: zeros
         T.reduce_max(x_s, row_max, dim=1)  # in float32
         for i, j in T.Parallel(block_m, n):
             e[i, j] = T.exp2((x_s[i, j] - row_max[i]) * LOG2E)
         T.reduce_sum(e, row_sum, dim=1)
         for i, j in T.Parallel(block_m, n):
-            y[bx * block_m + i, j] = e[i, j] / row_sum[i]  # rounded once, to `dtype`
+            e[i, j] = e[i, j] / row_sum[i]
+        T.copy(e, y[T.ds(bx * block_m, block_m), :])  # rounded once, to `dtype`; rows past m are skipped
 
     return row_softmax
 
