@@ -6,12 +6,14 @@ A kernel function runs once, at trace time, with symbolic values: Python cannot 
 value is a plain one):
 
     if c: A else: B       ->  for t in branch(c): (if t: A else: B)   (a kernel `c` traces A and B)
-    a if c else b         ->  if_else(c, lambda: a, lambda: b)
+    a if c else b         ->  if_else(c, lambda: a, lambda: b)         (T.where on element values)
     a and b / a or b      ->  and_(a, lambda: b) / or_(a, lambda: b)
     not a                 ->  not_(a)
     a < b < c             ->  compare_chain(("<", "<"), lambda: a, lambda: b, lambda: c)
     v = x                 ->  v = assign(lambda: v, x)   (only names bound to T.alloc_var somewhere)
 
+A kernel `c` is an index condition (`tx == 0`, `j < n`) or an element value (`x[i, j] > 0`, or a
+mix such as `j < n and x[i, j] > 0`); inside a `T.Parallel` body the traced `if` is per iteration.
 An `if` whose branches `return`, `break`, `continue` or `yield` is left alone (it cannot be traced
 as a kernel conditional; on a kernel value its truth test is an error). Line numbers are kept, so
 IR source locations and tracebacks point at the user's lines. Functions whose source cannot be
