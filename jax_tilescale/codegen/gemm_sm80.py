@@ -422,7 +422,7 @@ class Sm80Plan:
         for a dimension that cannot clip; declared once, or per iteration when the window's start
         moves with the loop."""
         src = tile.copy.src
-        clip = set(getattr(tile.copy, "clip_dims", ()))
+        clip = set(tile.copy.clip_dims)
         nd = len(src.starts)
         row_lim = col_ok = ""
         for dim, what in ((nd - 2, "row"), (nd - 1, "col")):
@@ -520,7 +520,7 @@ def _clip_checks(s: Copy, side: Region) -> tuple[list[str], Callable[[int], str]
     (`Copy.clip_dims`, the matrix's two dimensions only: the plan takes no other): the limits'
     lines and `inside(j)`, the C condition that element (ts_row, ts_col + j) is in the buffer
     ("" when nothing clips). Stores skip the elements outside, loads read them as zero."""
-    clip = getattr(s, "clip_dims", ())
+    clip = s.clip_dims
     nd = len(side.starts)
     setup, terms = [], []
     for dim, coord in ((nd - 2, "ts_row"), (nd - 1, "ts_col + {j}")):
@@ -652,7 +652,7 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
 def _fragment_use_ok(s: Stmt, acc: Buffer) -> bool:
     if isinstance(s, Copy):
         side = s.dst if s.src.buffer is acc else s.src
-        if any(d < len(side.sizes) - 2 for d in getattr(s, "clip_dims", ())):
+        if any(d < len(side.sizes) - 2 for d in s.clip_dims):
             return False  # a window clipped along a leading dimension: not a case _clip_checks takes
     if isinstance(s, Fill):
         return _whole(s.dst)

@@ -24,15 +24,12 @@ from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, requested_lowering
 from jax_tilescale.codegen.gemm_sm80 import Sm80Plan, WarpTiling, plan_with_reasons, warp_tiling
 from jax_tilescale.compiler import compile_cubin, ptxas_report
-from jax_tilescale.errors import KernelTraceError
-from jax_tilescale.ir.nodes import Copy
 from tests.codegen import emulator
 from tests.conftest import load_example
 
 ag_gemm = load_example("allgather_gemm")
+gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
-# Ragged edges (Copy.clip_dims): T.copy windows that may end past their buffer
-CLIPS = "clip_dims" in {f.name for f in dataclasses.fields(Copy)}
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
 
 
@@ -139,13 +136,8 @@ def _mma(mod) -> bool:
 
 
 def _example_ir(m=1024, n=1024, k=512, dtype=BF16, **cfg):
-    """examples/gemm.py's configuration (tiles, stages, threads) in gemm_case's kernel: its tile
-    starts are affine, so no copy is clipped (the example's grouped order computes them with // and
-    %, which the tracer may not prove inside the buffers)."""
-    tiles = dict(bm=cfg.pop("block_m", 128), bn=cfg.pop("block_n", 256), bk=cfg.pop("block_k", 64),
-                 stages=cfg.pop("num_stages", 4), threads=cfg.pop("threads", 256))
-    assert not cfg, cfg
-    return gemm_case(m, n, k, dtype=dtype, **tiles).ir()
+    """examples/gemm.py's kernel (grouped tile order; its // and % starts are proven inside)."""
+    return gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg).trace(S((m, k), dtype), S((k, n), dtype))
 
 
 def _ag_ir(npes=2, m=128, k=128, n=64, dtype=BF16, **blocks):
@@ -255,7 +247,6 @@ def test_refuses_unaligned_sources_and_other_uses():
         assert plan is None and any(why in r for r in reasons), reasons
 
 
-@pytest.mark.skipif(not CLIPS, reason="T.copy windows cannot end past their buffer here")
 def test_ragged_edges_take_mma():
     """Loads that may overhang zero-fill (cp.async src-size 0); fragment stores are guarded (the
     emulated cases run both)."""
@@ -309,18 +300,15 @@ EMULATED = {
                                                      fill=0.5),
     "nested like allgather_gemm": lambda: nested_case(128, 96, 128),
     "load, store to shared, ragged copies": lambda: through_memory_case(96, 256, 128),
+    "ragged K: clipped loads zero-filled": lambda: gemm_case(128, 128, 200, bm=64, bn=64, bk=64, threads=128,
+                                                             out_dtype=F32),
+    "ragged K, A^T B^T, fp16": lambda: gemm_case(128, 128, 72, bm=64, bn=64, bk=32, threads=128, ta=True,
+                                                 tb=True, dtype=F16, out_dtype=F32, stages=2),
+    "ragged M, N, K: clipped pair stores": lambda: gemm_case(100, 88, 72, bm=64, bn=64, bk=32, threads=128,
+                                                             out_dtype=F32),
+    "ragged M, odd row stride: clipped scalar stores": lambda: gemm_case(100, 128, 64, bm=64, bn=64, bk=32,
+                                                                         threads=128, out_cols=129),
 }
-if CLIPS:
-    EMULATED.update({
-        "ragged K: clipped loads zero-filled": lambda: gemm_case(128, 128, 200, bm=64, bn=64, bk=64, threads=128,
-                                                                 out_dtype=F32),
-        "ragged K, A^T B^T, fp16": lambda: gemm_case(128, 128, 72, bm=64, bn=64, bk=32, threads=128, ta=True,
-                                                     tb=True, dtype=F16, out_dtype=F32, stages=2),
-        "ragged M, N, K: clipped pair stores": lambda: gemm_case(100, 88, 72, bm=64, bn=64, bk=32, threads=128,
-                                                                 out_dtype=F32),
-        "ragged M, odd row stride: clipped scalar stores": lambda: gemm_case(100, 128, 64, bm=64, bn=64, bk=32,
-                                                                             threads=128, out_cols=129),
-    })
 
 
 @pytest.fixture(scope="module")
@@ -332,12 +320,7 @@ def emulated() -> dict[str, tuple]:
 
     def run(name):
         case = EMULATED[name]()
-        try:
-            mod = generate_cuda(case.ir(), "sm_80")
-        except KernelTraceError as e:  # a codegen that refuses clipped copies a plan owns
-            if "cannot clip" not in str(e):
-                raise
-            return str(e), None, None
+        mod = generate_cuda(case.ir(), "sm_80")
         rng = np.random.default_rng(len(name))
         data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]  # exact sums in fp32
         out_dtype = _np(case.kern.trace(*(S(s, d) for s, d in zip(case.shapes, case.dtypes))).outputs[0].dtype)
@@ -354,8 +337,6 @@ def emulated() -> dict[str, tuple]:
 @pytest.mark.parametrize("name", list(EMULATED))
 def test_emulated_results_are_exact(emulated, name):
     mod, got, want = emulated[name]
-    if isinstance(mod, str):
-        pytest.skip(f"compute.emit_copy refuses the plan's clipped copy: {mod}")
     assert got is not None, mod.notes
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
 
