@@ -88,17 +88,7 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
-    if own is not None:
-        from .gemm_sm90 import Sm90Plan  # (it imports this module)
-
-        # The Hopper plan's accumulator copies access every element of the window (the mma.sync
-        # plan checks clip_dims itself); refused until its planner leaves clipped copies alone.
-        if s.clip_dims and isinstance(ctx.plan, Sm90Plan):
-            raise KernelTraceError(
-                f"copy: the Hopper GEMM lowering cannot clip the window of {s.global_side.buffer.name} yet "
-                f"(clip_dims={s.clip_dims}); use tile sizes that divide the shapes, or a non-Hopper target",
-                s.loc,
-            )
+    if own is not None:  # a GEMM plan's accumulator copy (the plans guard clipped windows themselves)
         return own
     if s.src.buffer.dtype == s.dst.buffer.dtype:
         # One barrier after every copy: it orders shared-memory writes before later reads, and

@@ -21,6 +21,10 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   keep one stage's products in flight, release the previous stage;
 - C_f lives in registers, in wgmma's accumulator layout: `T.clear`, `T.fill` and `T.copy` of the
   whole fragment are lowered element by element over each thread's own accumulators.
+- ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
+  part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
+  bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
+  element's row and column with the room left in the buffer (`_clip_guard`).
 
 The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
 tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
@@ -277,13 +281,21 @@ class Sm90Plan:
         name = acc_name(buf)
         at = f"(int64_t)ts_row * {r_stride} + ts_col"
         pair = _PAIR_TYPES.get(t)
+        setup, inside = _clip_guard(s)
         if pair is not None and c_stride == 1 and r_stride % 2 == 0 and _even(element_offset(dst)):
-            ctype, make = pair  # two neighbours in one aligned store
+            # Two neighbours in one aligned store. Clipped, the pair is inside or outside as a
+            # whole: the row length and the pair's first column are both even.
+            ctype, make = pair
             store = [f"*reinterpret_cast<{ctype}*>(ts_dst + {at}) = {make}({name}[m_][i_], {name}[m_][i_ + 1]);"]
+            if inside:
+                store = [f"if ({inside('ts_row', 'ts_col')}) {store[0]}"]
         else:
             store = [f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}] = "
                      f"ts_from_float<{t}>({name}[m_][i_ + {e}]);" for e in (0, 1)]
+            if inside:
+                store = [f"if ({inside('ts_row', f'ts_col + {e}')}) {line}" for e, line in enumerate(store)]
         return [
+            *setup,
             f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
             *self._for_each_pair(buf, lambda m, i: [line.replace("m_", m).replace("i_", f"({i})") for line in store]),
         ]
@@ -293,12 +305,17 @@ class Sm90Plan:
         t = storage_type(src.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
         name = acc_name(buf)
+        setup, inside = _clip_guard(s)
+
+        def element(e: int) -> str:
+            value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}])"
+            return f"({inside('ts_row', f'ts_col + {e}')}) ? {value} : 0.0f" if inside else value
+
         return [
+            *setup,
             f"ts_named_sync(1, {self.user_threads});  // earlier writes of the source by other threads",
             f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
-            *self._for_each_pair(buf, lambda m, i: [
-                f"{name}[{m}][{i} + {e}] = ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + "
-                f"(int64_t)(ts_col + {e}) * {c_stride}]);" for e in (0, 1)]),
+            *self._for_each_pair(buf, lambda m, i: [f"{name}[{m}][{i} + {e}] = {element(e)};" for e in (0, 1)]),
         ]
 
     def _consumer_loop(self, gl: GemmLoop, ctx: Ctx) -> list[str]:
@@ -350,6 +367,32 @@ class Sm90Plan:
             "ts_wgmma_wait<0>();",
             *fence,
         ]
+
+
+def _clip_guard(s: Copy) -> tuple[list[str], object]:
+    """For a copy between the accumulator and a window that may pass the end of its global buffer
+    (`Copy.clip_dims`): set-up lines and `inside(row, col)`, the C condition that fragment element
+    (row, col) lies inside the buffer; (`[]`, None) for an unclipped copy."""
+    if not s.clip_dims:
+        return [], None
+    region = s.global_side
+    rank = len(region.sizes)
+    setup, leading = [], []
+    for d in s.clip_dims:
+        limit = f"(int64_t)({region.buffer.shape[d]}) - (int64_t)({c_expr(region.starts[d])})"
+        setup.append(f"const int64_t ts_room{d} = {limit};  // elements of dimension {d} left in the buffer")
+        if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
+            leading.append(f"ts_room{d} > 0")
+
+    def inside(row: str, col: str) -> str:
+        terms = list(leading)
+        if rank - 2 in s.clip_dims:
+            terms.append(f"{row} < ts_room{rank - 2}")
+        if rank - 1 in s.clip_dims:
+            terms.append(f"{col} < ts_room{rank - 1}")
+        return " && ".join(terms)
+
+    return setup, inside
 
 
 _PAIR_TYPES = {

@@ -57,6 +57,21 @@ def test_wgmma_gemm_matches_jnp_dot(dtype, m, n, k, cfg):
     _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), dtype)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (200, 136, 72, dict(block_m=128, block_n=128, block_k=64, num_stages=2)),
+    (1000, 1000, 1000, {}),  # the default 128x256x64 tiles, 4 stages: every edge ragged
+    (300, 520, 200, dict(block_m=128, block_n=256, block_k=64, num_stages=3, group_m=1)),
+])
+def test_wgmma_gemm_ragged_edges(dtype, m, n, k, cfg):
+    """M, N, K not multiples of the tiles: TMA zero-fills the boxes past A's and B's ends, the
+    accumulator stores are guarded with the room left in C."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg)
+    a, b = _inputs((m, k), (k, n), dtype, 7 * m + n + k)
+    assert _uses_wgmma(kern, a, b)
+    _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), dtype)
+
+
 @pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])
 def test_wgmma_gemm_transposed_operands(ta, tb):
     m, n, k, bm, bn, bk = 256, 256, 256, 128, 128, 64
