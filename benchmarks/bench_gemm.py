@@ -1,7 +1,8 @@
 """bf16 GEMM: the T.Pipelined + T.gemm kernel of examples/gemm.py against jnp.dot, same run, same GPU.
 
 Both are timed the same two ways, interleaved (7 rounds, each running every variant once, so
-that clock and temperature drift hit all alike; medians reported):
+that clock and temperature drift hit all alike; medians reported), each timed run preceded by
+`--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py);
 - calls: `reps` jitted calls dispatched back to back, full outputs, blocked on at the end.
@@ -71,14 +72,22 @@ def loop_and_calls(product, reps: int):
     return (lambda a, b: loop(a, b)), (lambda a, b: [call(a, b) for _ in range(reps)])
 
 
-def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 7) -> dict[str, float]:
+def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 7,
+                        heat_s: float = 0.5) -> dict[str, float]:
     """Seconds per product of each runner: median over `rounds` rounds in which every runner runs
-    once, in turn (clocks and temperature drift alike for all of them)."""
+    once, in turn (clocks and temperature drift alike for all of them). Before each timed run the
+    runner runs untimed for `heat_s` seconds: an H200 doing GEMMs reaches its power cap within
+    about half a second and its SM clock then depends on the kernel's energy per FLOP, so each
+    runner is timed in its own steady state, not in the cool-down left by the one before it (a
+    slow runner followed by a fast one flattered the fast one by up to ~15%: benchmarks/NOTES.md)."""
     for run in runners.values():
         jax.block_until_ready(run(a, b))
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
+            until = time.perf_counter() + heat_s
+            while time.perf_counter() < until:
+                jax.block_until_ready(run(a, b))
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             times[name].append((time.perf_counter() - t0) / reps)
@@ -98,6 +107,7 @@ def resources(kern, a, b, lowering: str = "auto") -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--heat", type=float, default=0.5, help="seconds each runner runs untimed before each timed run")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
@@ -123,7 +133,7 @@ def main() -> None:
         for (name, low) in kernels:
             for how in ("loop", "calls"):
                 runners[name, how] = with_lowering(low, runners[name, how])
-        t = interleaved_medians(runners, a, b, args.reps)
+        t = interleaved_medians(runners, a, b, args.reps, heat_s=args.heat)
         rows.append((shape, "XLA jnp.dot", t["XLA jnp.dot", "loop"], t["XLA jnp.dot", "calls"], 1.0, 1.0, "-", True))
         for (name, low), kern in kernels.items():
             got = with_lowering(low, jax.jit(kern))(a, b)
