@@ -440,7 +440,8 @@ class Sm80Plan:
 
     def _lane_tables(self, gl: MmaLoop, w: WarpTiling) -> list[str]:
         """Per-thread shared-memory byte offsets of this lane's ldmatrix row address, one per
-        static chunk key (see `_a_address`/`_b_address`); the rest of each address is immediate.
+        static chunk key (`_compute` picks them; `_k_chunk` for tiles whose chunks run along K);
+        the rest of each address is an immediate.
 
         ldmatrix.x4 lane l addresses row l % 8 of matrix l / 8. Each operand's four matrices are
         laid out so that the registers come out in mma's fragment order: A (m16 x k16) as
