@@ -61,7 +61,7 @@ from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Reg
 from .common import INDENT, WARP, Ctx
 from .compute import typed_base
 from .expr_printer import c_expr, var_name
-from .gemm_sm90 import _PAIR_TYPES, _buffers_of, _even, _whole, acc_name
+from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, match_gemm_step, whole
 from .regions import BASE_ALIGN, element_offset, row_major_strides
 from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES
@@ -255,8 +255,8 @@ class Sm80Plan:
         r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
         name = acc_name(buf)
         setup, inside = _clip_checks(s, dst)
-        pair = _PAIR_TYPES.get(t)
-        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and _even(element_offset(dst)):
+        pair = PAIR_TYPES.get(t)
+        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
             # Two neighbours in one aligned store. Clipped, a pair is inside or outside as a whole:
             # the row length and the pair's first column in the buffer are both even.
             ctype, make = pair
@@ -562,7 +562,7 @@ _GLOBAL = (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC)
 def _tile(copy: Copy, threads: int) -> Tile | str:
     src, dst = copy.src, copy.dst
     buf = dst.buffer
-    if buf.kind is not BufferKind.SHARED or not _whole(dst) or len(buf.shape) != 2:
+    if buf.kind is not BufferKind.SHARED or not whole(dst) or len(buf.shape) != 2:
         return f"{dst} is not a whole 2-D shared tile"
     if src.buffer.kind not in _GLOBAL:
         return f"the source {src} is not in global memory"
@@ -585,21 +585,11 @@ def _tile(copy: Copy, threads: int) -> Tile | str:
 
 
 def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:
-    body = loop.body
-    if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
-        return "the body is not `copy, copy, gemm`"
-    g: Gemm = body[2]  # type: ignore[assignment]
-    copies = {s.dst.buffer: s for s in body[:2]}  # type: ignore[union-attr]
-    if g.a.buffer not in copies or g.b.buffer not in copies or g.a.buffer is g.b.buffer:
-        return "the gemm's A and B are not the two tiles the loop copies"
-    if not (_whole(g.a) and _whole(g.b) and _whole(g.c)):
-        return "the gemm's operands are not whole tiles"
-    dt = g.a.buffer.dtype
-    if g.b.buffer.dtype != dt or dt not in MMA_INPUT_TYPES:
-        return f"mma.sync here takes fp16/bf16 tiles, not {dt.name}/{g.b.buffer.dtype.name}"
-    acc = g.c.buffer
-    if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
-        return "C is not a 2-D float32 fragment"
+    matched = match_gemm_step(loop, MMA_INPUT_TYPES, "mma.sync")
+    if isinstance(matched, str):
+        return matched
+    g, copies = matched
+    dt, acc = g.a.buffer.dtype, g.c.buffer
     a = _tile(copies[g.a.buffer], threads)
     b = _tile(copies[g.b.buffer], threads)
     for t in (a, b):
@@ -638,7 +628,7 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
     for s in stmts:
         if id(s) in owned:
             continue
-        touched = _buffers_of(s)
+        touched = buffers_of(s)
         for gl in loops:
             if touched & {gl.a.buffer, gl.b.buffer}:
                 drop.add(gl.index)
@@ -656,11 +646,11 @@ def _fragment_use_ok(s: Stmt, acc: Buffer) -> bool:
         if any(d < len(side.sizes) - 2 for d in s.clip_dims):
             return False  # a window clipped along a leading dimension: not a case _clip_checks takes
     if isinstance(s, Fill):
-        return _whole(s.dst)
+        return whole(s.dst)
     if isinstance(s, Copy) and s.src.buffer is acc:
-        return _whole(s.src) and len(s.dst.sizes) >= 2 and s.dst.sizes[-2:] == s.src.sizes and s.dst.buffer is not acc
+        return whole(s.src) and len(s.dst.sizes) >= 2 and s.dst.sizes[-2:] == s.src.sizes and s.dst.buffer is not acc
     if isinstance(s, Copy) and s.dst.buffer is acc:
-        return _whole(s.dst) and len(s.src.sizes) >= 2 and s.src.sizes[-2:] == s.dst.sizes
+        return whole(s.dst) and len(s.src.sizes) >= 2 and s.src.sizes[-2:] == s.dst.sizes
     return False
 
 

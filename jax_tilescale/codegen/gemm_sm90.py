@@ -42,15 +42,16 @@ only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing e
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir.expr import BinOp, BinOpKind, Const, Var, VarKind
-from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
+from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
 from .common import INDENT, Ctx, c_string, indent
 from .compute import typed_base
-from .expr_printer import WHERE_NAME, c_expr, c_identifier, var_name
+from .expr_printer import WHERE_NAME, c_expr, var_name
+from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, match_gemm_step, whole
 from .regions import element_offset, row_major_strides
 from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
@@ -280,9 +281,9 @@ class Sm90Plan:
         r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
         name = acc_name(buf)
         at = f"(int64_t)ts_row * {r_stride} + ts_col"
-        pair = _PAIR_TYPES.get(t)
+        pair = PAIR_TYPES.get(t)
         setup, inside = _clip_guard(s)
-        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and _even(element_offset(dst)):
+        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
             # Two neighbours in one aligned store. Clipped, the pair is inside or outside as a
             # whole: the row length and the pair's first column are both even.
             ctype, make = pair
@@ -395,35 +396,13 @@ def _clip_guard(s: Copy) -> tuple[list[str], object]:
     return setup, inside
 
 
-_PAIR_TYPES = {
-    "__nv_bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
-    "__half": ("__half2", "__floats2half2_rn"),
-    "float": ("float2", "make_float2"),
-}
-
-
-def _even(offset) -> bool:
-    from ..ir.expr import affine_form
-
-    form = affine_form(offset)
-    return form is not None and form[1] % 2 == 0 and all(c % 2 == 0 for c in form[0].values())
-
-
-def acc_name(buf: Buffer) -> str:
-    return f"ts_acc_{c_identifier(buf.name)}"
-
-
 # ---- planning ------------------------------------------------------------------------------------
-
-
-def _whole(region: Region) -> bool:
-    return region.sizes == region.buffer.shape and all(s == Const(0) for s in region.starts)
 
 
 def _operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], ptx: str) -> Operand | str:
     src, dst = copy.src, copy.dst
     buf = dst.buffer
-    if not _whole(dst) or len(buf.shape) != 2:
+    if not whole(dst) or len(buf.shape) != 2:
         return f"{copy.dst} is not a whole 2-D shared tile"
     if src.buffer.kind is not BufferKind.INPUT or len(src.buffer.shape) != 2:
         return f"the source {src} is not a 2-D kernel input"
@@ -446,21 +425,11 @@ def _operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], 
 def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int) -> GemmLoop | str:
     if loop.num_stages is None:
         return "not a T.Pipelined loop"
-    body = loop.body
-    if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
-        return "the body is not `copy, copy, gemm`"
-    g: Gemm = body[2]  # type: ignore[assignment]
-    copies = {s.dst.buffer: s for s in body[:2]}  # type: ignore[union-attr]
-    if g.a.buffer not in copies or g.b.buffer not in copies or g.a.buffer is g.b.buffer:
-        return "the gemm's A and B are not the two tiles the loop copies"
-    if not (_whole(g.a) and _whole(g.b) and _whole(g.c)):
-        return "the gemm's operands are not whole tiles"
-    dt = g.a.buffer.dtype
-    if g.b.buffer.dtype != dt or dt not in WGMMA_INPUT_TYPES:
-        return f"wgmma here takes fp16/bf16 tiles, not {dt.name}/{g.b.buffer.dtype.name}"
-    acc = g.c.buffer
-    if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
-        return "C is not a 2-D float32 fragment"
+    matched = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma")
+    if isinstance(matched, str):
+        return matched
+    g, copies = matched
+    dt, acc = g.a.buffer.dtype, g.c.buffer
     ptx = WGMMA_INPUT_TYPES[dt]
     a = _operand(copies[g.a.buffer], kernel.params, maps, ptx)
     b = _operand(copies[g.b.buffer], kernel.params, maps, ptx)
@@ -517,14 +486,14 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     for s in stmts:
         if id(s) in owned or id(s) in inside:
             continue
-        touched = _buffers_of(s)
+        touched = buffers_of(s)
         if touched & tiles:
             return None, [*reasons, f"{s.op_name} at {s.loc} uses a pipelined tile outside its loop"]
         if touched & accs:
-            ok = (isinstance(s, Fill) and _whole(s.dst)) or (
-                isinstance(s, Copy) and ((s.src.buffer in accs and _whole(s.src) and len(s.dst.sizes) >= 2
+            ok = (isinstance(s, Fill) and whole(s.dst)) or (
+                isinstance(s, Copy) and ((s.src.buffer in accs and whole(s.src) and len(s.dst.sizes) >= 2
                                           and s.dst.sizes[-2:] == s.src.sizes)
-                                         or (s.dst.buffer in accs and _whole(s.dst) and len(s.src.sizes) >= 2
+                                         or (s.dst.buffer in accs and whole(s.dst) and len(s.src.sizes) >= 2
                                              and s.src.sizes[-2:] == s.dst.sizes)))
             if not ok:
                 return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
@@ -596,23 +565,3 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     return gl
 
 
-def _buffers_of(s: Stmt) -> set[Buffer]:
-    """Every buffer a statement names (regions, element expressions, anything nested), except
-    through the statement lists it holds (those statements are visited on their own)."""
-    out: set[Buffer] = set()
-
-    def visit(value: object) -> None:
-        if isinstance(value, Buffer):
-            out.add(value)
-        elif isinstance(value, (tuple, list)):
-            if value and all(isinstance(v, Stmt) for v in value):
-                return
-            for v in value:
-                visit(v)
-        elif is_dataclass(value) and not isinstance(value, type):
-            for f in fields(value):
-                visit(getattr(value, f.name))
-
-    for f in fields(s):
-        visit(getattr(s, f.name))
-    return out
