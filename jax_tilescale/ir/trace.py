@@ -22,7 +22,7 @@ from ..errors import KernelTraceError
 from .expr import Const, Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
 from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 from .tile_ops import Store
-from .values import TileValue, UnaryKind, Value, build_value, defers, index_arith, unary
+from .values import BinaryKind, TileValue, UnaryKind, Value, binary, build_value, defers, index_arith, unary
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -305,6 +305,32 @@ class RegionRef:
 
     def __abs__(self) -> TileValue:
         return build_value(unary, (UnaryKind.ABS, self))
+
+    # `~mask[i, j]`, `mask[i, j] & (x[i, j] > 0)`: logic on element values (bool elements); on an
+    # index value (one element of an integer input) whatever its index expression allows.
+    def _logic(self, kind: BinaryKind, other: Any, reflected: bool = False) -> Any:
+        if not self.__tilescale_defer__:
+            mine = self.__tilescale_expr__()
+            return (other & mine if reflected else mine & other) if kind is BinaryKind.AND else (
+                other | mine if reflected else mine | other)
+        return build_value(binary, (kind, other, self) if reflected else (kind, self, other))
+
+    def __and__(self, other: Any) -> Any:
+        return self._logic(BinaryKind.AND, other)
+
+    def __rand__(self, other: Any) -> Any:
+        return self._logic(BinaryKind.AND, other, True)
+
+    def __or__(self, other: Any) -> Any:
+        return self._logic(BinaryKind.OR, other)
+
+    def __ror__(self, other: Any) -> Any:
+        return self._logic(BinaryKind.OR, other, True)
+
+    def __invert__(self) -> Any:
+        if not self.__tilescale_defer__:
+            return ~self.__tilescale_expr__()
+        return build_value(unary, (UnaryKind.NOT, self))
 
     def __setitem__(self, index: Any, value: Any) -> None:
         loc = user_source_loc()

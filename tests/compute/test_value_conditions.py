@@ -265,3 +265,8 @@ def test_truth_test_of_a_value_in_a_helper_names_the_traced_forms():
     with pytest.raises(KernelTraceError, match=r"a Python `if` or bool\(\) cannot decide it while the kernel "
                                                r"is traced.*with T.If\(cond\)"):
         _trace(k)
+
+
+
+def test_logic_operators_directly_on_bool_elements():
+    check(K.case_bool_mask_logic())

@@ -249,6 +249,27 @@ def case_explicit_if(m: int = 8, n: int = 32) -> Case:
     return Case(explicit_if, [x], [o, p])
 
 
+def case_bool_mask_logic(m: int = 24, n: int = 40) -> Case:
+    """`~mask[i, j]`, `mask[i, j] & cond` and `cond | mask[i, j]` directly on a bool input's elements
+    (the same values as on comparisons: both sides evaluated), in an `if` and in T.where."""
+
+    @ts.kernel(out_shape=(SDS((m, n), np.float32), SDS((m, n), np.float32)), grid=(1,), threads=64)
+    def bool_mask_logic(mask, x, kept, flagged):
+        for i, j in T.Parallel(m, n):
+            if ~mask[i, j] & (x[i, j] > 0):
+                kept[i, j] = x[i, j]
+            else:
+                kept[i, j] = -1.0
+            flagged[i, j] = T.where((x[i, j] < -1) | mask[i, j], 1.0, 0.0)
+
+    rng = np.random.default_rng(11)
+    x = rand(rng, (m, n), np.dtype(np.float32))
+    mask = rng.random((m, n)) < 0.4
+    want = [np.where(~mask & (x > 0), x, np.float32(-1)).astype(np.float32),
+            np.where((x < -1) | mask, 1.0, 0.0).astype(np.float32)]
+    return Case(bool_mask_logic, [mask, x], want)
+
+
 def all_cases() -> dict[str, Case]:
     """Every case, by name (nvcc builds them all)."""
     cases: dict[str, Case] = {}
@@ -262,4 +283,5 @@ def all_cases() -> dict[str, Case]:
     cases["block_level"] = case_block_level()
     cases["counts_then_branch"] = case_counts_then_branch()
     cases["explicit_if"] = case_explicit_if()
+    cases["bool_mask_logic"] = case_bool_mask_logic()
     return cases
