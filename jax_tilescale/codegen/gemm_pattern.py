@@ -8,14 +8,14 @@ instructions need on top (tile shapes, alignment, where the tiles come from).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 
 import numpy as np
 
 from ..ir.expr import Const, affine_form
 from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, Loop, Region, Stmt
-from .expr_printer import c_identifier
+from .expr_printer import c_expr, c_identifier
 
 # 16-bit and 32-bit element types -> (the C pair type, the function that packs two floats into it)
 PAIR_TYPES = {
@@ -83,3 +83,30 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str) -> tuple[Gemm, 
     if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
         return "C is not a 2-D float32 fragment"
     return g, copies
+
+
+def fragment_clip_guard(s: Copy) -> tuple[list[str], Callable[[str, str], str] | None]:
+    """For a copy between a register fragment and a window that may pass the end of its global
+    buffer (`Copy.clip_dims`): set-up lines and `inside(row, col)`, the C condition that fragment
+    element (row, col) lies inside the buffer; (`[]`, None) for an unclipped copy. Stores skip the
+    elements outside, loads read them as zero."""
+    if not s.clip_dims:
+        return [], None
+    region = s.global_side
+    rank = len(region.sizes)
+    setup, leading = [], []
+    for d in s.clip_dims:
+        limit = f"(int64_t)({region.buffer.shape[d]}) - (int64_t)({c_expr(region.starts[d])})"
+        setup.append(f"const int64_t ts_room{d} = {limit};  // elements of dimension {d} left in the buffer")
+        if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
+            leading.append(f"ts_room{d} > 0")
+
+    def inside(row: str, col: str) -> str:
+        terms = list(leading)
+        if rank - 2 in s.clip_dims:
+            terms.append(f"{row} < ts_room{rank - 2}")
+        if rank - 1 in s.clip_dims:
+            terms.append(f"{col} < ts_room{rank - 1}")
+        return " && ".join(terms)
+
+    return setup, inside

@@ -57,11 +57,11 @@ import numpy as np
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
-from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Region, Stmt, walk_stmts
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
 from .common import INDENT, WARP, Ctx
 from .compute import typed_base
 from .expr_printer import c_expr, var_name
-from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, match_gemm_step, whole
+from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, fragment_clip_guard, match_gemm_step, whole
 from .regions import BASE_ALIGN, element_offset, row_major_strides
 from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES
@@ -254,7 +254,7 @@ class Sm80Plan:
         t = storage_type(dst.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
         name = acc_name(buf)
-        setup, inside = _clip_checks(s, dst)
+        setup, inside = _pair_clip(s)
         pair = PAIR_TYPES.get(t)
         if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
             # Two neighbours in one aligned store. Clipped, a pair is inside or outside as a whole:
@@ -280,7 +280,7 @@ class Sm80Plan:
         t = storage_type(src.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
         name = acc_name(buf)
-        setup, inside = _clip_checks(s, src)
+        setup, inside = _pair_clip(s)
 
         def load(e):
             lines = []
@@ -516,20 +516,13 @@ class Sm80Plan:
         return lines
 
 
-def _clip_checks(s: Copy, side: Region) -> tuple[list[str], Callable[[int], str]]:
-    """A copy between the fragment and a window of `side` that may end past its buffer
-    (`Copy.clip_dims`, the matrix's two dimensions only: the plan takes no other): the limits'
-    lines and `inside(j)`, the C condition that element (ts_row, ts_col + j) is in the buffer
-    ("" when nothing clips). Stores skip the elements outside, loads read them as zero."""
-    clip = s.clip_dims
-    nd = len(side.starts)
-    setup, terms = [], []
-    for dim, coord in ((nd - 2, "ts_row"), (nd - 1, "ts_col + {j}")):
-        if dim in clip:
-            setup.append(f"const int64_t ts_room{dim} = {side.buffer.shape[dim]} - {c_expr(side.starts[dim])};  "
-                         f"// of dimension {dim} of {side.buffer.name}, from the window's start to its end")
-            terms.append(f"{coord} < ts_room{dim}")
-    return setup, lambda j: " && ".join(t.format(j=j) for t in terms)
+def _pair_clip(s: Copy) -> tuple[list[str], Callable[[int], str]]:
+    """`fragment_clip_guard` for this plan's pair loops: the set-up lines and `inside(j)`, the C
+    condition that element (ts_row, ts_col + j) is in the buffer ("" when nothing clips)."""
+    setup, guard = fragment_clip_guard(s)
+    if guard is None:
+        return setup, lambda j: ""
+    return setup, lambda j: guard("ts_row", f"ts_col + {j}")
 
 
 def _guarded(line: str, cond: str) -> str:
@@ -644,7 +637,7 @@ def _fragment_use_ok(s: Stmt, acc: Buffer) -> bool:
     if isinstance(s, Copy):
         side = s.dst if s.src.buffer is acc else s.src
         if any(d < len(side.sizes) - 2 for d in s.clip_dims):
-            return False  # a window clipped along a leading dimension: not a case _clip_checks takes
+            return False  # a window clipped along a leading dimension: this plan keeps to matrix windows
     if isinstance(s, Fill):
         return whole(s.dst)
     if isinstance(s, Copy) and s.src.buffer is acc:

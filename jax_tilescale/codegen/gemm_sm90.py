@@ -24,7 +24,7 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
 - ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
   part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
-  element's row and column with the room left in the buffer (`_clip_guard`).
+  element's row and column with the room left in the buffer (`gemm_pattern.fragment_clip_guard`).
 
 The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
 tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
@@ -51,7 +51,7 @@ from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelI
 from .common import INDENT, Ctx, c_string, indent
 from .compute import typed_base
 from .expr_printer import WHERE_NAME, c_expr, var_name
-from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, match_gemm_step, whole
+from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, fragment_clip_guard, match_gemm_step, whole
 from .regions import element_offset, row_major_strides
 from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
@@ -282,7 +282,7 @@ class Sm90Plan:
         name = acc_name(buf)
         at = f"(int64_t)ts_row * {r_stride} + ts_col"
         pair = PAIR_TYPES.get(t)
-        setup, inside = _clip_guard(s)
+        setup, inside = fragment_clip_guard(s)
         if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
             # Two neighbours in one aligned store. Clipped, the pair is inside or outside as a
             # whole: the row length and the pair's first column are both even.
@@ -306,7 +306,7 @@ class Sm90Plan:
         t = storage_type(src.buffer.dtype, s.loc)
         r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
         name = acc_name(buf)
-        setup, inside = _clip_guard(s)
+        setup, inside = fragment_clip_guard(s)
 
         def element(e: int) -> str:
             value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}])"
@@ -368,32 +368,6 @@ class Sm90Plan:
             "ts_wgmma_wait<0>();",
             *fence,
         ]
-
-
-def _clip_guard(s: Copy) -> tuple[list[str], object]:
-    """For a copy between the accumulator and a window that may pass the end of its global buffer
-    (`Copy.clip_dims`): set-up lines and `inside(row, col)`, the C condition that fragment element
-    (row, col) lies inside the buffer; (`[]`, None) for an unclipped copy."""
-    if not s.clip_dims:
-        return [], None
-    region = s.global_side
-    rank = len(region.sizes)
-    setup, leading = [], []
-    for d in s.clip_dims:
-        limit = f"(int64_t)({region.buffer.shape[d]}) - (int64_t)({c_expr(region.starts[d])})"
-        setup.append(f"const int64_t ts_room{d} = {limit};  // elements of dimension {d} left in the buffer")
-        if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
-            leading.append(f"ts_room{d} > 0")
-
-    def inside(row: str, col: str) -> str:
-        terms = list(leading)
-        if rank - 2 in s.clip_dims:
-            terms.append(f"{row} < ts_room{rank - 2}")
-        if rank - 1 in s.clip_dims:
-            terms.append(f"{col} < ts_room{rank - 1}")
-        return " && ".join(terms)
-
-    return setup, inside
 
 
 # ---- planning ------------------------------------------------------------------------------------
