@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from .expr import Const, Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
-from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
+from .expr import Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
+from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt, full_region
 from .tile_ops import Store
 from .values import BinaryKind, TileValue, UnaryKind, Value, binary, build_value, defers, index_arith, unary
 
@@ -120,7 +120,7 @@ class Ref:
         return self.buffer.dtype
 
     def region(self) -> Region:
-        return Region(self.buffer, tuple(Const(0) for _ in self.shape), self.shape)
+        return full_region(self.buffer)
 
     def __getitem__(self, index: Any) -> RegionRef:
         return sliced_ref(self.region(), index, user_source_loc())
