@@ -13,12 +13,17 @@ GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = c
 ldmatrix + mma.sync, portable), in the same interleaved rounds.
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
-        [--configs 128x256x64/4/g8,128x128x32/4/g8/t128]
+        [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
+
+A config's optional suffixes: `/tN` threads, `/mc` two-block clusters multicasting the shared
+tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers instead of through
+shared memory and TMA (gemm_sm90.TMA_STORE off).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pathlib
 import re
@@ -31,36 +36,56 @@ import jax.numpy as jnp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 from gemm import gemm
 
-from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen import gemm_sm90, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 
 SHAPES = ((8192, 8192, 8192), (8192, 28672, 8192), (8192, 8192, 28672))
-CONFIGS = "128x256x64/4/g8,256x128x64/4/g8"  # block_m x block_n x block_k / stages / group_m [/ tTHREADS]
+CONFIGS = "128x256x64/4/g8,256x192x64/4/g8"  # block_m x block_n x block_k / stages / group_m [/ suffixes]
+SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config suffix -> gemm_sm90 switch
 
 
-def parse_config(text: str) -> dict:
-    tiles, stages, group, *threads = text.split("/")
+def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
+    """(gemm() keyword arguments, gemm_sm90 switches) of one --configs entry."""
+    tiles, stages, group, *rest = text.split("/")
     bm, bn, bk = map(int, tiles.split("x"))
     cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
-    if threads:
-        cfg["threads"] = int(threads[0].lstrip("t"))
-    return cfg
+    switches: dict[str, bool] = {}
+    for suffix in rest:
+        if suffix in SWITCHES:
+            name, value = SWITCHES[suffix]
+            switches[name] = value
+        elif suffix.startswith("t") and suffix[1:].isdigit():
+            cfg["threads"] = int(suffix[1:])
+        else:
+            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} (tN, {', '.join(SWITCHES)})")
+    return cfg, switches
 
 
-def with_lowering(lowering: str, fn):
-    """`fn` run with $TILESCALE_GEMM_LOWERING set: kernels are lowered at their first (compiling)
-    call, so each runner's kernel takes its own lowering."""
+@contextlib.contextmanager
+def codegen_settings(lowering: str, switches: dict[str, bool]):
+    """$TILESCALE_GEMM_LOWERING and the gemm_sm90 switches, set while a kernel is lowered."""
+    old_env, old = os.environ.get(LOWERING_VAR), {name: getattr(gemm_sm90, name) for name in switches}
+    os.environ[LOWERING_VAR] = lowering
+    for name, value in switches.items():
+        setattr(gemm_sm90, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(gemm_sm90, name, value)
+        if old_env is None:
+            os.environ.pop(LOWERING_VAR, None)
+        else:
+            os.environ[LOWERING_VAR] = old_env
+
+
+def with_settings(lowering: str, switches: dict[str, bool], fn):
+    """`fn` run under `codegen_settings`: kernels are lowered at their first (compiling) call, so
+    each runner's kernel takes its own lowering and switches."""
     def run(*args):
-        old = os.environ.get(LOWERING_VAR)
-        os.environ[LOWERING_VAR] = lowering
-        try:
+        with codegen_settings(lowering, switches):
             return fn(*args)
-        finally:
-            if old is None:
-                os.environ.pop(LOWERING_VAR, None)
-            else:
-                os.environ[LOWERING_VAR] = old
     return run
 
 
@@ -94,8 +119,9 @@ def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
-def resources(kern, a, b, lowering: str = "auto") -> str:
-    module = generate_cuda(kern.trace(a, b), "sm_90", gemm_lowering=lowering)
+def resources(kern, a, b, lowering: str = "auto", switches: dict[str, bool] | None = None) -> str:
+    with codegen_settings(lowering, switches or {}):
+        module = generate_cuda(kern.trace(a, b), "sm_90", gemm_lowering=lowering)
     report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
@@ -125,22 +151,23 @@ def main() -> None:
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
         want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
         scale = float(jnp.max(jnp.abs(want)))
-        kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low):
-                   gemm(m, n, k, jnp.bfloat16, **parse_config(c)) for c in args.configs.split(",") for low in lowerings}
+        configs = {c: parse_config(c) for c in args.configs.split(",")}
+        kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low, c): gemm(m, n, k, jnp.bfloat16, **cfg)
+                   for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}
-        for name, product in [("XLA jnp.dot", lambda x, y: x @ y), *((name, kv) for (name, _), kv in kernels.items())]:
+        for name, product in [("XLA jnp.dot", lambda x, y: x @ y), *((key[0], kv) for key, kv in kernels.items())]:
             runners[(name, "loop")], runners[(name, "calls")] = loop_and_calls(product, args.reps)
-        for (name, low) in kernels:
+        for (name, low, c) in kernels:
             for how in ("loop", "calls"):
-                runners[name, how] = with_lowering(low, runners[name, how])
+                runners[name, how] = with_settings(low, configs[c][1], runners[name, how])
         t = interleaved_medians(runners, a, b, args.reps, heat_s=args.heat)
         rows.append((shape, "XLA jnp.dot", t["XLA jnp.dot", "loop"], t["XLA jnp.dot", "calls"], 1.0, 1.0, "-", True))
-        for (name, low), kern in kernels.items():
-            got = with_lowering(low, jax.jit(kern))(a, b)
+        for (name, low, c), kern in kernels.items():
+            got = with_settings(low, configs[c][1], jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
             tl, tc = t[name, "loop"], t[name, "calls"]
             rows.append((shape, name, tl, tc, t["XLA jnp.dot", "loop"] / tl, t["XLA jnp.dot", "calls"] / tc,
-                         resources(kern, a, b, low), err <= 2e-2 * scale))
+                         resources(kern, a, b, low, configs[c][1]), err <= 2e-2 * scale))
     width = max(21, *(len(what) for _, what, *_ in rows))
     print(f"\n{'shape':>18} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'calls ms':>8} {'TF/s':>6} "
           f"{'xXLA':>5}  ok  code")

@@ -21,6 +21,10 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   keep one stage's products in flight, release the previous stage;
 - C_f lives in registers, in wgmma's accumulator layout: `T.clear`, `T.fill` and `T.copy` of the
   whole fragment are lowered element by element over each thread's own accumulators.
+- the kernel's last statement, the copy of the whole fragment into a 16-bit output, is a TMA
+  store (`TMA_STORE`): the consumers write their accumulators, converted, into the freed stage
+  ring in the 128-byte-swizzled box layout, and one thread stores the boxes; the block's final
+  wait is only for the boxes' shared-memory reads, not for their global writes;
 - ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
   part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
@@ -42,7 +46,7 @@ only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing e
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -125,6 +129,17 @@ class GemmLoop:
         return f"ts_empty{self.index}"
 
 
+@dataclass(frozen=True)
+class TmaStore:
+    """The fragment -> global copy that ends the kernel, done as TMA stores from shared memory."""
+
+    map_index: int  # the output's tensor map: boxes of 64 columns x `rows`
+    staging: Buffer  # a stage ring the planned loops have finished with
+    rows: int
+    cols: int
+    pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
+
+
 @dataclass
 class Sm90Plan:
     """What the Hopper lowering owns in one kernel; `emit` is asked first by every compute rule."""
@@ -136,6 +151,7 @@ class Sm90Plan:
     tensor_maps: list[TensorMapSpec]
     ptx_type: str
     cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
+    stores: dict[Copy, TmaStore] = field(default_factory=dict)  # accumulator copies done by TMA store
 
     # ---- facts for the layout and the kernel frame ----
 
@@ -245,6 +261,8 @@ class Sm90Plan:
             name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
             return self._for_each_pair(stmt.dst.buffer, lambda m, i: [
                 f"{name}[{m}][{i}] = {v};", f"{name}[{m}][{i} + 1] = {v};"])
+        if isinstance(stmt, Copy) and stmt in self.stores:
+            return self._tma_store(stmt, self.stores[stmt], ctx)
         if isinstance(stmt, Copy) and stmt.src.buffer in self.acc_slabs:
             return self._acc_store(stmt, ctx)
         if isinstance(stmt, Copy) and stmt.dst.buffer in self.acc_slabs:
@@ -299,6 +317,49 @@ class Sm90Plan:
             *setup,
             f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
             *self._for_each_pair(buf, lambda m, i: [line.replace("m_", m).replace("i_", f"({i})") for line in store]),
+        ]
+
+    def _tma_store(self, s: Copy, st: TmaStore, ctx: Ctx) -> list[str]:
+        """Accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
+
+        The boxes take the operand tiles' layout: 64 columns of 128-byte rows per box, 16-byte
+        chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows x 16 bytes hit distinct banks.
+        A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows and its
+        swizzle phase in bits 4-6), hi the unrolled loop's box, slab and half (multiples of 1024),
+        lo the chunk (bits 4-6); one add and one xor per store keeps the epilogue's registers low
+        while 128 or more accumulators are live."""
+        ctype, make = st.pair
+        name = acc_name(s.src.buffer)
+        slabs, n = self.acc_slabs[s.src.buffer], self.acc_n[s.src.buffer]
+        box = st.rows * 128
+        y, x = (c_expr(e) for e in s.dst.starts[-2:])
+        stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
+                  f"(int32_t)({x}) + {atom * ATOM_ELEMS}, (int32_t)({y}));" for atom in range(st.cols // ATOM_ELEMS)]
+        at = f"(ts_t + (ts_j / 8) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) ^ ((ts_j % 8) * 16u)"
+        return [
+            f"ts_named_sync(1, {self.user_threads});  // every consumer's tensor-core reads of the ring are done",
+            f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
+            f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
+            "+ (threadIdx.x % 32) / 4;  // the thread's first row",
+            "const uint32_t ts_t = ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * 4u;",
+            "#pragma unroll",
+            f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) {{",
+            f"{INDENT}#pragma unroll",
+            f"{INDENT}for (int ts_j = 0; ts_j < {n // 8}; ++ts_j) {{",
+            f"{INDENT * 2}#pragma unroll",
+            f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
+            f"{INDENT * 3}*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
+            f"{INDENT * 4}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
+            f"{INDENT * 2}}}",
+            f"{INDENT}}}",
+            "}",
+            "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
+            f"ts_named_sync(1, {self.user_threads});",
+            "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
+            *indent(stores),
+            f"{INDENT}ts_bulk_commit();",
+            f"{INDENT}ts_bulk_wait_read();",
+            "}",
         ]
 
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
@@ -478,8 +539,46 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     acc_n = {gl.acc: gl.n for gl in loops}
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
-    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster)
+    stores = _tma_stores(kernel, loops, maps)
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores)
     return plan, reasons
+
+
+# ---- the epilogue: the accumulator's store through shared memory and TMA ----------------------------
+
+TMA_STORE = True  # False: every accumulator copy stores from registers (bench_gemm.py's "/direct" configs)
+
+
+def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
+    """The kernel's last statement when it copies a whole accumulator into a 2-D 16-bit output
+    window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
+    that nothing after it reads the output or the ring (the blocks' exit only waits for the
+    boxes' shared-memory reads) and every planned loop, whose producer writes the rings, is done."""
+    if not TMA_STORE or not kernel.body:
+        return {}
+    s = kernel.body[-1]
+    if not isinstance(s, Copy) or not whole(s.src):
+        return {}
+    feeding = [gl for gl in loops if gl.acc is s.src.buffer]
+    dst = s.dst.buffer
+    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in WGMMA_INPUT_TYPES:
+        return {}
+    rows, cols = s.src.buffer.shape
+    row_bytes = dst.shape[1] * dst.dtype.itemsize
+    pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
+    if pair is None or cols % ATOM_ELEMS or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
+        return {}
+    need = rows * cols * dst.dtype.itemsize
+    rings = [(op.stage_bytes * gl.stages, op.buffer) for gl in feeding for op in (gl.a, gl.b)]
+    room, staging = max(rings, key=lambda r: r[0])
+    if room < need:
+        return {}
+    tma_dtype = _TMA_DTYPE[WGMMA_INPUT_TYPES[dst.dtype]]
+    spec = TensorMapSpec(kernel.params.index(dst), tma_dtype, (dst.shape[1], dst.shape[0]), row_bytes,
+                         (ATOM_ELEMS, rows))
+    if spec not in maps:
+        maps.append(spec)
+    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair)}
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------

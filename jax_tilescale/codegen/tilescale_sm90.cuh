@@ -93,6 +93,17 @@ __device__ __forceinline__ void ts_tma_load_2d(void* smem_dst, const void* tmap,
       "l"(tmap), "r"(ts_smem_addr(bar)), "r"(x), "r"(y)
       : "memory");
 }
+// Box (x, y) of a 2-D tensor map from shared memory; elements of the box outside the tensor are not
+// written. Completes in this thread's bulk group (ts_bulk_commit / ts_bulk_wait_read).
+__device__ __forceinline__ void ts_tma_store_2d(const void* tmap, const void* smem_src, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tmap),
+               "r"(ts_smem_addr(smem_src)), "r"(x), "r"(y)
+               : "memory");
+}
+__device__ __forceinline__ void ts_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's committed bulk stores have read their shared memory (which may then be reused or
+// released); their global writes complete before the grid does.
+__device__ __forceinline__ void ts_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }

@@ -56,8 +56,10 @@ def test_pipelined_gemm_takes_the_hopper_lowering():
     assert mod.arch == "sm_90a" and mod.threads == 256 + 128 and not mod.notes
     assert mod.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 128  # stages, alignment slack, barriers
     maps = np.asarray(mod.tensor_maps).reshape(-1, TENSOR_MAP_FIELDS)
-    # A: 64-column boxes of 128 rows; B: 64-column boxes of 64 rows; both 128-byte swizzled bf16
-    assert maps.tolist() == [[0, 9, 2, 8192, 8192, 16384, 64, 128, 3], [1, 9, 2, 8192, 8192, 16384, 64, 64, 3]]
+    # A: 64-column boxes of 128 rows; B: 64-column boxes of 64 rows; C (the TMA-stored epilogue):
+    # 64-column boxes of 128 rows; all 128-byte swizzled bf16
+    assert maps.tolist() == [[0, 9, 2, 8192, 8192, 16384, 64, 128, 3], [1, 9, 2, 8192, 8192, 16384, 64, 64, 3],
+                             [2, 9, 2, 8192, 8192, 16384, 64, 128, 3]]
     src = mod.source
     assert "ts_wgmma_m64n256k16_bf16_km" in src and "ts_tma_load_2d" in src and "setmaxnreg" in src
     assert "__syncthreads()" not in src.split("consumer warpgroups")[1]  # consumers never wait for the producer
@@ -81,6 +83,63 @@ def test_portable_path_and_the_reason(why, ir, pattern):
         assert "portable path: " in mod.source
 
 
+def _two_outputs(out_dtypes, stages=3, bk=64):
+    """A 256^3 GEMM whose accumulator is copied into two outputs, in this order."""
+    m = n = k = 256
+    bm, bn = 128, 256
+
+    @ts.kernel(out_shape=tuple(jax.ShapeDtypeStruct((m, n), d) for d in out_dtypes), grid=(1, m // bm), threads=256)
+    def kern(A, B, C, D):
+        by = T.program_id(1)
+        A_s, B_s = T.alloc_shared((bm, bk), BF16), T.alloc_shared((bk, bn), BF16)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // bk, num_stages=stages):
+            T.copy(A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(ko * bk, bk), 0:bn], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, C[T.ds(by * bm, bm), :])
+        T.copy(C_f, D[T.ds(by * bm, bm), :])
+
+    return _trace(kern, ((m, k), BF16), ((k, n), BF16))
+
+
+def _tma_stores(mod) -> int:
+    return len(re.findall(r"ts_tma_store_2d\(&", mod.source))
+
+
+def test_epilogue_stores_through_tma():
+    """The last statement's accumulator copy into a 16-bit output: converted into the freed stage
+    ring, then one TMA store per 64-column box (the box's rows: the tile's)."""
+    mod = generate_cuda(_gemm_ir(1000, 1000, 1000, block_m=256, block_n=192), "sm_90")
+    assert _tma_stores(mod) == 3 and "ts_bulk_wait_read();" in mod.source
+    maps = np.asarray(mod.tensor_maps).reshape(-1, TENSOR_MAP_FIELDS).tolist()
+    assert maps[-1] == [2, 9, 2, 1000, 1000, 2000, 64, 256, 3]
+    # the first copy is not last: its stores stay in registers -> global
+    two = generate_cuda(_two_outputs([BF16, jnp.float16]), "sm_90")
+    assert _tma_stores(two) == 4 and two.source.count("__floats2bfloat162_rn") == 1
+    last_map = np.asarray(two.tensor_maps).reshape(-1, TENSOR_MAP_FIELDS)[-1].tolist()
+    assert last_map == [3, 6, 2, 256, 256, 512, 64, 128, 3]  # D, fp16
+
+
+@pytest.mark.parametrize("why,ir", [
+    ("float32 output", lambda: _general_gemm(False, False)),
+    ("the ring is smaller than the tile", lambda: _gemm_ir(512, 512, 512, num_stages=1)),
+    ("last output float32", lambda: _two_outputs([BF16, jnp.float32])),
+])
+def test_epilogue_stores_from_registers(why, ir):
+    mod = generate_cuda(ir(), "sm_90")
+    assert mod.arch == "sm_90a" and _tma_stores(mod) == 0
+
+
+def test_epilogue_tma_store_can_be_turned_off(monkeypatch):
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "TMA_STORE", False)
+    mod = generate_cuda(_gemm_ir(8192, 8192, 8192), "sm_90")
+    assert _tma_stores(mod) == 0 and len(mod.tensor_maps) == 2 * TENSOR_MAP_FIELDS
+
+
 def _no_spills(cubin) -> str:
     report = ptxas_report(cubin) or ""
     assert "Used" in report, report
@@ -93,6 +152,8 @@ def _no_spills(cubin) -> str:
 @pytest.mark.parametrize("name,ir", [
     ("128x256", lambda: _gemm_ir(8192, 8192, 8192)),
     ("256x128", lambda: _gemm_ir(8192, 28672, 8192, block_m=256, block_n=128)),
+    ("256x192 ragged", lambda: _gemm_ir(8192, 8192, 8192, block_m=256, block_n=192)),
+    ("two outputs", lambda: _two_outputs([BF16, jnp.float16])),
     ("fp16 64x64 one warpgroup", lambda: _gemm_ir(256, 512, 192, jnp.float16, block_m=64, block_n=64, threads=128)),
     ("A^T", lambda: _general_gemm(True, False)),
     ("B^T", lambda: _general_gemm(False, True)),

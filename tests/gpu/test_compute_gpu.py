@@ -62,6 +62,7 @@ def test_wgmma_gemm_matches_jnp_dot(dtype, m, n, k, cfg):
     (200, 136, 72, dict(block_m=128, block_n=128, block_k=64, num_stages=2)),
     (1000, 1000, 1000, {}),  # the default 128x256x64 tiles, 4 stages: every edge ragged
     (300, 520, 200, dict(block_m=128, block_n=256, block_k=64, num_stages=3, group_m=1)),
+    (520, 1000, 136, dict(block_m=256, block_n=192, block_k=64, num_stages=4)),  # 192-column TMA-stored tiles
 ])
 def test_wgmma_gemm_ragged_edges(dtype, m, n, k, cfg):
     """M, N, K not multiples of the tiles: TMA zero-fills the boxes past A's and B's ends, the
@@ -70,6 +71,48 @@ def test_wgmma_gemm_ragged_edges(dtype, m, n, k, cfg):
     a, b = _inputs((m, k), (k, n), dtype, 7 * m + n + k)
     assert _uses_wgmma(kern, a, b)
     _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), dtype)
+
+
+@pytest.mark.parametrize("tma_store", [True, False])
+def test_wgmma_epilogue_tma_store_and_register_store(monkeypatch, tma_store):
+    """The epilogue through shared memory and TMA stores (clipped by TMA at C's edges) and the one
+    from registers (guarded stores) give the same products."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "TMA_STORE", tma_store)
+    m, n, k = 1000, 1000, 1000
+    kern = gemm_example.gemm(m, n, k, jnp.bfloat16, block_m=256, block_n=192)
+    a, b = _inputs((m, k), (k, n), "bfloat16", 11)
+    assert ("ts_tma_store_2d(&" in generate_cuda(kern.trace(a, b), "sm_90").source) == tma_store
+    _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), "bfloat16")
+
+
+def test_wgmma_two_outputs_of_one_accumulator():
+    """Only the kernel's last statement stores through TMA (here into fp16 D); the copy into C
+    before it stays a register store."""
+    m = n = k = 256
+    bm, bn, bk = 128, 256, 64
+
+    @ts.kernel(out_shape=(jax.ShapeDtypeStruct((m, n), jnp.bfloat16), jax.ShapeDtypeStruct((m, n), jnp.float16)),
+               grid=(1, m // bm), threads=256)
+    def kern(A, B, C, D):
+        by = T.program_id(1)
+        A_s, B_s = T.alloc_shared((bm, bk), jnp.bfloat16), T.alloc_shared((bk, bn), jnp.bfloat16)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // bk, num_stages=3):
+            T.copy(A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(ko * bk, bk), 0:bn], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, C[T.ds(by * bm, bm), :])
+        T.copy(C_f, D[T.ds(by * bm, bm), :])
+
+    a, b = _inputs((m, k), (k, n), "bfloat16", 12)
+    assert generate_cuda(kern.trace(a, b), "sm_90").source.count("ts_tma_store_2d(&") == 4
+    c, d = jax.jit(kern)(a, b)
+    want = _ref(a) @ _ref(b)
+    _close(c, want, "bfloat16")
+    _close(d, want, "float16")
 
 
 @pytest.mark.parametrize("ta,tb", [(True, False), (False, True), (True, True)])

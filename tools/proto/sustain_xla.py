@@ -17,7 +17,7 @@ from bench_gemm import parse_config  # noqa: E402
 from gemm import gemm  # noqa: E402
 
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 3.0
-config = parse_config(sys.argv[2] if len(sys.argv) > 2 else "128x256x64/4/g8")
+config, _ = parse_config(sys.argv[2] if len(sys.argv) > 2 else "128x256x64/4/g8")  # switches not applied here
 n = 8192
 flop = 2 * n**3
 ka, kb = jax.random.split(jax.random.key(0))
