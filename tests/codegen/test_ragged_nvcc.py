@@ -79,7 +79,7 @@ def sources() -> dict[str, CudaModule]:
     GEMM (a GEMM plan may own its copies: it must clip them too)."""
     out = {name: generate_cuda(make(), gemm_lowering="portable") for name, make in CASES.items()}
     out["gemm-bf16-auto"] = generate_cuda(CASES["gemm-bf16"](), "sm_90")
-    out["gemm-bf16-hopper"] = generate_cuda(_hopper_example(), "sm_90")  # TMA + wgmma, guarded stores
+    out["gemm-bf16-hopper"] = generate_cuda(_hopper_example(), "sm_90")  # TMA + wgmma, TMA-stored epilogue
     return out
 
 
@@ -137,11 +137,19 @@ def test_nothing_to_clip_keeps_the_plain_copy():
     assert "ts_lim" not in src and "clipped" not in src and "clip_dims" not in src
 
 
-def test_no_gemm_plan_writes_past_the_buffer():
+def test_no_gemm_plan_writes_past_the_buffer(monkeypatch):
     """The pipelined example at ragged shapes on sm_90: the Hopper plan takes it (TMA zero-fills
-    the tiles past A's and B's ends) and guards every accumulator store with the room left in C."""
+    the tiles past A's and B's ends). Its epilogue stores C through TMA, which leaves out what lies
+    past C's 200 x 136 (the tensor map's dimensions); with that off, every accumulator store is
+    guarded with the room left in C."""
+    from jax_tilescale.codegen import gemm_sm90
+
     module = generate_cuda(_hopper_example(), "sm_90")
     assert module.arch == "sm_90a", module.notes
+    assert "ts_tma_store_2d(&ts_maps.m[2]" in module.source
+    assert list(module.tensor_maps[-9:-6]) == [2, 9, 2] and list(module.tensor_maps[-6:-4]) == [136, 200]
+    monkeypatch.setattr(gemm_sm90, "TMA_STORE", False)
+    module = generate_cuda(_hopper_example(), "sm_90")
     store = module.source[module.source.rindex("] copy("):]
     assert "const int64_t ts_room0 = (int64_t)(200) - " in store
     assert "const int64_t ts_room1 = (int64_t)(136) - " in store
