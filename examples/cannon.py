@@ -4,7 +4,7 @@ held (T.gemm into a float32 fragment) and shifts A one PE left and B one PE up, 
 putmem_signal_nbi_block into the next slot of a symmetric buffer and signal_wait_until on its
 signal (one slot per step, so no step overwrites blocks still in use).
 
-Checked against jnp.dot in float32 on random data. `python examples/cannon.py` runs it on
+Checked against a float64 product on the host, on random data. `python examples/cannon.py` runs it on
 simulated CPU devices (a square number of them). On GPUs it needs a square number of them too
 (4: `python -m jax_tilescale.launch -n 4 examples/cannon.py`), which the GPU machines lent so far
 do not have (issue 4). Its GEMM takes the portable lowering.
