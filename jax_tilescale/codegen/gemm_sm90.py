@@ -273,21 +273,31 @@ class Sm90Plan:
         """`body(m, i)` for each pair of accumulators (i, i + 1) of this thread: fragment row
         `ts_row`, columns `ts_col` and `ts_col + 1` (wgmma's m64nNk16 layout), fully unrolled so
         the array stays in registers."""
-        slabs, n = self.acc_slabs[buf], self.acc_n[buf]
+        slabs = self.acc_slabs[buf]
         return [
             f"const int ts_wg = threadIdx.x / {WARPGROUP}, ts_warp = (threadIdx.x % {WARPGROUP}) / 32, "
             "ts_lane = threadIdx.x % 32;",
             "(void)ts_wg; (void)ts_warp; (void)ts_lane;",
+            *self._pair_loops(buf, [
+                f"const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
+                "const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;",
+                "(void)ts_row; (void)ts_col;",
+                *body("ts_m", "ts_j * 4 + ts_h * 2"),
+            ]),
+        ]
+
+    def _pair_loops(self, buf: Buffer, inner: list[str]) -> list[str]:
+        """`inner` inside this thread's unrolled loops over its accumulator pairs of `buf`: slab
+        `ts_m`, 8-column group `ts_j`, half `ts_h` (rows +0 / +8); the pair is
+        [ts_m][ts_j * 4 + ts_h * 2 + {0, 1}]."""
+        return [
             "#pragma unroll",
-            f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) {{",
+            f"for (int ts_m = 0; ts_m < {self.acc_slabs[buf]}; ++ts_m) {{",
             f"{INDENT}#pragma unroll",
-            f"{INDENT}for (int ts_j = 0; ts_j < {n // 8}; ++ts_j) {{",
+            f"{INDENT}for (int ts_j = 0; ts_j < {self.acc_n[buf] // 8}; ++ts_j) {{",
             f"{INDENT * 2}#pragma unroll",
             f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
-            f"{INDENT * 3}const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
-            f"{INDENT * 3}const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;",
-            f"{INDENT * 3}(void)ts_row; (void)ts_col;",
-            *indent(body("ts_m", "ts_j * 4 + ts_h * 2"), 3),
+            *indent(inner, 3),
             f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
@@ -330,7 +340,7 @@ class Sm90Plan:
         while 128 or more accumulators are live."""
         ctype, make = st.pair
         name = acc_name(s.src.buffer)
-        slabs, n = self.acc_slabs[s.src.buffer], self.acc_n[s.src.buffer]
+        slabs = self.acc_slabs[s.src.buffer]
         box = st.rows * 128
         y, x = (c_expr(e) for e in s.dst.starts[-2:])
         stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
@@ -342,17 +352,10 @@ class Sm90Plan:
             f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
             "+ (threadIdx.x % 32) / 4;  // the thread's first row",
             "const uint32_t ts_t = ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * 4u;",
-            "#pragma unroll",
-            f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) {{",
-            f"{INDENT}#pragma unroll",
-            f"{INDENT}for (int ts_j = 0; ts_j < {n // 8}; ++ts_j) {{",
-            f"{INDENT * 2}#pragma unroll",
-            f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
-            f"{INDENT * 3}*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
-            f"{INDENT * 4}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
+            *self._pair_loops(s.src.buffer, [
+                f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
+                f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
+            ]),
             "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
             f"ts_named_sync(1, {self.user_threads});",
             "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
