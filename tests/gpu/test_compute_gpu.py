@@ -12,6 +12,7 @@ import pytest
 import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
+from tests.compute import value_if_kernels
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -204,6 +205,30 @@ def test_parallel_and_atomics_on_the_gpu():
     np.testing.assert_allclose(np.asarray(y), np.exp(x) * 0.5 + np.maximum(x, 0), rtol=2e-6, atol=1e-6)
     want = np.stack([np.bincount(idx[b], minlength=bins) for b in range(blocks)])
     np.testing.assert_array_equal(np.asarray(hist), want)
+
+
+VALUE_IF_CASES = value_if_kernels.all_cases()
+VALUE_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3, value_if_kernels.BF16: 8e-3}  # ~1 ulp
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_IF_CASES))
+def test_value_condition_cases_on_the_gpu(name):
+    """Every value-condition kernel of the CPU suite (tests/compute/value_if_kernels.py: if/elif/else,
+    conditional expressions, block-level conditions, atomics under conditions, logic on a bool
+    input's elements) against its numpy reference; integers exactly, floats to about an ulp (the
+    GPU may fuse a multiply-add that numpy rounds twice)."""
+    case = VALUE_IF_CASES[name]
+    got = jax.jit(case.kernel)(*case.inputs)
+    got = got if isinstance(got, (tuple, list)) else [got]
+    assert len(got) == len(case.want)
+    for g, w in zip(got, case.want):
+        g = np.asarray(g)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if w.dtype in VALUE_TOL:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=VALUE_TOL[w.dtype],
+                                       atol=VALUE_TOL[w.dtype])
+        else:
+            np.testing.assert_array_equal(g, w)
 
 
 def test_value_conditions_on_the_gpu():
