@@ -28,15 +28,15 @@ import threading
 from typing import Any
 
 from ..errors import LaunchError, WaitTimeoutError
+from .poller import Poller
 
 TIMEOUT_VAR = "TILESCALE_WAIT_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.02
 CMP_SYMBOLS = {0: "==", 1: "!=", 2: ">", 3: ">=", 4: "<", 5: "<="}
 
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
-_stopping = threading.Event()
+_lock = threading.Lock()  # _errors
+_poller = Poller("jax_tilescale-wait-watcher")
 _errors: list[WaitTimeoutError] = []
 
 
@@ -131,34 +131,24 @@ def handle(faults: list[dict[str, Any]], ext: Any, deliver: bool = True) -> list
     return out
 
 
-def _watch(ext: Any, poll_s: float) -> None:
-    while not _stopping.wait(poll_s):
-        try:
-            faults = ext.take_wait_faults()
-        except Exception:  # the extension is going away with the process
-            return
-        if faults:
-            handle(faults, ext)
+def _check(ext: Any) -> bool:
+    """One poll: reports the kernels' wait faults; False (ends the polling) when `ext` is gone."""
+    try:
+        faults = ext.take_wait_faults()
+    except Exception:  # the extension is going away with the process
+        return False
+    if faults:
+        handle(faults, ext)
+    return True
 
 
 def start_watcher(ext: Any, poll_s: float = POLL_S) -> bool:
     """Starts the watcher thread for the extension `ext` (idempotent)."""
-    global _thread
     if not hasattr(ext, "take_wait_faults"):
         return False
-    with _lock:
-        if _thread is not None and _thread.is_alive():
-            return True
-        _stopping.clear()
-        _thread = threading.Thread(target=_watch, args=(ext, poll_s), name="jax_tilescale-wait-watcher", daemon=True)
-        _thread.start()
+    _poller.start(lambda: _check(ext), poll_s)
     return True
 
 
 def stop_watcher(timeout_s: float = 1.0) -> None:
-    global _thread
-    _stopping.set()
-    thread = _thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(timeout_s)
-    _thread = None
+    _poller.stop(timeout_s)

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from .distributed import distributed_client, env_seconds
+from .poller import Poller
 
 ENABLE_VAR = "TILESCALE_WATCHDOG"
 POLL_VAR = "TILESCALE_WATCHDOG_POLL"
@@ -34,9 +35,8 @@ PEER_FAILED_STATUS = 79  # exit status of a rank stopped because another rank fa
 _FAILED_DIR = "jax_tilescale/failed"
 _MAX_MESSAGE = 2000
 
-_lock = threading.Lock()
-_thread: threading.Thread | None = None
-_stopping = threading.Event()
+_lock = threading.Lock()  # the excepthook's installation
+_poller = Poller("jax_tilescale-watchdog")
 _exit: Callable[[int], Any] = os._exit  # replaced by tests
 
 
@@ -81,7 +81,6 @@ def failed_ranks(client: Any) -> dict[int, str]:
 
 def install(client: Any = None, rank: int | None = None, poll_s: float | None = None) -> bool:
     """Starts the watchdog in this process (idempotent); False when single-process or disabled."""
-    global _thread
     if not enabled():
         return False
     client = client if client is not None else distributed_client()
@@ -89,14 +88,9 @@ def install(client: Any = None, rank: int | None = None, poll_s: float | None = 
         return False
     rank = _rank() if rank is None else rank
     poll = poll_s if poll_s is not None else env_seconds(POLL_VAR, DEFAULT_POLL_S)
+    if not _poller.start(lambda: _check(client, rank), poll):
+        return True
     with _lock:
-        if _thread is not None and _thread.is_alive():
-            return True
-        _stopping.clear()
-        _thread = threading.Thread(
-            target=_watch, args=(client, rank, poll), name="jax_tilescale-watchdog", daemon=True
-        )
-        _thread.start()
         if not getattr(sys.excepthook, "_jax_tilescale", False):
             sys.excepthook = _make_excepthook(sys.excepthook, client, rank)
     return True
@@ -104,37 +98,33 @@ def install(client: Any = None, rank: int | None = None, poll_s: float | None = 
 
 def stop(timeout_s: float = 2.0) -> None:
     """Stops the polling thread (at exit, before jax.distributed shuts its client down)."""
-    global _thread
-    _stopping.set()
-    thread = _thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(timeout_s)
-    _thread = None
+    _poller.stop(timeout_s)
 
 
 atexit.register(stop)  # registered after jax's own atexit handler, so it runs before jax.distributed.shutdown
 
 
-def _watch(client: Any, rank: int, poll_s: float) -> None:
-    while not _stopping.wait(poll_s):
-        try:
-            failed = failed_ranks(client)
-        except Exception:
-            # The coordinator is gone (JAX itself reports that and stops this process) or shutting down.
-            return
-        others = sorted(r for r in failed if r != rank)
-        if others and not _stopping.is_set():
-            culprit = others[0]
-            print(
-                f"[jax_tilescale] rank {culprit} failed: {failed[culprit]}\n"
-                f"[jax_tilescale] stopping rank {rank} (exit status {PEER_FAILED_STATUS}) because rank {culprit} "
-                "failed",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.stdout.flush()
-            _exit(PEER_FAILED_STATUS)
-            return
+def _check(client: Any, rank: int) -> bool:
+    """One poll: ends this process when another rank has reported a failure; False ends the polling."""
+    try:
+        failed = failed_ranks(client)
+    except Exception:
+        # The coordinator is gone (JAX itself reports that and stops this process) or shutting down.
+        return False
+    others = sorted(r for r in failed if r != rank)
+    if others and not _poller.stopping:
+        culprit = others[0]
+        print(
+            f"[jax_tilescale] rank {culprit} failed: {failed[culprit]}\n"
+            f"[jax_tilescale] stopping rank {rank} (exit status {PEER_FAILED_STATUS}) because rank {culprit} "
+            "failed",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        _exit(PEER_FAILED_STATUS)
+        return False  # only reached when tests replace _exit
+    return True
 
 
 def _make_excepthook(previous: Any, client: Any, rank: int) -> Any:

@@ -83,5 +83,5 @@ def test_unreachable_store_ends_the_thread_quietly(exits):
             raise RuntimeError("UNAVAILABLE: Socket closed")
 
     watchdog.install(Gone(), rank=0, poll_s=0.01)
-    assert wait_for(lambda: watchdog._thread is None or not watchdog._thread.is_alive())
+    assert wait_for(lambda: not watchdog._poller.running)
     assert exits == []  # JAX itself reports a lost coordinator
