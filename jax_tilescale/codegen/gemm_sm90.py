@@ -21,7 +21,7 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   keep one stage's products in flight, release the previous stage;
 - C_f lives in registers, in wgmma's accumulator layout: `T.clear`, `T.fill` and `T.copy` of the
   whole fragment are lowered element by element over each thread's own accumulators.
-- the kernel's last statement, the copy of the whole fragment into a 16-bit output, is a TMA
+- the kernel's last statement, the copy of the whole fragment into an fp16/bf16/fp32 output, is a TMA
   store (`TMA_STORE`): the consumers write their accumulators, converted, into the freed stage
   ring in the 128-byte-swizzled box layout, and one thread stores the boxes; the block's final
   wait is only for the boxes' shared-memory reads, not for their global writes;
@@ -68,6 +68,8 @@ SMEM_ALIGN = 1024  # swizzled tiles start at 1024-byte boundaries (the swizzle p
 TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
 # CUtensorMapDataType of the element types TMA moves here.
 _TMA_DTYPE = {"f16": 6, "bf16": 9}
+# ... and of the outputs the epilogue stores with TMA.
+_TMA_OUTPUT_DTYPE = {**{dt: _TMA_DTYPE[ptx] for dt, ptx in WGMMA_INPUT_TYPES.items()}, np.dtype(np.float32): 7}
 _SWIZZLE_128B = 3
 
 
@@ -138,6 +140,7 @@ class TmaStore:
     rows: int
     cols: int
     pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
+    elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is 128 // elem_bytes columns wide
 
 
 @dataclass
@@ -332,26 +335,35 @@ class Sm90Plan:
     def _tma_store(self, s: Copy, st: TmaStore, ctx: Ctx) -> list[str]:
         """Accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
 
-        The boxes take the operand tiles' layout: 64 columns of 128-byte rows per box, 16-byte
-        chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows x 16 bytes hit distinct banks.
-        A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows and its
-        swizzle phase in bits 4-6), hi the unrolled loop's box, slab and half (multiples of 1024),
-        lo the chunk (bits 4-6); one add and one xor per store keeps the epilogue's registers low
-        while 128 or more accumulators are live."""
+        The boxes take the operand tiles' layout: 128-byte rows (64 16-bit or 32 fp32 columns) per
+        box, 16-byte chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows hit distinct banks.
+        A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows, its column
+        within the 8-column group and its swizzle phase in bits 4-6), hi the unrolled loop's box,
+        slab and half (multiples of 1024), lo the group's chunk (bits 4-6, disjoint from the
+        thread's chunk bit for fp32); one add and one xor per store keeps the epilogue's registers
+        low while 128 or more accumulators are live."""
         ctype, make = st.pair
         name = acc_name(s.src.buffer)
         slabs = self.acc_slabs[s.src.buffer]
-        box = st.rows * 128
+        box, box_cols = st.rows * 128, 128 // st.elem_bytes
+        groups = box_cols // 8  # 8-column groups per box
         y, x = (c_expr(e) for e in s.dst.starts[-2:])
         stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
-                  f"(int32_t)({x}) + {atom * ATOM_ELEMS}, (int32_t)({y}));" for atom in range(st.cols // ATOM_ELEMS)]
-        at = f"(ts_t + (ts_j / 8) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) ^ ((ts_j % 8) * 16u)"
+                  f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
+        at = (f"(ts_t + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) "
+              f"^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)")
+        pair_bytes = 2 * st.elem_bytes
+        if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
+            thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
+        else:
+            thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
+                      f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
         return [
             f"ts_named_sync(1, {self.user_threads});  // every consumer's tensor-core reads of the ring are done",
             f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
             f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
             "+ (threadIdx.x % 32) / 4;  // the thread's first row",
-            "const uint32_t ts_t = ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * 4u;",
+            f"const uint32_t ts_t = {thread}",
             *self._pair_loops(s.src.buffer, [
                 f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
                 f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
@@ -553,8 +565,8 @@ TMA_STORE = True  # False: every accumulator copy stores from registers (bench_g
 
 
 def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
-    """The kernel's last statement when it copies a whole accumulator into a 2-D 16-bit output
-    window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
+    """The kernel's last statement when it copies a whole accumulator into a 2-D fp16, bf16 or fp32
+    output window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
     that nothing after it reads the output or the ring (the blocks' exit only waits for the
     boxes' shared-memory reads) and every planned loop, whose producer writes the rings, is done."""
     if not TMA_STORE or not kernel.body:
@@ -564,24 +576,24 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
         return {}
     feeding = [gl for gl in loops if gl.acc is s.src.buffer]
     dst = s.dst.buffer
-    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in WGMMA_INPUT_TYPES:
+    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in _TMA_OUTPUT_DTYPE:
         return {}
     rows, cols = s.src.buffer.shape
-    row_bytes = dst.shape[1] * dst.dtype.itemsize
+    elem = dst.dtype.itemsize
+    row_bytes = dst.shape[1] * elem
     pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
-    if pair is None or cols % ATOM_ELEMS or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
+    if pair is None or cols % (128 // elem) or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
         return {}
-    need = rows * cols * dst.dtype.itemsize
+    need = rows * cols * elem
     rings = [(op.stage_bytes * gl.stages, op.buffer) for gl in feeding for op in (gl.a, gl.b)]
     room, staging = max(rings, key=lambda r: r[0])
     if room < need:
         return {}
-    tma_dtype = _TMA_DTYPE[WGMMA_INPUT_TYPES[dst.dtype]]
-    spec = TensorMapSpec(kernel.params.index(dst), tma_dtype, (dst.shape[1], dst.shape[0]), row_bytes,
-                         (ATOM_ELEMS, rows))
+    spec = TensorMapSpec(kernel.params.index(dst), _TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
+                         row_bytes, (128 // elem, rows))
     if spec not in maps:
         maps.append(spec)
-    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair)}
+    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair, elem)}
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------

@@ -122,10 +122,18 @@ def test_epilogue_stores_through_tma():
     assert last_map == [3, 6, 2, 256, 256, 512, 64, 128, 3]  # D, fp16
 
 
+def test_epilogue_stores_fp32_through_tma():
+    """fp32 outputs take 32-column boxes (128-byte rows): 8 stores for a 256-column tile."""
+    mod = generate_cuda(_two_outputs([BF16, jnp.float32], stages=4), "sm_90")
+    assert _tma_stores(mod) == 8
+    assert np.asarray(mod.tensor_maps).reshape(-1, TENSOR_MAP_FIELDS)[-1].tolist() == [3, 7, 2, 256, 256, 1024, 32,
+                                                                                        128, 3]
+
+
 @pytest.mark.parametrize("why,ir", [
-    ("float32 output", lambda: _general_gemm(False, False)),
+    ("a float32 tile larger than the rings", lambda: _general_gemm(False, False)),
     ("the ring is smaller than the tile", lambda: _gemm_ir(512, 512, 512, num_stages=1)),
-    ("last output float32", lambda: _two_outputs([BF16, jnp.float32])),
+    ("last output float32, 3 stages", lambda: _two_outputs([BF16, jnp.float32])),
 ])
 def test_epilogue_stores_from_registers(why, ir):
     mod = generate_cuda(ir(), "sm_90")
@@ -154,6 +162,7 @@ def _no_spills(cubin) -> str:
     ("256x128", lambda: _gemm_ir(8192, 28672, 8192, block_m=256, block_n=128)),
     ("256x192 ragged", lambda: _gemm_ir(8192, 8192, 8192, block_m=256, block_n=192)),
     ("two outputs", lambda: _two_outputs([BF16, jnp.float16])),
+    ("fp32 output through TMA", lambda: _two_outputs([BF16, jnp.float32], stages=4)),
     ("fp16 64x64 one warpgroup", lambda: _gemm_ir(256, 512, 192, jnp.float16, block_m=64, block_n=64, threads=128)),
     ("A^T", lambda: _general_gemm(True, False)),
     ("B^T", lambda: _general_gemm(False, True)),

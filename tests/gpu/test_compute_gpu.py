@@ -88,6 +88,15 @@ def test_wgmma_epilogue_tma_store_and_register_store(monkeypatch, tma_store):
     _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), "bfloat16")
 
 
+def test_wgmma_fp32_output_through_tma_store():
+    """An fp32 C (32-column boxes) stored through the TMA epilogue at ragged M, N and K."""
+    m, n, k = 300, 200, 136
+    kern = _tile_gemm(m, n, k, 128, 128, 64, 4, 256, "bfloat16", out_dtype="float32")
+    a, b = _inputs((m, k), (k, n), "bfloat16", 13)
+    assert generate_cuda(kern.trace(a, b), "sm_90").source.count("ts_tma_store_2d(&") == 4
+    _close(jax.jit(kern)(a, b), _ref(a) @ _ref(b), "float32")
+
+
 def test_wgmma_two_outputs_of_one_accumulator():
     """Only the kernel's last statement stores through TMA (here into fp16 D); the copy into C
     before it stays a register store."""
