@@ -5,10 +5,11 @@ block_k steps copying a tile of A and of B into shared memory and multiplying th
 fragment, then stores the fragment (rounded to the output dtype). M, N and K need not be multiples
 of the tiles: the grid and the K loop round up (T.ceildiv) and the copies clip at the edges (a tile
 loaded past the end of A or B is zero-filled, C is written only inside). On an H100/H200 the code
-generator turns the loop into a TMA producer warpgroup and wgmma consumer warpgroups (see
-jax_tilescale/codegen/gemm_sm90.py); elsewhere, and in the CPU interpreter, the same kernel runs
-through the portable path. Blocks are visited in groups of `group_m` rows of tiles so that
-neighbouring blocks share tiles of B in L2.
+generator turns the loop into a TMA producer warpgroup and wgmma consumer warpgroups and the final
+copy into TMA stores (jax_tilescale/codegen/gemm_sm90.py; there `block_m=256, block_n=192` is the
+fastest measured: benchmarks/NOTES.md); on other GPUs since Ampere into cp.async + mma.sync
+(gemm_sm80.py); the CPU interpreter runs the kernel as written. Blocks are visited in groups of
+`group_m` rows of tiles so that neighbouring blocks share tiles of B in L2.
 
 `python examples/gemm.py` checks A @ B against jnp.dot in float32 on random data.
 """
