@@ -15,7 +15,11 @@ import numpy as np
 
 from ..ir.expr import Const, affine_form
 from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, Loop, Region, Stmt
+from .common import Ctx
+from .compute import typed_base
 from .expr_printer import c_expr, c_identifier
+from .regions import element_offset, row_major_strides
+from .tile_ops import storage_type
 
 # 16-bit and 32-bit element types -> (the C pair type, the function that packs two floats into it)
 PAIR_TYPES = {
@@ -85,13 +89,70 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str) -> tuple[Gemm, 
     return g, copies
 
 
-def fragment_clip_guard(s: Copy) -> tuple[list[str], Callable[[str, str], str] | None]:
+# `pair(e)` of a fragment copy: the lines that move one thread's pair of accumulators at fragment
+# (ts_row, ts_col + j), j = 0, 1; `e(j)` spells the C index of the pair's element j (`[m][i + j]`).
+PairLines = Callable[[Callable[[int], str]], list[str]]
+
+
+def fragment_store(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
+    """A register fragment copied into its (global or shared) window, for a plan's pair loops: the
+    set-up lines (the room left in a clipped window, the window's pointer `ts_dst`) and `pair(e)`.
+    Pairs of 16- or 32-bit elements in contiguous rows go in one aligned store; elements past the
+    end of a clipped window are skipped."""
+    buf, dst = s.src.buffer, s.dst
+    t = storage_type(dst.buffer.dtype, s.loc)
+    r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
+    name = acc_name(buf)
+    setup, inside = _pair_guard(s)
+    pair = PAIR_TYPES.get(t)
+    if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
+        # Clipped, a pair is inside or outside as a whole: the row length and the pair's first
+        # column in the buffer are both even.
+        ctype, make = pair
+
+        def store(e: Callable[[int], str]) -> list[str]:
+            return [_guarded(f"*reinterpret_cast<{ctype}*>(ts_dst + (int64_t)ts_row * {r_stride} + ts_col) = "
+                             f"{make}({name}{e(0)}, {name}{e(1)});", inside(0))]
+    else:
+        def store(e: Callable[[int], str]) -> list[str]:
+            return [_guarded(f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
+                             f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
+    pointer = f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};"
+    return [*setup, pointer], store
+
+
+def fragment_load(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
+    """A window copied into a register fragment, for a plan's pair loops: the set-up lines (as in
+    `fragment_store`, the pointer `ts_src`) and `pair(e)`; elements past the end of a clipped
+    window read as zero."""
+    buf, src = s.dst.buffer, s.src
+    t = storage_type(src.buffer.dtype, s.loc)
+    r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
+    name = acc_name(buf)
+    setup, inside = _pair_guard(s)
+
+    def load(e: Callable[[int], str]) -> list[str]:
+        lines = []
+        for j in (0, 1):
+            value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}])"
+            cond = inside(j)
+            lines.append(f"{name}{e(j)} = {f'({cond}) ? {value} : 0.0f' if cond else value};")
+        return lines
+
+    pointer = f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};"
+    return [*setup, pointer], load
+
+
+def _guarded(line: str, cond: str) -> str:
+    return f"if ({cond}) {line}" if cond else line
+
+
+def _pair_guard(s: Copy) -> tuple[list[str], Callable[[int], str]]:
     """For a copy between a register fragment and a window that may pass the end of its global
-    buffer (`Copy.clip_dims`): set-up lines and `inside(row, col)`, the C condition that fragment
-    element (row, col) lies inside the buffer; (`[]`, None) for an unclipped copy. Stores skip the
-    elements outside, loads read them as zero."""
+    buffer (`Copy.clip_dims`): set-up lines and `inside(j)`, the C condition that fragment element
+    (ts_row, ts_col + j) lies inside the buffer ("" for an unclipped copy)."""
     if not s.clip_dims:
-        return [], None
+        return [], lambda j: ""
     region = s.global_side
     rank = len(region.sizes)
     setup, leading = [], []
@@ -101,12 +162,12 @@ def fragment_clip_guard(s: Copy) -> tuple[list[str], Callable[[str, str], str] |
         if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
             leading.append(f"ts_room{d} > 0")
 
-    def inside(row: str, col: str) -> str:
+    def inside(j: int) -> str:
         terms = list(leading)
         if rank - 2 in s.clip_dims:
-            terms.append(f"{row} < ts_room{rank - 2}")
+            terms.append(f"ts_row < ts_room{rank - 2}")
         if rank - 1 in s.clip_dims:
-            terms.append(f"{col} < ts_room{rank - 1}")
+            terms.append(f"ts_col{f' + {j}' if j else ''} < ts_room{rank - 1}")
         return " && ".join(terms)
 
     return setup, inside

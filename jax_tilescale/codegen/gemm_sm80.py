@@ -50,7 +50,6 @@ skipped, fragment loads read zero there.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -59,11 +58,10 @@ from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
 from .common import INDENT, WARP, Ctx
-from .compute import typed_base
 from .expr_printer import c_expr, var_name
-from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, fragment_clip_guard, match_gemm_step, whole
+from .gemm_pattern import acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
 from .regions import BASE_ALIGN, element_offset, row_major_strides
-from .tile_ops import float_literal, storage_type
+from .tile_ops import float_literal
 from .wgmma import WGMMA_INPUT_TYPES
 
 MMA_INPUT_TYPES = WGMMA_INPUT_TYPES  # fp16 -> "f16", bf16 -> "bf16": the same for mma.sync
@@ -250,50 +248,18 @@ class Sm80Plan:
         ]
 
     def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
-        buf, dst = s.src.buffer, s.dst
-        t = storage_type(dst.buffer.dtype, s.loc)
-        r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
-        name = acc_name(buf)
-        setup, inside = _pair_clip(s)
-        pair = PAIR_TYPES.get(t)
-        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
-            # Two neighbours in one aligned store. Clipped, a pair is inside or outside as a whole:
-            # the row length and the pair's first column in the buffer are both even.
-            ctype, make = pair
-
-            def store(e):
-                return [_guarded(f"*reinterpret_cast<{ctype}*>(ts_dst + (int64_t)ts_row * {r_stride} + ts_col) = "
-                                 f"{make}({name}{e(0)}, {name}{e(1)});", inside(0))]
-        else:
-            def store(e):
-                return [_guarded(f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
-                                 f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
+        setup, store = fragment_store(s, ctx)
         return [
             *setup,
-            f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
-            *self._for_each_pair(buf, store),
+            *self._for_each_pair(s.src.buffer, store),
             "__syncthreads();  // like every block-level copy: later statements may read what it wrote",
         ]
 
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
-        buf, src = s.dst.buffer, s.src
-        t = storage_type(src.buffer.dtype, s.loc)
-        r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
-        name = acc_name(buf)
-        setup, inside = _pair_clip(s)
-
-        def load(e):
-            lines = []
-            for j in (0, 1):
-                value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}])"
-                cond = inside(j)
-                lines.append(f"{name}{e(j)} = {f'({cond}) ? {value} : 0.0f' if cond else value};")
-            return lines
-
+        setup, load = fragment_load(s, ctx)
         return [
             *setup,
-            f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
-            *self._for_each_pair(buf, load),
+            *self._for_each_pair(s.dst.buffer, load),
             "__syncthreads();  // every thread has read the source before anyone overwrites it",
         ]
 
@@ -514,19 +480,6 @@ class Sm80Plan:
                 body += [f"{mma}({acc}[{mi}][{nj}], ts_fa[{mi}], ts_fb[{nj}]);" for nj in order]
             lines += [f"{{  // k16 step {kk}", *(INDENT + line for line in body), "}"]
         return lines
-
-
-def _pair_clip(s: Copy) -> tuple[list[str], Callable[[int], str]]:
-    """`fragment_clip_guard` for this plan's pair loops: the set-up lines and `inside(j)`, the C
-    condition that element (ts_row, ts_col + j) is in the buffer ("" when nothing clips)."""
-    setup, guard = fragment_clip_guard(s)
-    if guard is None:
-        return setup, lambda j: ""
-    return setup, lambda j: guard("ts_row", f"ts_col + {j}")
-
-
-def _guarded(line: str, cond: str) -> str:
-    return f"if ({cond}) {line}" if cond else line
 
 
 def _zero(acc: str, w: WarpTiling) -> list[str]:

@@ -28,7 +28,7 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
 - ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
   part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
-  element's row and column with the room left in the buffer (`gemm_pattern.fragment_clip_guard`).
+  element's row and column with the room left in the buffer (`gemm_pattern.fragment_store` / `fragment_load`).
 
 The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
 tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
@@ -53,10 +53,8 @@ import numpy as np
 from ..ir.expr import BinOp, BinOpKind, Const, Var, VarKind
 from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
 from .common import INDENT, Ctx, c_string, indent
-from .compute import typed_base
 from .expr_printer import WHERE_NAME, c_expr, var_name
-from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, even, fragment_clip_guard, match_gemm_step, whole
-from .regions import element_offset, row_major_strides
+from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
 from .tile_ops import float_literal, storage_type
 from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
 
@@ -262,8 +260,7 @@ class Sm90Plan:
             return None if gl is None else self._consumer_loop(gl, ctx)
         if isinstance(stmt, Fill) and stmt.dst.buffer in self.acc_slabs:
             name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
-            return self._for_each_pair(stmt.dst.buffer, lambda m, i: [
-                f"{name}[{m}][{i}] = {v};", f"{name}[{m}][{i} + 1] = {v};"])
+            return self._for_each_pair(stmt.dst.buffer, lambda e: [f"{name}{e(0)} = {v};", f"{name}{e(1)} = {v};"])
         if isinstance(stmt, Copy) and stmt in self.stores:
             return self._tma_store(stmt, self.stores[stmt], ctx)
         if isinstance(stmt, Copy) and stmt.src.buffer in self.acc_slabs:
@@ -273,9 +270,9 @@ class Sm90Plan:
         return None
 
     def _for_each_pair(self, buf: Buffer, body) -> list[str]:
-        """`body(m, i)` for each pair of accumulators (i, i + 1) of this thread: fragment row
-        `ts_row`, columns `ts_col` and `ts_col + 1` (wgmma's m64nNk16 layout), fully unrolled so
-        the array stays in registers."""
+        """`body(e)` for each pair of this thread's accumulators, `e(j)` spelling the index of
+        element j of the pair: fragment row `ts_row`, columns `ts_col` and `ts_col + 1` (wgmma's
+        m64nNk16 layout), fully unrolled so the array stays in registers."""
         slabs = self.acc_slabs[buf]
         return [
             f"const int ts_wg = threadIdx.x / {WARPGROUP}, ts_warp = (threadIdx.x % {WARPGROUP}) / 32, "
@@ -285,7 +282,7 @@ class Sm90Plan:
                 f"const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
                 "const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;",
                 "(void)ts_row; (void)ts_col;",
-                *body("ts_m", "ts_j * 4 + ts_h * 2"),
+                *body(lambda j: f"[ts_m][ts_j * 4 + ts_h * 2 + {j}]"),
             ]),
         ]
 
@@ -307,30 +304,8 @@ class Sm90Plan:
         ]
 
     def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
-        buf, dst = s.src.buffer, s.dst
-        t = storage_type(dst.buffer.dtype, s.loc)
-        r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
-        name = acc_name(buf)
-        at = f"(int64_t)ts_row * {r_stride} + ts_col"
-        pair = PAIR_TYPES.get(t)
-        setup, inside = fragment_clip_guard(s)
-        if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
-            # Two neighbours in one aligned store. Clipped, the pair is inside or outside as a
-            # whole: the row length and the pair's first column are both even.
-            ctype, make = pair
-            store = [f"*reinterpret_cast<{ctype}*>(ts_dst + {at}) = {make}({name}[m_][i_], {name}[m_][i_ + 1]);"]
-            if inside:
-                store = [f"if ({inside('ts_row', 'ts_col')}) {store[0]}"]
-        else:
-            store = [f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}] = "
-                     f"ts_from_float<{t}>({name}[m_][i_ + {e}]);" for e in (0, 1)]
-            if inside:
-                store = [f"if ({inside('ts_row', f'ts_col + {e}')}) {line}" for e, line in enumerate(store)]
-        return [
-            *setup,
-            f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
-            *self._for_each_pair(buf, lambda m, i: [line.replace("m_", m).replace("i_", f"({i})") for line in store]),
-        ]
+        setup, store = fragment_store(s, ctx)
+        return [*setup, *self._for_each_pair(s.src.buffer, store)]
 
     def _tma_store(self, s: Copy, st: TmaStore, ctx: Ctx) -> list[str]:
         """Accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
@@ -378,21 +353,11 @@ class Sm90Plan:
         ]
 
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
-        buf, src = s.dst.buffer, s.src
-        t = storage_type(src.buffer.dtype, s.loc)
-        r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
-        name = acc_name(buf)
-        setup, inside = fragment_clip_guard(s)
-
-        def element(e: int) -> str:
-            value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {e}) * {c_stride}])"
-            return f"({inside('ts_row', f'ts_col + {e}')}) ? {value} : 0.0f" if inside else value
-
+        setup, load = fragment_load(s, ctx)
         return [
-            *setup,
             f"ts_named_sync(1, {self.user_threads});  // earlier writes of the source by other threads",
-            f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
-            *self._for_each_pair(buf, lambda m, i: [f"{name}[{m}][{i} + {e}] = {element(e)};" for e in (0, 1)]),
+            *setup,
+            *self._for_each_pair(s.dst.buffer, load),
         ]
 
     def _consumer_loop(self, gl: GemmLoop, ctx: Ctx) -> list[str]:
