@@ -105,8 +105,8 @@ def _tracing(state: TraceState) -> Iterator[TraceState]:
         _STATE.reset(token)
 
 
-class Ref:
-    """What a kernel function receives (and `alloc_*` returns): a whole buffer, sliceable."""
+class BufferHandle:
+    """What kernel code holds of one buffer (`Ref`, `T.alloc_local`'s registers): its shape and dtype."""
 
     def __init__(self, buffer: Buffer):
         self.buffer = buffer
@@ -118,6 +118,10 @@ class Ref:
     @property
     def dtype(self) -> np.dtype:
         return self.buffer.dtype
+
+
+class Ref(BufferHandle):
+    """What a kernel function receives (and `alloc_*` returns): a whole buffer, sliceable."""
 
     def region(self) -> Region:
         return full_region(self.buffer)

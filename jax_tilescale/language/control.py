@@ -41,7 +41,7 @@ from ..ir.expr import (
     select,
 )
 from ..ir.nodes import Buffer, BufferKind, Cmp, Region, full_region
-from ..ir.trace import current_trace, slice_region, user_source_loc
+from ..ir.trace import BufferHandle, current_trace, slice_region, user_source_loc
 from ..ir.values import BOOL, BinaryKind, TileValue, UnaryKind, Value, as_value, binary, unary
 from ..ir.values import compare as value_compare
 from ..ir.values import select as value_select
@@ -193,21 +193,18 @@ def if_then_else(cond: Any, true_value: Any, false_value: Any) -> Expr | TileVal
 
 def all(*conds: Any) -> Expr | TileValue | bool:  # TileLang's name (shadows the builtin here)
     """Every condition holds (`c0 & c1 & ...`); True for none."""
-    out: Any = True
-    for c in conds:
-        cond = _condition(c, "T.all")
-        out = _value_logic(LogicKind.AND, out, cond) if _is_value(out) or isinstance(cond, Value) else \
-            logic(LogicKind.AND, out, cond)
-    return out
+    return _fold(LogicKind.AND, True, conds, "T.all")
 
 
 def any(*conds: Any) -> Expr | TileValue | bool:  # TileLang's name (shadows the builtin here)
     """Some condition holds (`c0 | c1 | ...`); False for none."""
-    out: Any = False
+    return _fold(LogicKind.OR, False, conds, "T.any")
+
+
+def _fold(kind: LogicKind, out: Any, conds: tuple[Any, ...], op: str) -> Expr | TileValue | bool:
     for c in conds:
-        cond = _condition(c, "T.any")
-        out = _value_logic(LogicKind.OR, out, cond) if _is_value(out) or isinstance(cond, Value) else \
-            logic(LogicKind.OR, out, cond)
+        cond = _condition(c, op)
+        out = _value_logic(kind, out, cond) if _is_value(out) or isinstance(cond, Value) else logic(kind, out, cond)
     return out
 
 
@@ -329,19 +326,8 @@ def _local_dtype(dtype: Any, op: str) -> np.dtype:
     return d
 
 
-class LocalRef:
+class LocalRef(BufferHandle):
     """Per-thread registers (`T.alloc_local`): `x[i] = value` stores, `x[i]` reads (a kernel value)."""
-
-    def __init__(self, buffer: Buffer):
-        self.buffer = buffer
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.buffer.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.buffer.dtype
 
     def _element(self, index: Any) -> Region:
         loc = user_source_loc()
