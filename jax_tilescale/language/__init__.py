@@ -26,7 +26,6 @@ count may be given and must agree).
 from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
-from ..ir.trace import Ref, RegionRef
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .control import (
     Else,
@@ -74,6 +73,7 @@ from .queries import (
     pe_of,
     program_id,
 )
+from .refs import Ref, RegionRef
 from .sync import (
     barrier_all,
     barrier_all_block,

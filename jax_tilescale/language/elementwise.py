@@ -20,11 +20,14 @@ from ..errors import KernelTraceError
 from ..ir.expr import Expr, Var, VarKind, as_expr, expr_max, expr_min
 from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Reduce, ReduceKind
 from ..ir.tile_ops import Parallel as ParallelStmt
-from ..ir.trace import Ref, RegionRef, current_trace, element_value, user_source_loc
-from ..ir.values import BinaryKind, TileValue, UnaryKind, Value, as_value, binary, for_destination, unary
+from ..ir.values import BinaryKind, UnaryKind, Value, as_value, binary, for_destination, unary
 from ..ir.values import cast as cast_value
 from ..ir.values import select as select_value
 from ._common import RefLike, region
+from .refs import Ref, RegionRef, element_value
+from .source import user_source_loc
+from .state import current_trace
+from .values import TileValue
 
 
 class _ParallelRange:

@@ -17,7 +17,8 @@ import pytest
 from jax_tilescale import language as T
 from jax_tilescale.codegen import CudaModule, generate_cuda
 from jax_tilescale.compiler import compile_cubin
-from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir import KernelIR, verify_kernel
+from jax_tilescale.language.tracing import trace_kernel
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16}
