@@ -16,6 +16,8 @@ reference; this follows it:
   codegen/control.py makes per-thread inside thread-dependent ifs).
 - Reductions: one warp per output element (lanes stride over the reduced dimension, then a
   butterfly of shuffles), in the interpreter's compute type; atomics: `ts_atomic_*`.
+- cumsum: one thread per line along the summed dimension, adding in order (`__fadd_rn`, so the
+  sums are the interpreter's bit for bit) and storing each prefix.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ..ir.expr import Expr, Var
 from ..ir.guards import branch_ranges
 from ..ir.nodes import KernelIR, Loop, Region, Stmt
 from ..ir.ranges import value_range
-from ..ir.tile_ops import AtomicElement, AtomicRegion, Parallel, Reduce, ReduceKind, Store
+from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BFLOAT16,
     BOOL,
@@ -396,6 +398,39 @@ def emit_reduce(s: Reduce, ctx: Ctx) -> list[str]:
         f"{INDENT}if (threadIdx.x % 32u == 0u) {{",
         f"{INDENT * 2}const int64_t ts_dbase = {_offset(s.dst, 'ts_o', out_sizes, dst_dims)};",
         f"{INDENT * 2}ts_dst[ts_dbase] = {to_storage(result, acc, s.dst.buffer.dtype)};",
+        f"{INDENT}}}",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+_ADD = {FLOAT32: "__fadd_rn({}, {})", FLOAT64: "__dadd_rn({}, {})", INT64: "ts_iadd({}, {})"}
+
+
+@EMIT.register(CumSum)
+def emit_cumsum(s: CumSum, ctx: Ctx) -> list[str]:
+    acc = s.acc_dtype
+    at = REP_TYPES[acc]
+    lines_dims = _big_dims(s.src.sizes, skip=s.dim)
+    line_sizes = tuple(s.src.sizes[d] for d in lines_dims)
+    nlines = math.prod(line_sizes)
+    n = s.src.sizes[s.dim]
+    src_stride = row_major_strides(s.src.buffer.shape)[s.dim]
+    dst_stride = row_major_strides(s.dst.buffer.shape)[s.dim]
+    st, dt = storage_type(s.src.buffer.dtype, s.loc), storage_type(s.dst.buffer.dtype, s.loc)
+    load = convert(f"ts_rep(ts_src[ts_sbase + ts_k * {src_stride}])", s.src.buffer.dtype, acc)
+    index = f"{n - 1} - ts_r" if s.reverse else "ts_r"
+    return [
+        f"const {st}* const ts_src = reinterpret_cast<const {st}*>({ctx.pointers[s.src.buffer]});",
+        f"{dt}* const ts_dst = reinterpret_cast<{dt}*>({ctx.pointers[s.dst.buffer]});",
+        f"for (uint32_t ts_l = threadIdx.x; ts_l < {nlines}u; ts_l += {ctx.kernel.threads}u) {{",
+        f"{INDENT}const int64_t ts_sbase = {_offset(s.src, 'ts_l', line_sizes, lines_dims)};",
+        f"{INDENT}const int64_t ts_dbase = {_offset(s.dst, 'ts_l', line_sizes, lines_dims)};",
+        f"{INDENT}{at} ts_acc = {_IDENTITY[(ReduceKind.SUM, at)]};",
+        f"{INDENT}for (int64_t ts_r = 0; ts_r < {n}; ++ts_r) {{",
+        f"{INDENT * 2}const int64_t ts_k = {index};",
+        f"{INDENT * 2}ts_acc = {_ADD[acc].format('ts_acc', load)};",
+        f"{INDENT * 2}ts_dst[ts_dbase + ts_k * {dst_stride}] = {to_storage('ts_acc', acc, s.dst.buffer.dtype)};",
         f"{INDENT}}}",
         "}",
         "__syncthreads();",

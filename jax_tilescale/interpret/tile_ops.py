@@ -25,7 +25,7 @@ from ..ir.evaluate import ArrayEvaluator
 from ..ir.expr import BinOp, Expr, Load, Var
 from ..ir.expr import format_expr as fmt
 from ..ir.nodes import Buffer, Loop, Region, Stmt
-from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Parallel, Reduce, ReduceKind, Store
+from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BOOL,
     FLOAT32,
@@ -419,6 +419,22 @@ def _reduce(ctx: Any, s: Reduce) -> None:
             old = convert(to_rep(ctx.read(dst, s), s.dst.buffer.dtype), compute_dtype(s.dst.buffer.dtype), acc)
             combine = {ReduceKind.SUM: np.add, ReduceKind.MIN: np.minimum}.get(s.kind, np.maximum)
             out = combine(old.reshape(out.shape), out)
+    ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
+
+
+@INTERPRET.register(CumSum)
+def _cumsum(ctx: Any, s: CumSum) -> None:
+    """Sequential sums along `dim` in the accumulation type (numpy's cumsum adds in order), each
+    prefix rounded to dst's dtype."""
+    acc = s.acc_dtype
+    data = convert(to_rep(ctx.read(ctx.resolve(s.src, "src", s), s), s.src.buffer.dtype),
+                   compute_dtype(s.src.buffer.dtype), acc)
+    with np.errstate(all="ignore"):
+        if s.reverse:
+            out = np.flip(np.cumsum(np.flip(data, axis=s.dim), axis=s.dim, dtype=acc), axis=s.dim)
+        else:
+            out = np.cumsum(data, axis=s.dim, dtype=acc)
+    dst = ctx.resolve(s.dst, "dst", s)
     ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
 
 

@@ -34,7 +34,7 @@ from .nodes import (
     WaitUntil,
 )
 from .rules import RuleTable
-from .tile_ops import AtomicElement, AtomicRegion, Parallel, Reduce, Store
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
 from .values import format_value
 
 # A statement's line, or (a statement with several bodies) one header line per body.
@@ -168,6 +168,11 @@ def _atomic_region(s: AtomicRegion) -> str:
 @PRINT.register(Reduce)
 def _reduce(s: Reduce) -> str:
     return f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})"
+
+
+@PRINT.register(CumSum)
+def _cumsum(s: CumSum) -> str:
+    return f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, reverse={s.reverse})"
 
 
 # ---- kernels -------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ race (the interpreter reports it; on the GPU the result is undefined). An `If` (
 `Parallel` body is per iteration: its condition (loop variables, element values, both) is
 evaluated by each iteration, whose statements of the side it took run; only those iterations'
 accesses happen (and count for races). Element stores and atomics outside a `Parallel` run once
-per block. `Reduce` and `AtomicRegion` are block statements (all
-threads cooperate, the block meets after them).
+per block. `Reduce`, `CumSum` and `AtomicRegion` are block statements (all threads cooperate, the
+block meets after them).
 """
 
 from __future__ import annotations
@@ -116,4 +116,24 @@ class Reduce(Stmt):
     def acc_dtype(self) -> np.dtype:
         """The type the reduction computes in: the arithmetic type of src and dst (values.promote:
         float64 if either is, float32 for other floats, int64 for integers)."""
+        return promote(self.src.buffer.dtype, self.dst.buffer.dtype)
+
+
+@dataclass(frozen=True)
+class CumSum(Stmt):
+    """`T.cumsum(src, dst, dim=0, reverse=False)` (TileLang's): along `dim`, every element of `dst`
+    := the sum of `src` up to it (from it to the end with `reverse`). src and dst are on-chip tiles
+    of one shape; dst may be src itself (in place). Summed in order along `dim`, in the arithmetic
+    type of src and dst (values.promote: float32 for 16- and 32-bit floats), each prefix rounded
+    to dst's dtype when stored, so both backends give the same bits."""
+
+    src: Region
+    dst: Region
+    dim: int
+    reverse: bool = False
+    op_name = "cumsum"
+
+    @property
+    def acc_dtype(self) -> np.dtype:
+        """The type the running sum is held in (values.promote of src's and dst's dtypes)."""
         return promote(self.src.buffer.dtype, self.dst.buffer.dtype)

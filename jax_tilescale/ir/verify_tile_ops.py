@@ -9,11 +9,11 @@ import numpy as np
 from ..errors import KernelTraceError
 from .buffers import BufferKind
 from .control import THREAD_VAR, If, format_cond
-from .expr import loads, variables
+from .expr import loads, same_expr, variables
 from .guards import guarded, known_conditions, narrowed
 from .nodes import BLOCK_LOCAL, KernelIR, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
 from .ranges import Ranges
-from .tile_ops import AtomicElement, AtomicRegion, Parallel, Reduce, Store
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
 from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelect, children, format_value
 from .verify_base import VERIFY, check_kind, check_region, squeezed, verify_body
 
@@ -163,3 +163,23 @@ def _verify_reduce(s: Reduce, kernel: KernelIR, ranges: Ranges) -> None:
         )
     if s.src.buffer is s.dst.buffer:
         raise KernelTraceError(f"{op}: src and dst are the same buffer {s.src.buffer.name}", s.loc)
+
+
+@VERIFY.register(CumSum)
+def _verify_cumsum(s: CumSum, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    for r, role in ((s.src, "src"), (s.dst, "dst")):
+        check_region(r, ranges, f"{op} {role}", s.loc)
+        check_kind(r, BLOCK_LOCAL, op, role, "cumsum works on on-chip tiles (T.alloc_fragment, T.alloc_shared)",
+                   s.loc)
+        _check_dtype(r, op, role, s.loc, numeric=True)
+    if s.src.sizes != s.dst.sizes:
+        raise KernelTraceError(f"{op}: dst has the shape of src: {s.src} is {list(s.src.sizes)}, {s.dst} is "
+                               f"{list(s.dst.sizes)}", s.loc)
+    rank = len(s.src.sizes)
+    if not 0 <= s.dim < rank:
+        raise KernelTraceError(f"{op}: dim={s.dim} is not a dimension of {s.src} (rank {rank})", s.loc)
+    if s.src.buffer == s.dst.buffer and not same_expr(s.src.starts, s.dst.starts):
+        raise KernelTraceError(
+            f"{op}: {s.src} and {s.dst} are different slices of {s.src.buffer.name}; cumsum works in place (the same "
+            "slice, or leave dst out) or from one tile into another", s.loc)

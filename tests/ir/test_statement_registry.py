@@ -52,7 +52,8 @@ def missing_rules(types: list[type[Stmt]]) -> dict[str, list[str]]:
 def test_the_walk_finds_the_statements() -> None:
     names = {t.__name__ for t in concrete_statements()}
     # a sample of every family: communication, compute, per-thread code, element-wise tiles
-    assert {"Put", "Fence", "Broadcast", "Copy", "Gemm", "Loop", "If", "LocalStore", "Parallel", "Reduce"} <= names
+    assert {"Put", "Fence", "Broadcast", "Copy", "Gemm", "Loop", "If", "LocalStore", "Parallel", "Reduce",
+            "CumSum"} <= names
     assert "Stmt" not in names
 
 
