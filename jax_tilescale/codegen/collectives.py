@@ -3,7 +3,7 @@
 The PE space may be a team of the mesh (a subset of the processes, numbered through
 `args.pe_map`), so none of this calls NVSHMEM's world collectives: everything is built from puts,
 quiet, and `ts_team_barrier` (tilescale_device.cuh), a counting barrier on signal words of the
-symmetric scratch. The interpreter gives the same meaning (interpret/collectives.py):
+symmetric scratch. The interpreter gives the same meaning (interpret/collective_rules.py):
 - barrier_all / sync_all: every block of every PE meets (grid barrier, then block 0 of each PE
   meets the other PEs, then the grid again); barrier_all completes puts first (quiet);
 - barrier_all_*/sync_all_* (team barriers), broadcast*, fcollect*: one call per PE per instance;
@@ -102,4 +102,3 @@ def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
 def emit_fcollect(s: Fcollect, ctx: Ctx) -> list[str]:
     lines = _put_to_every_pe(ctx, s, _rows_of_this_pe(s.dst, s.src))
     return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
-

@@ -284,4 +284,3 @@ def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
     # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
     # any thread of the block issues after it (signal_op is issued by thread 0).
     return ["nvshmem_fence();", "__syncthreads();"]
-

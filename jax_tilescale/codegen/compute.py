@@ -176,4 +176,3 @@ def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-

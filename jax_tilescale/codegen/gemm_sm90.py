@@ -567,6 +567,7 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
 MULTICAST = False  # measured slower on H200 (benchmarks/NOTES.md); tests and gen_harness.py turn it on
 
+
 def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
     """Whether blocks (2c, y, z) and (2c + 1, y, z) copy the same source tile at every iteration:
     checked by evaluating the tile's start on every such pair and iteration (exact, not a guess)."""
@@ -594,5 +595,3 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
         if _pair_shares(op.copy, gl.loop, kernel.grid):
             return dataclasses.replace(gl, multicast=role)
     return gl
-
-

@@ -456,4 +456,3 @@ def emit_atomic_region(s: AtomicRegion, ctx: Ctx) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-

@@ -101,10 +101,6 @@ class RuleTable(Generic[F]):
         """The types of `stmt_types` without a rule of any of `kinds` (default: the table's kind)."""
         return [t for t in stmt_types if not self.has(t, *kinds)]
 
-    def entries(self) -> dict[tuple[type, enum.Enum | None], Rule[F]]:
-        """Every registered rule (a copy), for tests and tooling."""
-        return dict(self._rules)
-
     @staticmethod
     def _kind_name(kind: enum.Enum | None) -> str:
         return "" if kind is None else f"{kind.name.lower()} "

@@ -182,8 +182,6 @@ def check_loads(s: Stmt, ranges: Ranges) -> None:
             )
 
 
-
-
 def check_loop_vars(s: Stmt, ranges: Ranges) -> None:
     for e in stmt_exprs(s):
         for v in variables(e):
@@ -192,7 +190,6 @@ def check_loop_vars(s: Stmt, ranges: Ranges) -> None:
                     f"{s.op_name}: the loop variable {format_expr(v)} is used outside its T.serial/T.Pipelined loop",
                     s.loc,
                 )
-
 
 
 # The thread-dependent ifs enclosing the statements being verified (innermost last).

@@ -42,7 +42,7 @@ def _check_element(region: Region, ranges: Ranges, op: str, role: str, loc: Sour
 def check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
     """Every element read in `v` is in bounds (where affine) and reads data (not a signal word).
     A read on one side of a `T.where` (and of `a and b`, `a or b`) is checked where its side is
-    chosen: under `T.where(j < n, x[i, j], 0)` j < n holds (ir/control.py's guards)."""
+    chosen: under `T.where(j < n, x[i, j], 0)` j < n holds (ir/guards.py)."""
     if isinstance(v, ValueSelect):
         check_value(v.cond, ranges, op, loc)
         for holds, side in ((True, v.if_true), (False, v.if_false)):
