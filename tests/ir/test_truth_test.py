@@ -133,10 +133,11 @@ def test_structural_comparisons_are_not_truth_tests(version, compare) -> None:
     assert seen[0] in (False, None, 0)
 
 
-def test_this_python_has_a_table() -> None:
+def test_this_python_has_a_table_of_instructions_it_knows() -> None:
     assert THIS in truth.TRUTH_TEST_INSTRUCTIONS, (
         f"Python {THIS[0]}.{THIS[1]}: add its truth-test instructions to language/truth.py "
         "(dis the forms of this file)")
+    assert truth.truth_test_opcodes(THIS) == truth._OPCODES is not None
 
 
 def test_the_package_compares_structurally_while_tracing() -> None:
