@@ -28,9 +28,10 @@ from jax.interpreters import mlir
 from .ast_rewrite import rewrite_kernel_function
 from .errors import KernelTraceError, LaunchError
 from .interpret.options import InterpretOptions
-from .ir import KernelIR, format_kernel, trace_kernel, verify_kernel
+from .ir import KernelIR, format_kernel, verify_kernel
 from .ir.nodes import BufferKind, SourceLoc
 from .language import control as _control
+from .language.tracing import trace_kernel
 
 ABI_VERSION = 2
 

@@ -1,7 +1,11 @@
 """Statement lists -> CUDA lines, recursively: the one place that walks a kernel body.
 
-`EMIT_RULES` maps each statement type to its rule (`rule(stmt, ctx) -> lines`); `codegen.cuda`
-fills it from the rule modules. A rule whose statement holds nested statements (a loop, an if)
+`EMIT` holds the code generator's rules (ir/rules.py), of two kinds (`EmitKind`):
+- BLOCK `rule(stmt, ctx) -> lines`: the statement's code in the kernel body (every statement);
+- ITERATION `rule(stmt, printer) -> lines`: what one thread does for the statement in one
+  iteration of a `T.Parallel` body (the statements that may stand there; tile_ops.py).
+The rules live in compute.py, comm.py, collectives.py, control.py and tile_ops.py; codegen/cuda.py
+(the entry) imports them all. A rule whose statement holds nested statements (a loop, an if)
 emits them with `emit_body`, so nested statements get the same treatment as top-level ones: a
 comment with the statement, a `#line` directive pointing at the user's source, and the
 `ts_where` string that run-time error messages print.
@@ -9,16 +13,25 @@ comment with the statement, a `#line` directive pointing at the user's source, a
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
+from typing import Any
 
-from ..errors import KernelTraceError
 from ..ir.nodes import SourceLoc, Stmt
 from ..ir.printer import format_stmt
+from ..ir.rules import RuleTable
 from .common import Ctx, c_string, comment, indent
 from .expr_printer import WHERE_NAME
 
-Rule = Callable[[Stmt, Ctx], list[str]]
-EMIT_RULES: dict[type, Rule] = {}
+
+class EmitKind(enum.Enum):
+    """The kinds of code generator rules (see the module doc)."""
+
+    BLOCK = "block"
+    ITERATION = "iteration"
+
+
+EMIT: RuleTable[Callable[..., Any]] = RuleTable("emit", default_kind=EmitKind.BLOCK)
 
 
 class _Restore:
@@ -36,10 +49,7 @@ def line_directive(loc: SourceLoc) -> str | None:
 
 
 def emit_stmt(stmt: Stmt, ctx: Ctx, label: str) -> list:
-    rule = EMIT_RULES.get(type(stmt))
-    if rule is None:
-        raise KernelTraceError(f"the CUDA code generator has no rule for {stmt.op_name}", stmt.loc)
-    body = rule(stmt, ctx)
+    body = EMIT.lookup(stmt)(stmt, ctx)
     if any(WHERE_NAME in line for line in body if isinstance(line, str)):  # the user's line, for errors
         body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
     text = format_stmt(stmt)
@@ -62,4 +72,4 @@ def emit_body(stmts: tuple[Stmt, ...], ctx: Ctx, prefix: str = "") -> list:
     return out
 
 
-__all__ = ["EMIT_RULES", "RESTORE", "emit_body", "emit_stmt", "indent", "line_directive"]
+__all__ = ["EMIT", "RESTORE", "EmitKind", "emit_body", "emit_stmt", "indent", "line_directive"]

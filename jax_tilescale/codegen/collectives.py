@@ -3,7 +3,7 @@
 The PE space may be a team of the mesh (a subset of the processes, numbered through
 `args.pe_map`), so none of this calls NVSHMEM's world collectives: everything is built from puts,
 quiet, and `ts_team_barrier` (tilescale_device.cuh), a counting barrier on signal words of the
-symmetric scratch. The interpreter gives the same meaning (interpret/collectives.py):
+symmetric scratch. The interpreter gives the same meaning (interpret/collective_rules.py):
 - barrier_all / sync_all: every block of every PE meets (grid barrier, then block 0 of each PE
   meets the other PEs, then the grid again); barrier_all completes puts first (quiet);
 - barrier_all_*/sync_all_* (team barriers), broadcast*, fcollect*: one call per PE per instance;
@@ -16,10 +16,9 @@ The scope of a team barrier changes nothing here (all threads quiet, thread 0 ar
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ..ir.nodes import BarrierAll, Broadcast, Fcollect, Region, Stmt, TeamBarrier
-from ..ir.trace import PE_VAR
+from ..ir.expr import PE_VAR
+from ..ir.nodes import BarrierAll, Broadcast, Fcollect, Region, TeamBarrier
+from .body import EMIT
 from .comm import target_pe, transfer_call
 from .common import Ctx, c_string, indent, scoped
 from .expr_printer import PE_VAR_NAME, WHERE_NAME, c_int64
@@ -51,6 +50,7 @@ def _team_arrive(barrier: str, op: str) -> list[str]:
     ]
 
 
+@EMIT.register(BarrierAll)
 def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
     lines = _complete(s.quiet)
     op = f"T.{s.op_name}"
@@ -70,6 +70,7 @@ def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
     ]
 
 
+@EMIT.register(TeamBarrier)
 def emit_team_barrier(s: TeamBarrier, ctx: Ctx) -> list[str]:
     # Every thread completes its own puts: warp-scope calls may follow block-wide puts.
     return [*_complete(s.quiet), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
@@ -89,6 +90,7 @@ def _put_to_every_pe(ctx: Ctx, s: Broadcast | Fcollect, dst: Region) -> list[str
     return [*setup, "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {", *indent(scoped(s.scope, issue)), "}"]
 
 
+@EMIT.register(Broadcast)
 def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
     root_check = target_pe(s.root, s.op_name, var="ts_root_nv", what="root")
     lines = [f"const int64_t ts_root = {c_int64(s.root)};", root_check, "(void)ts_root_nv;"]
@@ -96,14 +98,7 @@ def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
     return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
 
 
+@EMIT.register(Fcollect)
 def emit_fcollect(s: Fcollect, ctx: Ctx) -> list[str]:
     lines = _put_to_every_pe(ctx, s, _rows_of_this_pe(s.dst, s.src))
     return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
-
-
-RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {
-    BarrierAll: emit_barrier_all,
-    TeamBarrier: emit_team_barrier,
-    Broadcast: emit_broadcast,
-    Fcollect: emit_fcollect,
-}

@@ -8,7 +8,6 @@ stop the kernel through the block-uniform ts_fail), then the threads of its scop
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from ..ir.expr import Expr
 from ..ir.nodes import (
@@ -25,9 +24,9 @@ from ..ir.nodes import (
     Scope,
     SignalOp,
     SignalWait,
-    Stmt,
     WaitUntil,
 )
+from .body import EMIT
 from .common import (
     Ctx,
     c_string,
@@ -151,6 +150,7 @@ def _finish(scope: Scope, src: Region) -> list[str]:
     return ["__syncthreads();"] if scope is not Scope.BLOCK or src.buffer.kind is BufferKind.SHARED else []
 
 
+@EMIT.register(Put)
 def emit_put(s: Put, ctx: Ctx) -> list[str]:
     lines = [target_pe(s.pe, s.op_name)]
     signal = None
@@ -169,6 +169,7 @@ def emit_put(s: Put, ctx: Ctx) -> list[str]:
     return lines + setup + scoped(s.scope, issue) + _finish(s.scope, s.src)
 
 
+@EMIT.register(Get)
 def emit_get(s: Get, ctx: Ctx) -> list[str]:
     lines = [target_pe(s.pe, s.op_name, what="source PE")]
     nbytes = None
@@ -195,6 +196,7 @@ def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
     ]
 
 
+@EMIT.register(PeerCopy)
 def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
     lines = peer_pointer(ctx, s.remote, s.pe, s.op_name)
     remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
@@ -219,6 +221,7 @@ def wait_call(cmp: Cmp, ctype: str, word: str, value: str, *, op: str, peer: str
     )
 
 
+@EMIT.register(SignalWait)
 def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     # Polls like nvshmem_signal_wait_until (no back-off), but gives up after the wait timeout.
     call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=f"T.{s.op_name}", sleep=False)
@@ -235,6 +238,7 @@ def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     ]
 
 
+@EMIT.register(RemoteSignal)
 def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
     return [
         target_pe(s.pe, s.op_name),
@@ -247,6 +251,7 @@ def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
     ]
 
 
+@EMIT.register(WaitUntil)
 def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     dtype = s.word.buffer.dtype
     ctype = _WORD_TYPES[(dtype.kind, dtype.itemsize)]
@@ -268,24 +273,14 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     return lines
 
 
+@EMIT.register(Quiet)
 def emit_quiet(s: Quiet, ctx: Ctx) -> list[str]:
     # Quiet is per thread (each thread's share of a block put); the barrier makes it the block's.
     return ["nvshmem_quiet();", "__syncthreads();"]
 
 
+@EMIT.register(Fence)
 def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
     # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
     # any thread of the block issues after it (signal_op is issued by thread 0).
     return ["nvshmem_fence();", "__syncthreads();"]
-
-
-RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {
-    Put: emit_put,
-    Get: emit_get,
-    PeerCopy: emit_peer_copy,
-    SignalWait: emit_signal_wait,
-    RemoteSignal: emit_remote_signal,
-    WaitUntil: emit_wait_until,
-    Quiet: emit_quiet,
-    Fence: emit_fence,
-}

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
-from .body import emit_body
+from .body import EMIT, emit_body
 from .common import INDENT, Ctx, clip_guard, copy_loop, decompose, indent, index_type
 from .expr_printer import c_expr, var_name
 from .regions import clipped_side, element_offset, merged_dims, row_major_strides
@@ -35,6 +35,7 @@ def _plan_rule(ctx: Ctx, stmt) -> list[str] | None:
 # ---- loops -------------------------------------------------------------------------------------
 
 
+@EMIT.register(Loop)
 def emit_loop(s: Loop, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
     if own is not None:
@@ -64,6 +65,7 @@ def _region_loop(region: Region, body: str, *, lanes: str) -> list[str]:
     ]
 
 
+@EMIT.register(Fill)
 def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
     if own is not None:
@@ -86,6 +88,7 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 # ---- copy ----------------------------------------------------------------------------------------
 
 
+@EMIT.register(Copy)
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
     if own is not None:  # a GEMM plan's accumulator copy (the plans guard clipped windows themselves)
@@ -143,6 +146,7 @@ def _matrix_strides(region: Region, loc) -> tuple[int, int]:
     return strides[-2], strides[-1]
 
 
+@EMIT.register(Gemm)
 def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
     own = _plan_rule(ctx, s)
     if own is not None:
@@ -172,6 +176,3 @@ def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-
-
-RULES = {Loop: emit_loop, Fill: emit_fill, Copy: emit_copy, Gemm: emit_gemm}

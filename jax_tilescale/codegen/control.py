@@ -28,14 +28,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..errors import KernelTraceError
+from ..ir.buffers import BufferKind
 from ..ir.control import If, LocalStore, local_buffers, thread_dependent
 from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select, Var, VarKind
-from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, BufferKind, KernelIR, Stmt, walk_stmts
-from .common import Ctx, indent
-from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_int64, const_literal
+from ..ir.nodes import BarrierAll, KernelIR, walk_stmts
+from .body import EMIT, emit_body
+from .common import Ctx
+from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_identifier, c_int64, const_literal
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 THREAD_VAR_NAME = "ts_tx"
@@ -46,8 +46,6 @@ _C_INT_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64
 
 
 def register_name(buffer_name: str) -> str:
-    from .expr_printer import c_identifier
-
     return f"ts_r_{c_identifier(buffer_name)}"
 
 
@@ -129,43 +127,21 @@ def per_thread(lines: list, s: If) -> list:
     return out
 
 
-def _emit_nested(stmts: tuple[Stmt, ...], ctx: Ctx) -> list:
-    """A nested statement list, each statement as the top-level ones are emitted."""
-    try:
-        from .body import emit_body  # the recursive emitter, where it exists
-    except ImportError:
-        emit_body = None
-    if emit_body is not None:
-        return emit_body(stmts, ctx)
-    from .common import c_string
-    from .cuda import EMIT_RULES
-
-    out: list = []
-    for stmt in stmts:
-        rule = EMIT_RULES.get(type(stmt))
-        if rule is None:
-            raise KernelTraceError(f"the CUDA code generator has no rule for {stmt.op_name}", stmt.loc)
-        body = rule(stmt, ctx)
-        if any(WHERE_NAME in line for line in body if isinstance(line, str)):
-            body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
-        out += ["{", *indent(body), "}"]
-    return out
-
-
 def _indent(lines: list) -> list:
     return [line if not isinstance(line, str) else "  " + line for line in lines]
 
 
+@EMIT.register(If)
 def emit_if(s: If, ctx: Ctx) -> list:
     for inner in walk_stmts(s.then_body + s.else_body):
-        if isinstance(inner, (BarrierAll, *TEAM_COLLECTIVES)):
+        if isinstance(inner, BarrierAll) or inner.team_collective:
             raise KernelTraceError(
                 f"{inner.op_name} inside an `if` is not supported by the CUDA code generator yet (its barrier state is "
                 "planned for top-level statements only); run with interpret=True",
                 inner.loc,
             )
     divergent = thread_dependent(s.cond)
-    then_lines, else_lines = _emit_nested(s.then_body, ctx), _emit_nested(s.else_body, ctx)
+    then_lines, else_lines = emit_body(s.then_body, ctx), emit_body(s.else_body, ctx)
     if divergent:
         then_lines, else_lines = per_thread(then_lines, s), per_thread(else_lines, s)
     printer = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
@@ -176,12 +152,11 @@ def emit_if(s: If, ctx: Ctx) -> list:
     return lines
 
 
+@EMIT.register(LocalStore)
 def emit_local_store(s: LocalStore, ctx: Ctx) -> list[str]:
     buf = s.dst.buffer
     index = _flat_index(Load(buf, s.dst.starts))
     return [f"{register_name(buf.name)}[{index}] = ({_C_INT_TYPES[buf.dtype.name]})({c_expr(s.value)});"]
 
-
-RULES: dict[type, Callable[[Stmt, Ctx], list]] = {If: emit_if, LocalStore: emit_local_store}
 
 EXPR_HOOKS.append(c_condition_expr)

@@ -3,8 +3,9 @@
 `generate_cuda(kernel)` returns a `CudaModule`: the complete source (the fixed helpers of
 tilescale_device.cuh inlined, so building it needs only the CUDA toolkit and NVSHMEM's
 headers) and the launch facts the FFI handler needs. Statements are translated by the rules in
-`EMIT_RULES` (one function per statement type); index expressions by `expr_printer`; the
-placement of allocations by `layout`; the loop structure of copies and puts by `regions`.
+`body.EMIT` (one per statement type, registered by the rule modules imported here); index
+expressions by `expr_printer`; the placement of allocations by `layout`; the loop structure of
+copies and puts by `regions`.
 
 Semantics follow the CPU interpreter (the reference): Python integer division, NVSHMEM's
 put/signal/quiet/fence meaning, and `barrier_all` as a meeting of every block of every PE.
@@ -21,7 +22,7 @@ from ..ir.nodes import Buffer, KernelIR
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops
-from .body import EMIT_RULES, RESTORE, emit_body
+from .body import RESTORE, emit_body
 from .common import INDENT, MOVE_TYPES, Ctx, c_identifier, comment, indent
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
 from .gemm_select import select_plan
@@ -57,13 +58,8 @@ def device_header(name: str = "tilescale_device.cuh") -> str:
     return importlib.resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
-# ---- statement rules (codegen.body walks the kernel with them) ------------------------------------
-
-EMIT_RULES.update(compute.RULES)
-EMIT_RULES.update(comm.RULES)
-EMIT_RULES.update(collectives.RULES)
-EMIT_RULES.update(control.RULES)  # ifs and register stores (per-thread code)
-EMIT_RULES.update(tile_ops.RULES)  # T.Parallel, element stores and atomics, reductions
+# The modules whose rules fill body.EMIT (each registers its own when imported).
+RULE_MODULES = (compute, comm, collectives, control, tile_ops)
 
 
 # ---- assembly -----------------------------------------------------------------------------------

@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.expr import BinOp, BinOpKind, Const, Var, VarKind
-from ..ir.nodes import COMM_STMTS, Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
+from ..ir.evaluate import evaluate_array
+from ..ir.expr import Var, VarKind
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
 from .common import INDENT, Ctx, c_string, indent
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
@@ -475,7 +476,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     pipelined = [s for s in stmts if isinstance(s, Loop) and s.num_stages is not None]
     if not pipelined:
         return None, []
-    if any(isinstance(s, COMM_STMTS) for s in stmts):
+    if any(s.communicates for s in stmts):
         return None, ["the kernel communicates (the producer warpgroup would miss NVSHMEM's block-wide calls)"]
     if kernel.threads % WARPGROUP or kernel.threads > 4 * WARPGROUP:
         return None, [f"threads={kernel.threads} is not 128, 256, 384 or 512"]
@@ -566,28 +567,6 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
 MULTICAST = False  # measured slower on H200 (benchmarks/NOTES.md); tests and gen_harness.py turn it on
 
-_NP_BINOPS = {
-    BinOpKind.ADD: np.add, BinOpKind.SUB: np.subtract, BinOpKind.MUL: np.multiply,
-    BinOpKind.FLOORDIV: np.floor_divide, BinOpKind.MOD: np.mod,  # Python's rounding, like the kernel's
-    BinOpKind.MIN: np.minimum, BinOpKind.MAX: np.maximum,
-}
-
-
-def _np_eval(e, env: dict) -> np.ndarray | None:
-    """`e` over arrays of its variables' values (None: a node or variable this cannot evaluate)."""
-    if isinstance(e, Const):
-        return np.int64(e.value)
-    if isinstance(e, Var):
-        return env.get(e)
-    if isinstance(e, BinOp) and e.op in _NP_BINOPS:
-        lhs, rhs = _np_eval(e.lhs, env), _np_eval(e.rhs, env)
-        if lhs is None or rhs is None:
-            return None
-        if e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD) and np.any(rhs == 0):
-            return None
-        return _NP_BINOPS[e.op](lhs, rhs)
-    return None
-
 
 def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
     """Whether blocks (2c, y, z) and (2c + 1, y, z) copy the same source tile at every iteration:
@@ -602,7 +581,7 @@ def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
     even = {pid[0]: xs, pid[1]: ys, pid[2]: zs, loop.var: ks}
     odd = {**even, pid[0]: xs + 1}
     for start in copy.src.starts:
-        a, b = _np_eval(start, even), _np_eval(start, odd)
+        a, b = evaluate_array(start, even), evaluate_array(start, odd)
         if a is None or b is None or not np.array_equal(*np.broadcast_arrays(a, b)):
             return False
     return True
@@ -616,5 +595,3 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
         if _pair_shares(op.copy, gl.loop, kernel.grid):
             return dataclasses.replace(gl, multicast=role)
     return gl
-
-

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import KernelTraceError
-from ..ir.nodes import TEAM_COLLECTIVES, BarrierAll, Buffer, BufferKind, KernelIR
+from ..ir.nodes import BarrierAll, Buffer, BufferKind, KernelIR
 
 SHARED_ALIGN = 128
 SIGNAL_ALIGN = 8
@@ -94,7 +94,7 @@ def plan_layout(kernel: KernelIR, plan: Any = None) -> Layout:
     if any(isinstance(s, BarrierAll) for s in kernel.body):
         pe_barrier = _round_up(scratch, SIGNAL_ALIGN)
         scratch = pe_barrier + TEAM_BARRIER_BYTES
-    if any(isinstance(s, TEAM_COLLECTIVES) for s in kernel.body):
+    if any(s.team_collective for s in kernel.body):
         team_barrier = _round_up(scratch, SIGNAL_ALIGN)
         scratch = team_barrier + TEAM_BARRIER_BYTES
     mbarriers = None

@@ -16,6 +16,8 @@ reference; this follows it:
   codegen/control.py makes per-thread inside thread-dependent ifs).
 - Reductions: one warp per output element (lanes stride over the reduced dimension, then a
   butterfly of shuffles), in the interpreter's compute type; atomics: `ts_atomic_*`.
+- cumsum: one thread per line along the summed dimension, adding in order (`__fadd_rn`, so the
+  sums are the interpreter's bit for bit) and storing each prefix.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.control import THREAD_VAR, If, branch_ranges
-from ..ir.expr import Expr, Var, value_range
+from ..ir.control import THREAD_VAR, If
+from ..ir.expr import Expr, Var
+from ..ir.guards import branch_ranges
 from ..ir.nodes import KernelIR, Loop, Region, Stmt
-from ..ir.tile_ops import AtomicElement, AtomicRegion, Parallel, Reduce, ReduceKind, Store
+from ..ir.ranges import value_range
+from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BFLOAT16,
     BOOL,
@@ -50,7 +54,8 @@ from ..ir.values import (
     ValueSelect,
     compute_dtype,
 )
-from ..ir.verify import var_ranges
+from ..ir.verify_base import var_ranges
+from .body import EMIT, EmitKind
 from .common import INDENT, Ctx, indent, index_type
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .regions import row_major_strides
@@ -239,7 +244,7 @@ def enclosing_ranges(kernel: KernelIR, target: Stmt) -> dict[Var, tuple[int, int
                 inner[s.var] = (0, s.extent - 1)
             elif isinstance(s, Parallel):
                 inner.update({v: (0, e - 1) for v, e in zip(s.vars, s.extents)})
-            bodies = getattr(s, "bodies", ())
+            bodies = s.bodies
             sides = branch_ranges(s.cond, inner) if isinstance(s, If) else (inner,) * len(bodies)
             for nested, side in zip(bodies, sides):
                 found = find(nested, side)
@@ -256,29 +261,43 @@ def condition(cond: Expr | Value, p: ValuePrinter, loc: object) -> str:
     return p.value(cond, loc) if isinstance(cond, Value) else f"{c_expr(cond)} != 0"
 
 
-def _thread_lines(s: Stmt, p: ValuePrinter) -> list[str]:
-    """What one thread does for `s` (a statement of a Parallel body, or a block-level element op)."""
-    if isinstance(s, Loop):
-        i = var_name(s.var)
-        inner = ValuePrinter(p.ctx, {**p.ranges, s.var: (0, s.extent - 1)})
-        body = [line for stmt in s.body for line in _thread_lines(stmt, inner)]
-        return [f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{", *indent(body), "}"]
-    if isinstance(s, If):  # per iteration: a plain C if (the verifier admits only per-iteration statements)
-        then_ranges, else_ranges = branch_ranges(s.cond, p.ranges)
-        then_lines = [line for st in s.then_body for line in _thread_lines(st, ValuePrinter(p.ctx, then_ranges))]
-        else_lines = [line for st in s.else_body for line in _thread_lines(st, ValuePrinter(p.ctx, else_ranges))]
-        lines = [f"if ({condition(s.cond, p, s.loc)}) {{", *indent(then_lines)]
-        return lines + (["} else {", *indent(else_lines), "}"] if else_lines else ["}"])
-    if isinstance(s, Store):
-        dst = s.dst.buffer.dtype
-        return [f"{p.element(s.dst, s.loc)} = {to_storage(p.value(s.value, s.loc), s.value.dtype, dst)};"]
-    if isinstance(s, AtomicElement):
-        dst = s.dst.buffer.dtype
-        value = to_storage(p.value(s.value, s.loc), s.value.dtype, dst)
-        return [f"ts_atomic_{s.op.value}(&{p.element(s.dst, s.loc)}, {value});"]
-    raise KernelTraceError(f"{s.op_name} cannot run per iteration of a T.Parallel on the GPU", s.loc)
+def _thread_lines(body: tuple[Stmt, ...], p: ValuePrinter) -> list[str]:
+    """What one thread does for the statements of `body` (of a Parallel body, or a block-level
+    element op), with their ITERATION rules."""
+    return [line for s in body for line in EMIT.lookup(s, EmitKind.ITERATION)(s, p)]
 
 
+@EMIT.register(Loop, kind=EmitKind.ITERATION)
+def _loop_lines(s: Loop, p: ValuePrinter) -> list[str]:
+    i = var_name(s.var)
+    body = _thread_lines(s.body, ValuePrinter(p.ctx, {**p.ranges, s.var: (0, s.extent - 1)}))
+    return [f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{", *indent(body), "}"]
+
+
+@EMIT.register(If, kind=EmitKind.ITERATION)
+def _if_lines(s: If, p: ValuePrinter) -> list[str]:
+    """Per iteration: a plain C if (the verifier admits only per-iteration statements)."""
+    then_ranges, else_ranges = branch_ranges(s.cond, p.ranges)
+    then_lines = _thread_lines(s.then_body, ValuePrinter(p.ctx, then_ranges))
+    else_lines = _thread_lines(s.else_body, ValuePrinter(p.ctx, else_ranges))
+    lines = [f"if ({condition(s.cond, p, s.loc)}) {{", *indent(then_lines)]
+    return lines + (["} else {", *indent(else_lines), "}"] if else_lines else ["}"])
+
+
+@EMIT.register(Store, kind=EmitKind.ITERATION)
+def _store_lines(s: Store, p: ValuePrinter) -> list[str]:
+    dst = s.dst.buffer.dtype
+    return [f"{p.element(s.dst, s.loc)} = {to_storage(p.value(s.value, s.loc), s.value.dtype, dst)};"]
+
+
+@EMIT.register(AtomicElement, kind=EmitKind.ITERATION)
+def _atomic_lines(s: AtomicElement, p: ValuePrinter) -> list[str]:
+    dst = s.dst.buffer.dtype
+    value = to_storage(p.value(s.value, s.loc), s.value.dtype, dst)
+    return [f"ts_atomic_{s.op.value}(&{p.element(s.dst, s.loc)}, {value});"]
+
+
+@EMIT.register(Parallel)
 def emit_parallel(s: Parallel, ctx: Ctx) -> list[str]:
     ranges = {**enclosing_ranges(ctx.kernel, s), **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}}
     p = ValuePrinter(ctx, ranges)
@@ -292,7 +311,7 @@ def emit_parallel(s: Parallel, ctx: Ctx) -> list[str]:
         coord = quotient if extent * rest == total else f"{quotient} % {extent}u"  # row-major digits
         coords.append(f"const int64_t {var_name(var)} = {coord};")
         rest *= extent
-    body = [line for stmt in s.body for line in _thread_lines(stmt, p)]
+    body = _thread_lines(s.body, p)
     return [
         f"for ({idx} ts_it = threadIdx.x; ts_it < {total}u; ts_it += {threads}u) {{",
         *indent(list(reversed(coords))),
@@ -302,10 +321,11 @@ def emit_parallel(s: Parallel, ctx: Ctx) -> list[str]:
     ]
 
 
+@EMIT.register(Store, AtomicElement)
 def emit_once(s: Store | AtomicElement, ctx: Ctx) -> list[str]:
     """An element store or atomic outside a Parallel: thread 0, then the block meets."""
     p = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
-    return [_GUARD, *indent(_thread_lines(s, p)), "}", "__syncthreads();"]
+    return [_GUARD, *indent(_thread_lines((s,), p)), "}", "__syncthreads();"]
 
 
 def _offset(region: Region, counter: str, sizes: tuple[int, ...], dims: tuple[int, ...]) -> str:
@@ -340,10 +360,9 @@ _IDENTITY = {
 }
 
 
+@EMIT.register(Reduce)
 def emit_reduce(s: Reduce, ctx: Ctx) -> list[str]:
-    from ..interpret.tile_ops import reduce_dtype  # the compute type is the interpreter's (a pure function)
-
-    acc = reduce_dtype(s.src.buffer.dtype, s.dst.buffer.dtype)
+    acc = s.acc_dtype
     at = REP_TYPES[acc]
     combine = {ReduceKind.SUM: "ts_iadd" if acc == INT64 else "", ReduceKind.MIN: "ts_vmin"}.get(s.kind, "ts_vmax")
 
@@ -385,6 +404,40 @@ def emit_reduce(s: Reduce, ctx: Ctx) -> list[str]:
     ]
 
 
+_ADD = {FLOAT32: "__fadd_rn({}, {})", FLOAT64: "__dadd_rn({}, {})", INT64: "ts_iadd({}, {})"}
+
+
+@EMIT.register(CumSum)
+def emit_cumsum(s: CumSum, ctx: Ctx) -> list[str]:
+    acc = s.acc_dtype
+    at = REP_TYPES[acc]
+    lines_dims = _big_dims(s.src.sizes, skip=s.dim)
+    line_sizes = tuple(s.src.sizes[d] for d in lines_dims)
+    nlines = math.prod(line_sizes)
+    n = s.src.sizes[s.dim]
+    src_stride = row_major_strides(s.src.buffer.shape)[s.dim]
+    dst_stride = row_major_strides(s.dst.buffer.shape)[s.dim]
+    st, dt = storage_type(s.src.buffer.dtype, s.loc), storage_type(s.dst.buffer.dtype, s.loc)
+    load = convert(f"ts_rep(ts_src[ts_sbase + ts_k * {src_stride}])", s.src.buffer.dtype, acc)
+    index = f"{n - 1} - ts_r" if s.reverse else "ts_r"
+    return [
+        f"const {st}* const ts_src = reinterpret_cast<const {st}*>({ctx.pointers[s.src.buffer]});",
+        f"{dt}* const ts_dst = reinterpret_cast<{dt}*>({ctx.pointers[s.dst.buffer]});",
+        f"for (uint32_t ts_l = threadIdx.x; ts_l < {nlines}u; ts_l += {ctx.kernel.threads}u) {{",
+        f"{INDENT}const int64_t ts_sbase = {_offset(s.src, 'ts_l', line_sizes, lines_dims)};",
+        f"{INDENT}const int64_t ts_dbase = {_offset(s.dst, 'ts_l', line_sizes, lines_dims)};",
+        f"{INDENT}{at} ts_acc = {_IDENTITY[(ReduceKind.SUM, at)]};",
+        f"{INDENT}for (int64_t ts_r = 0; ts_r < {n}; ++ts_r) {{",
+        f"{INDENT * 2}const int64_t ts_k = {index};",
+        f"{INDENT * 2}ts_acc = {_ADD[acc].format('ts_acc', load)};",
+        f"{INDENT * 2}ts_dst[ts_dbase + ts_k * {dst_stride}] = {to_storage('ts_acc', acc, s.dst.buffer.dtype)};",
+        f"{INDENT}}}",
+        "}",
+        "__syncthreads();",
+    ]
+
+
+@EMIT.register(AtomicRegion)
 def emit_atomic_region(s: AtomicRegion, ctx: Ctx) -> list[str]:
     dst_dims, src_dims = _big_dims(s.dst.sizes), _big_dims(s.src.sizes)
     sizes = tuple(s.dst.sizes[d] for d in dst_dims)
@@ -403,12 +456,3 @@ def emit_atomic_region(s: AtomicRegion, ctx: Ctx) -> list[str]:
         "}",
         "__syncthreads();",
     ]
-
-
-RULES: dict[type, Callable[[Stmt, Ctx], list[str]]] = {
-    Parallel: emit_parallel,
-    Store: emit_once,
-    AtomicElement: emit_once,
-    AtomicRegion: emit_atomic_region,
-    Reduce: emit_reduce,
-}

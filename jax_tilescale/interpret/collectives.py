@@ -1,30 +1,23 @@
-"""Team collectives in the interpreter: barrier_all_block/_warp, sync_all_block/_warp,
-broadcast* and fcollect*, over the kernel's PE space (the same meaning as the generated code,
-codegen/collectives.py).
+"""Team collectives in the interpreter: the instances of barrier_all_block/_warp,
+sync_all_block/_warp, broadcast* and fcollect* over the kernel's PE space (the same meaning as
+the generated code, codegen/collectives.py); the world keeps them (`World.team_arrive`), the
+statements' rules are collective_rules.py's.
 
 NVSHMEM's rule: each call is one PE's call, and the k-th team collective call of each PE forms
 instance k (whichever block makes it). An instance completes when every PE has made its call;
 the calling blocks wait for that. The k-th calls must be the same statement on every PE, with the
 same root and destination: anything else is an error naming each PE's call (on a GPU it would
-pair unrelated calls). Data moves when a PE arrives, as the generated code does (it puts first,
-then meets): broadcast's root writes `dst` on every PE, fcollect's caller writes its rows of
-`dst` on every PE. The barrier forms first complete the PE's puts (quiet); the sync forms do not.
+pair unrelated calls).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.nodes import Broadcast, Fcollect, Stmt, TeamBarrier
-from .memory import AccessKind, Block, ResolvedRegion
+from ..ir.nodes import Broadcast, Fcollect, Stmt
+from .memory import Block
 from .waits import Wait
-
-if TYPE_CHECKING:
-    from .evaluator import BlockContext
 
 
 @dataclass(frozen=True)
@@ -110,36 +103,3 @@ def _describe(c: Call) -> str:
     if isinstance(c.stmt, Fcollect):
         return f"destination starts {c.agree[0]}"
     return ""
-
-
-# ---- rules ------------------------------------------------------------------------------------
-
-
-def team_barrier(ctx: BlockContext, s: TeamBarrier) -> Wait:
-    if s.quiet:
-        ctx.world.quiet(ctx.pe, ctx.block)
-    return ctx.world.team_arrive(ctx.pe, Call(ctx.block, s, ()))
-
-
-def _write_everywhere(ctx: BlockContext, s: Stmt, region: ResolvedRegion, data: np.ndarray) -> None:
-    memory = ctx.world.memory
-    for q in range(ctx.world.num_pes):
-        memory.write(ctx.access(AccessKind.WRITE, region, s, owner=q), data)
-
-
-def broadcast(ctx: BlockContext, s: Broadcast) -> Wait:
-    root = ctx.target_pe(s.root, s, "root")
-    dst = ctx.resolve(s.dst, "dst", s)  # a symmetric address: the same on every PE (checked)
-    if ctx.pe == root:
-        src = ctx.resolve(s.src, "src", s)
-        _write_everywhere(ctx, s, dst, ctx.read(src, s).reshape(dst.sizes))
-    return ctx.world.team_arrive(ctx.pe, Call(ctx.block, s, (root, dst.starts)))
-
-
-def fcollect(ctx: BlockContext, s: Fcollect) -> Wait:
-    src = ctx.resolve(s.src, "src", s)
-    dst = ctx.resolve(s.dst, "dst", s)
-    rows = src.sizes[0]
-    mine = ResolvedRegion(dst.buffer, (dst.starts[0] + ctx.pe * rows, *dst.starts[1:]), (rows, *dst.sizes[1:]))
-    _write_everywhere(ctx, s, mine, ctx.read(src, s).reshape(mine.sizes))
-    return ctx.world.team_arrive(ctx.pe, Call(ctx.block, s, (dst.starts,)))

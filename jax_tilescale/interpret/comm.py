@@ -1,6 +1,6 @@
 """Interpreter rules of the point-to-point statements beyond the put: gets, direct peer
 copies (put_block/get_block), signal_op and the wait_* family; and the run-time sizes of puts
-and gets. The rules are listed in evaluator.RULES.
+and gets. Each rule registers itself in block.INTERPRET.
 
 Meanings (docs/architecture.md): a blocking get reads the peer now; a `_nbi` get poisons its
 destination at issue and reads the peer only when delivered (quiet, barrier, kernel end, or when
@@ -13,20 +13,16 @@ block.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-import numpy as np
 
 from ..errors import KernelRuntimeError
 from ..ir.control import THREAD_VAR
 from ..ir.expr import format_expr
 from ..ir.nodes import BLOCK_LOCAL, Direction, Get, PeerCopy, Put, Region, RemoteSignal, WaitUntil
+from .block import INTERPRET, BlockContext
 from .memory import SIGNAL_MODULUS, AccessKind, ResolvedRegion, poisoned, where
+from .registers import wrap_int
 from .transfers import RemoteRead, SignalDelivery
 from .waits import SignalWaitOn, Wait
-
-if TYPE_CHECKING:
-    from .evaluator import BlockContext
 
 
 def resolve_pair(ctx: BlockContext, s: Put | Get) -> tuple[ResolvedRegion, ResolvedRegion]:
@@ -57,6 +53,7 @@ def resolve_pair(ctx: BlockContext, s: Put | Get) -> tuple[ResolvedRegion, Resol
     return out[0], out[1]
 
 
+@INTERPRET.register(Get)
 def get(ctx: BlockContext, s: Get) -> None:
     peer = ctx.target_pe(s.pe, s, "source PE")
     src, dst = resolve_pair(ctx, s)  # symmetric addresses: evaluated on the issuing PE
@@ -72,6 +69,7 @@ def get(ctx: BlockContext, s: Get) -> None:
                        dst_block=tile)
 
 
+@INTERPRET.register(PeerCopy)
 def peer_copy(ctx: BlockContext, s: PeerCopy) -> None:
     peer = ctx.target_pe(s.pe, s, "peer PE")
     src = ctx.resolve(s.src, "src", s)
@@ -85,6 +83,7 @@ def peer_copy(ctx: BlockContext, s: PeerCopy) -> None:
         ctx.write(dst, data.reshape(dst.sizes), s)
 
 
+@INTERPRET.register(RemoteSignal)
 def remote_signal(ctx: BlockContext, s: RemoteSignal) -> None:
     peer = ctx.target_pe(s.pe, s)
     word = ctx.resolve(s.word, "signal word", s)
@@ -92,18 +91,10 @@ def remote_signal(ctx: BlockContext, s: RemoteSignal) -> None:
     ctx.world.transfer(s, ctx.pe, ctx.block, target=peer, remote=peer, signal=SignalDelivery(word, s.op, value))
 
 
-def wrap_to(value: int, dtype: np.dtype) -> int:
-    """`value` converted to an integer dtype as C does (two's complement wrap-around)."""
-    bits = 8 * dtype.itemsize
-    value %= 1 << bits
-    if dtype.kind == "i" and value >= 1 << (bits - 1):
-        value -= 1 << bits
-    return value
-
-
+@INTERPRET.register(WaitUntil)
 def wait_until(ctx: BlockContext, s: WaitUntil) -> Wait:
     owner = ctx.pe if s.pe is None else ctx.target_pe(s.pe, s, "PE of the word")
     word = ctx.resolve(s.word, "word", s)
-    value = wrap_to(ctx.eval(s.value, "the compared value", s), word.buffer.dtype)
+    value = wrap_int(ctx.eval(s.value, "the compared value", s), word.buffer.dtype)
     return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s, owner=owner,
                         thread=ctx.env.get(THREAD_VAR))

@@ -1,113 +1,32 @@
-"""What each IR statement does, one rule per statement type, run by one block of one PE.
+"""The interpreter's entry: `block_program` runs the kernel body for one block of one PE.
 
-A rule takes the block's context and the statement, does its effect on the world, and returns
-a `Wait` when the block must wait (signal_wait_until, barrier_all) or None. `block_program` is
-the block as a generator: it yields after every statement (None, or the wait to satisfy before
-it continues), which lets one thread interleave all blocks of its PE. Every memory access goes
-through `BlockContext.access` and from there through `LaunchMemory.access`.
+It is the block as a generator: it yields after every statement (None, or the wait to satisfy
+before it continues), which lets one thread interleave all blocks of its PE. What each statement
+does is its rule in block.INTERPRET (one per statement type, block.py has the kinds); the rules of
+copies, fill, gemm, loops, puts, signal waits, quiet, fence and barrier_all are here, the others in
+the modules imported below (each registers its own), so the table is complete whenever a block
+can run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
 import numpy as np
 
-from ..errors import KernelRuntimeError
 from ..ir.control import THREAD_VAR
-from ..ir.expr import Expr, Load, Var, VarKind, format_expr
-from ..ir.nodes import (
-    BarrierAll,
-    Broadcast,
-    BufferKind,
-    Copy,
-    Fcollect,
-    Fence,
-    Fill,
-    Gemm,
-    Get,
-    Loop,
-    PeerCopy,
-    Put,
-    Quiet,
-    Region,
-    RemoteSignal,
-    SignalWait,
-    Stmt,
-    TeamBarrier,
-    WaitUntil,
-)
-from . import collectives, comm, control, tile_ops
-from .memory import SIGNAL_MODULUS, Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
+from ..ir.nodes import BarrierAll, Copy, Fence, Fill, Gemm, Loop, Put, Quiet, Region, SignalWait, Stmt
+from . import collective_rules, comm, control, tile_ops
+from .block import INTERPRET, BlockContext, Body, RunKind, run_body
+from .memory import SIGNAL_MODULUS, ResolvedRegion
 from .transfers import SignalDelivery
 from .waits import SignalWaitOn, Wait
-from .world import World
+
+# The modules whose rules fill block.INTERPRET besides this one's (each registers its own).
+RULE_MODULES = (comm, collective_rules, control, tile_ops)
 
 
-class BlockContext:
-    """One block of one PE: its program ids, its PE, and the world it runs in."""
-
-    def __init__(self, world: World, pe: int, block: Block):
-        self.world, self.pe, self.block = world, pe, block
-        self.env: dict[Var, int] = {Var(VarKind.PROGRAM_ID, i): b for i, b in enumerate(block)}
-        self.env[Var(VarKind.PE)] = pe
-        # Per-thread code (control.py): the threads running a thread-dependent branch (None at
-        # block level) and the block's registers.
-        self.threads: tuple[int, ...] | None = None
-        self.registers = control.Registers(world.kernel.threads)
-
-    def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
-        return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
-
-    def resolve(self, region: Region, role: str, stmt: Stmt, clip_dims: tuple[int, ...] = ()) -> ResolvedRegion:
-        return resolve_region(region, self.env, role, stmt, self.pe, self.block, self._loader(stmt), clip_dims)
-
-    def _loader(self, stmt: Stmt) -> Callable[[Load, tuple[int, ...]], int]:
-        return lambda ld, indices: self.load(ld, indices, stmt)
-
-    def load(self, ld: Load, indices: tuple[int, ...], stmt: Stmt) -> int:
-        """T.load: one element of this PE's input, bounds-checked (the verifier checks affine indices)."""
-        buf = ld.buffer
-        if buf.kind is BufferKind.LOCAL:  # a register of the current thread
-            return control.read_register(self, ld, indices, stmt)
-        for dim, (i, extent) in enumerate(zip(indices, buf.shape)):
-            if not 0 <= i < extent:
-                raise KernelRuntimeError(
-                    f"{stmt.op_name}: T.load {format_expr(ld)} is out of bounds: index {i} along dimension {dim} of "
-                    f"{buf.name} (extent {extent}) {where(self.pe, self.block, stmt.loc)}"
-                )
-        region = ResolvedRegion(buf, indices, (1,) * len(indices))
-        return int(self.world.memory.access(self.access(AccessKind.READ, region, stmt)).reshape(-1)[0])
-
-    def access(self, kind: AccessKind, region: ResolvedRegion, stmt: Stmt, owner: int | None = None) -> Access:
-        """Describes an access by this block; `owner` defaults to this PE (and its shared memory)."""
-        owner = self.pe if owner is None else owner
-        owner_block = self.block if owner == self.pe else None
-        return Access(kind, region, owner, owner_block, self.pe, self.block, stmt)
-
-    def read(self, region: ResolvedRegion, stmt: Stmt) -> np.ndarray:
-        return self.world.memory.read(self.access(AccessKind.READ, region, stmt))
-
-    def write(self, region: ResolvedRegion, data: np.ndarray, stmt: Stmt) -> None:
-        self.world.memory.write(self.access(AccessKind.WRITE, region, stmt), data)
-
-    def target_pe(self, pe: Expr, stmt: Stmt, what: str = "target PE") -> int:
-        """Evaluates a PE operand (a put's target, a get's source, a root) and checks it names a
-        PE of the kernel's PE space."""
-        value = self.eval(pe, f"the {what}", stmt)
-        n = self.world.num_pes
-        if not 0 <= value < n:
-            k = self.world.kernel
-            raise KernelRuntimeError(
-                f"{stmt.op_name}: {what} {value} (pe={format_expr(pe)}) is out of range: the kernel's PE space "
-                f"{k.mesh_axes} has {n} PEs (0..{n - 1}) {where(self.pe, self.block, stmt.loc)}"
-            )
-        return value
-
-
-Rule = Callable[[BlockContext, Stmt], "Wait | None"]
-
-
+@INTERPRET.register(Copy)
 def _copy(ctx: BlockContext, s: Copy) -> None:
     if s.clip_dims:
         _clipped_copy(ctx, s)
@@ -143,6 +62,7 @@ def _clipped_copy(ctx: BlockContext, s: Copy) -> None:
         ctx.write(glob, ctx.read(part, s).astype(glob.buffer.dtype), s)
 
 
+@INTERPRET.register(Fill)
 def _fill(ctx: BlockContext, s: Fill) -> None:
     dst = ctx.resolve(s.dst, "buffer", s)
     ctx.write(dst, np.full(dst.sizes, s.value, np.float64).astype(dst.buffer.dtype), s)
@@ -154,6 +74,7 @@ def _matrix(ctx: BlockContext, region: Region, role: str, s: Gemm, transpose: bo
     return m.T if transpose else m
 
 
+@INTERPRET.register(Gemm)
 def _gemm(ctx: BlockContext, s: Gemm) -> None:
     a = _matrix(ctx, s.a, "A", s, s.transpose_a)
     b = _matrix(ctx, s.b, "B", s, s.transpose_b)
@@ -163,13 +84,15 @@ def _gemm(ctx: BlockContext, s: Gemm) -> None:
     ctx.write(c, acc.astype(np.float32), s)
 
 
-def _loop(ctx: BlockContext, s: Loop) -> Generator[Wait | None, None, None]:
+@INTERPRET.register(Loop, kind=RunKind.BODY)
+def _loop(ctx: BlockContext, s: Loop) -> Body:
     for i in range(s.extent):
         ctx.env[s.var] = i
-        yield from _run_body(ctx, s.body)
+        yield from run_body(ctx, s.body)
     del ctx.env[s.var]
 
 
+@INTERPRET.register(Put)
 def _put(ctx: BlockContext, s: Put) -> None:
     target = ctx.target_pe(s.pe, s)
     src, dst = comm.resolve_pair(ctx, s)  # dst: a symmetric address, evaluated on the issuing PE
@@ -182,43 +105,26 @@ def _put(ctx: BlockContext, s: Put) -> None:
     ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal)
 
 
+@INTERPRET.register(SignalWait)
 def _signal_wait(ctx: BlockContext, s: SignalWait) -> Wait:
     word = ctx.resolve(s.word, "signal word", s)
     value = ctx.eval(s.value, "the compared value", s) % SIGNAL_MODULUS
     return SignalWaitOn(ctx.world.memory, ctx.pe, ctx.block, word, s.cmp, value, s, thread=ctx.env.get(THREAD_VAR))
 
 
+@INTERPRET.register(Quiet)
 def _quiet(ctx: BlockContext, s: Quiet) -> None:
     ctx.world.quiet(ctx.pe, ctx.block)
 
 
+@INTERPRET.register(Fence)
 def _fence(ctx: BlockContext, s: Fence) -> None:
     ctx.world.fence(ctx.pe, ctx.block)
 
 
+@INTERPRET.register(BarrierAll)
 def _barrier_all(ctx: BlockContext, s: BarrierAll) -> Wait:
     return ctx.world.barrier_all(ctx.pe, ctx.block, s)
-
-
-RULES: dict[type, Rule] = {
-    Copy: _copy,
-    Put: _put,
-    Get: comm.get,
-    PeerCopy: comm.peer_copy,
-    SignalWait: _signal_wait,
-    RemoteSignal: comm.remote_signal,
-    WaitUntil: comm.wait_until,
-    Quiet: _quiet,
-    Fence: _fence,
-    BarrierAll: _barrier_all,
-    TeamBarrier: collectives.team_barrier,
-    Broadcast: collectives.broadcast,
-    Fcollect: collectives.fcollect,
-    Fill: _fill,
-    Gemm: _gemm,
-    **control.RULES,
-    **tile_ops.RULES,  # T.Parallel, element stores and atomics, reductions
-}
 
 
 def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | None, None, None]:
@@ -227,19 +133,4 @@ def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait |
     The caller must hold the world's lock while advancing it and must not resume it before the
     yielded wait is ready.
     """
-    yield from _run_body(ctx, body)
-
-
-def _run_body(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | None, None, None]:
-    for stmt in body:
-        if isinstance(stmt, Loop):  # nested statements yield one by one, so waits inside loops work
-            yield from _loop(ctx, stmt)
-            continue
-        nested = control.NESTED_RULES.get(type(stmt))
-        if nested is not None:
-            yield from nested(ctx, stmt, _run_body)
-            continue
-        rule = RULES.get(type(stmt))
-        if rule is None:
-            raise KernelRuntimeError(f"internal: the interpreter has no rule for {type(stmt).__name__} at {stmt.loc}")
-        yield from control.run_stmt(ctx, stmt, rule)  # once for the block, or per active thread
+    yield from run_body(ctx, body)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.expr import Expr, Loader, Var, evaluate, format_expr
+from ..ir.evaluate import Loader, evaluate
+from ..ir.expr import Expr, Var, format_expr
 from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 Block = tuple[int, ...]

@@ -21,15 +21,15 @@ import numpy as np
 
 from ..errors import KernelRuntimeError, RaceError
 from ..ir.control import If
-from ..ir.expr import BinOp, BinOpKind, Compare, CompareKind, Const, Expr, Load, Logic, LogicKind, Not, Select, Var
+from ..ir.evaluate import ArrayEvaluator
+from ..ir.expr import BinOp, Expr, Load, Var
 from ..ir.expr import format_expr as fmt
 from ..ir.nodes import Buffer, Loop, Region, Stmt
-from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Parallel, Reduce, ReduceKind, Store
+from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BOOL,
     FLOAT32,
     FLOAT64,
-    INT64,
     Binary,
     BinaryKind,
     Cast,
@@ -44,6 +44,7 @@ from ..ir.values import (
     compute_dtype,
     is_float,
 )
+from .block import INTERPRET, RunKind
 from .memory import AccessKind, ResolvedRegion, where
 
 Array = np.ndarray
@@ -169,6 +170,7 @@ class _Eval:
 
     def __init__(self, ctx: Any, stmt: Stmt, space: _Space, log: _IterationLog | None):
         self.ctx, self.stmt, self.space, self.log = ctx, stmt, space, log
+        self._index = ArrayEvaluator(space.env, load=self._load, zero_division=self._zero_division)
 
     def fail(self, message: str, active: Array) -> KernelRuntimeError:
         lane = int(np.flatnonzero(np.broadcast_to(active, self.space.shape).reshape(-1))[0]) if self.space.shape \
@@ -176,45 +178,19 @@ class _Eval:
         return KernelRuntimeError(f"{self.stmt.op_name}: {message}{self.space.describe(lane)} "
                                   f"{where(self.ctx.pe, self.ctx.block, self.stmt.loc)}")
 
-    # -- index expressions (int64 arrays, Python semantics) --
+    # -- index expressions (int64 arrays, Python semantics: ir/evaluate.py) --
 
     def index(self, e: Expr, active: Array) -> Array:
-        if isinstance(e, Const):
-            return np.int64(e.value)
-        if isinstance(e, Var):
-            return np.asarray(self.space.env[e], np.int64)
-        if isinstance(e, BinOp):
-            a, b = self.index(e.lhs, active), self.index(e.rhs, active)
-            if e.op in (BinOpKind.FLOORDIV, BinOpKind.MOD):
-                zero = active & (b == 0)
-                if np.any(zero):
-                    raise self.fail(f"integer {e.op.value} by zero in `{fmt(e)}`", zero)
-                b = np.where(b == 0, 1, b)
-            return _INDEX_OPS[e.op](a, b)
-        if isinstance(e, Compare):
-            return _COMPARE_OPS[e.op](self.index(e.lhs, active), self.index(e.rhs, active)).astype(np.int64)
-        if isinstance(e, Not):
-            return (self.index(e.operand, active) == 0).astype(np.int64)
-        if isinstance(e, Logic):
-            lhs = self.index(e.lhs, active) != 0
-            if e.op is LogicKind.LAND:
-                rhs = self.index(e.rhs, active & lhs) != 0
-            elif e.op is LogicKind.LOR:
-                rhs = self.index(e.rhs, active & ~lhs) != 0
-            else:
-                rhs = self.index(e.rhs, active) != 0
-            conj = e.op in (LogicKind.AND, LogicKind.LAND)
-            return (lhs & rhs if conj else lhs | rhs).astype(np.int64)
-        if isinstance(e, Select):
-            c = self.index(e.cond, active) != 0
-            return np.where(c, self.index(e.if_true, active & c), self.index(e.if_false, active & ~c))
-        if isinstance(e, Load):
-            if not self.space.shape:  # one element: the block's own T.load path (registers included)
-                indices = tuple(int(self.index(i, active)) for i in e.indices)
-                return np.int64(self.ctx.load(e, indices, self.stmt))
-            return to_rep(self.elements(Region(e.buffer, e.indices, (1,) * len(e.indices)), active, _READ),
-                          e.buffer.dtype)
-        raise KernelRuntimeError(f"internal: no vectorised rule for the index expression {fmt(e)} at {self.stmt.loc}")
+        return self._index(e, active)
+
+    def _zero_division(self, e: BinOp, lanes: Array) -> None:
+        raise self.fail(f"integer {e.op.value} by zero in `{fmt(e)}`", lanes)
+
+    def _load(self, e: Load, active: Array) -> Array:
+        if not self.space.shape:  # one element: the block's own T.load path (registers included)
+            indices = tuple(int(self.index(i, active)) for i in e.indices)
+            return np.int64(self.ctx.load(e, indices, self.stmt))
+        return to_rep(self.elements(Region(e.buffer, e.indices, (1,) * len(e.indices)), active, _READ), e.buffer.dtype)
 
     # -- element access --
 
@@ -296,12 +272,6 @@ def _apply_in_order(box: Array, flat: Array, values: Array, update: Callable[[Ar
         flat_box[f[hit]] = update(flat_box[f[hit]], vals[hit])
 
 
-_INDEX_OPS: dict[BinOpKind, Callable[[Array, Array], Array]] = {
-    BinOpKind.ADD: np.add, BinOpKind.SUB: np.subtract, BinOpKind.MUL: np.multiply,
-    BinOpKind.FLOORDIV: np.floor_divide, BinOpKind.MOD: np.mod, BinOpKind.MIN: np.minimum, BinOpKind.MAX: np.maximum,
-}
-_COMPARE_OPS = {CompareKind.EQ: np.equal, CompareKind.NE: np.not_equal, CompareKind.LT: np.less,
-                CompareKind.LE: np.less_equal, CompareKind.GT: np.greater, CompareKind.GE: np.greater_equal}
 _CMP_OPS = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
             ">=": np.greater_equal}
 _BINARY_OPS: dict[BinaryKind, Callable[[Array, Array], Array]] = {
@@ -355,37 +325,48 @@ def _atomic_update(kind: AtomicKind, dtype: np.dtype) -> Callable[[Array, Array]
     return update
 
 
-def _run_thread_stmt(ctx: Any, s: Stmt, space: _Space, log: _IterationLog | None, active: Array | None = None) -> None:
-    """Runs `s` for the `active` iterations of `space` (all when None): an if splits them by its
-    condition, each side running for its own (the then side first; iterations are independent, so
-    that is the order of running them one by one)."""
+def run_iterations(ctx: Any, body: tuple[Stmt, ...], space: _Space, log: _IterationLog | None,
+                   active: Array | None = None) -> None:
+    """Runs `body` (statements of a Parallel body, or an element statement at block level) for
+    the `active` iterations of `space` (all when None), in program order, with the ITERATION
+    rules."""
     if active is None:
         active = np.ones(space.shape, bool)
-    if isinstance(s, Loop):
-        for i in range(s.extent):
-            space.env[s.var] = i
-            for inner in s.body:
-                _run_thread_stmt(ctx, inner, space, log, active)
-        del space.env[s.var]
-        return
+    for s in body:
+        INTERPRET.lookup(s, RunKind.ITERATION)(ctx, s, space, log, active)
+
+
+@INTERPRET.register(Loop, kind=RunKind.ITERATION)
+def _loop_iterations(ctx: Any, s: Loop, space: _Space, log: _IterationLog | None, active: Array) -> None:
+    for i in range(s.extent):
+        space.env[s.var] = i
+        run_iterations(ctx, s.body, space, log, active)
+    del space.env[s.var]
+
+
+@INTERPRET.register(If, kind=RunKind.ITERATION)
+def _if_iterations(ctx: Any, s: If, space: _Space, log: _IterationLog | None, active: Array) -> None:
+    """An if splits the iterations by its condition, each side running for its own (the then
+    side first; iterations are independent, so that is the order of running them one by one)."""
+    taken = active & np.broadcast_to(_condition(_Eval(ctx, s, space, log), s.cond, active), space.shape)
+    for body, lanes in ((s.then_body, taken), (s.else_body, active & ~taken)):
+        if body and lanes.any():
+            run_iterations(ctx, body, space, log, lanes)
+
+
+@INTERPRET.register(Store, kind=RunKind.ITERATION)
+def _store_iterations(ctx: Any, s: Store, space: _Space, log: _IterationLog | None, active: Array) -> None:
     ev = _Eval(ctx, s, space, log)
-    if isinstance(s, If):
-        taken = active & np.broadcast_to(_condition(ev, s.cond, active), space.shape)
-        for body, lanes in ((s.then_body, taken), (s.else_body, active & ~taken)):
-            if body and lanes.any():
-                for inner in body:
-                    _run_thread_stmt(ctx, inner, space, log, lanes)
-        return
-    if isinstance(s, Store):
-        value = ev.value(s.value, active)
-        data = to_storage(value, compute_dtype(s.value.dtype), s.dst.buffer.dtype)
-        ev.elements(s.dst, active, _WRITE, data=data)
-    elif isinstance(s, AtomicElement):
-        dtype = s.dst.buffer.dtype
-        value = convert(ev.value(s.value, active), compute_dtype(s.value.dtype), dtype)
-        ev.elements(s.dst, active, _ATOMIC, update=_atomic_update(s.op, dtype), data=value)
-    else:
-        raise KernelRuntimeError(f"internal: {s.op_name} at {s.loc} cannot run per thread")
+    value = ev.value(s.value, active)
+    ev.elements(s.dst, active, _WRITE, data=to_storage(value, compute_dtype(s.value.dtype), s.dst.buffer.dtype))
+
+
+@INTERPRET.register(AtomicElement, kind=RunKind.ITERATION)
+def _atomic_iterations(ctx: Any, s: AtomicElement, space: _Space, log: _IterationLog | None, active: Array) -> None:
+    ev = _Eval(ctx, s, space, log)
+    dtype = s.dst.buffer.dtype
+    value = convert(ev.value(s.value, active), compute_dtype(s.value.dtype), dtype)
+    ev.elements(s.dst, active, _ATOMIC, update=_atomic_update(s.op, dtype), data=value)
 
 
 def _condition(ev: _Eval, cond: Expr | Value, active: Array) -> Array:
@@ -402,6 +383,7 @@ def block_condition(ctx: Any, s: If) -> bool:
     return bool(_condition(ev, s.cond, np.True_))
 
 
+@INTERPRET.register(Parallel)
 def _parallel(ctx: Any, s: Parallel) -> None:
     rank = len(s.extents)
     env: dict[Var, Any] = dict(ctx.env)
@@ -409,26 +391,20 @@ def _parallel(ctx: Any, s: Parallel) -> None:
         env[var] = np.arange(extent, dtype=np.int64).reshape((1,) * k + (extent,) + (1,) * (rank - k - 1))
     space = _Space(env, s.extents, s)
     log = _IterationLog() if ctx.world.options.detect_races else None
-    for stmt in s.body:
-        _run_thread_stmt(ctx, stmt, space, log)
+    run_iterations(ctx, s.body, space, log)
     if log is not None:
         log.check(ctx, space)
 
 
+@INTERPRET.register(Store, AtomicElement)
 def _once(ctx: Any, s: Stmt) -> None:
     """An element store or atomic outside a Parallel: once for the block."""
-    _run_thread_stmt(ctx, s, _Space(dict(ctx.env), (), None), None)
+    run_iterations(ctx, (s,), _Space(dict(ctx.env), (), None), None)
 
 
-def reduce_dtype(src: np.dtype, dst: np.dtype) -> np.dtype:
-    """What a reduction computes in: float64 if either side is, float32 for other floats, int64."""
-    if is_float(src) or is_float(dst):
-        return FLOAT64 if FLOAT64 in (src, dst) else FLOAT32
-    return INT64
-
-
+@INTERPRET.register(Reduce)
 def _reduce(ctx: Any, s: Reduce) -> None:
-    acc = reduce_dtype(s.src.buffer.dtype, s.dst.buffer.dtype)
+    acc = s.acc_dtype
     data = convert(to_rep(ctx.read(ctx.resolve(s.src, "src", s), s), s.src.buffer.dtype),
                    compute_dtype(s.src.buffer.dtype), acc)
     with np.errstate(all="ignore"):
@@ -446,6 +422,23 @@ def _reduce(ctx: Any, s: Reduce) -> None:
     ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
 
 
+@INTERPRET.register(CumSum)
+def _cumsum(ctx: Any, s: CumSum) -> None:
+    """Sequential sums along `dim` in the accumulation type (numpy's cumsum adds in order), each
+    prefix rounded to dst's dtype."""
+    acc = s.acc_dtype
+    data = convert(to_rep(ctx.read(ctx.resolve(s.src, "src", s), s), s.src.buffer.dtype),
+                   compute_dtype(s.src.buffer.dtype), acc)
+    with np.errstate(all="ignore"):
+        if s.reverse:
+            out = np.flip(np.cumsum(np.flip(data, axis=s.dim), axis=s.dim, dtype=acc), axis=s.dim)
+        else:
+            out = np.cumsum(data, axis=s.dim, dtype=acc)
+    dst = ctx.resolve(s.dst, "dst", s)
+    ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
+
+
+@INTERPRET.register(AtomicRegion)
 def _atomic_region(ctx: Any, s: AtomicRegion) -> None:
     dtype = s.dst.buffer.dtype
     src = ctx.read(ctx.resolve(s.src, "src", s), s)
@@ -453,12 +446,3 @@ def _atomic_region(ctx: Any, s: AtomicRegion) -> None:
     dst = ctx.resolve(s.dst, "dst", s)
     view = ctx.world.memory.access(ctx.access(AccessKind.ATOMIC, dst, s))
     view[...] = _atomic_update(s.op, dtype)(view, value.reshape(view.shape))
-
-
-RULES: dict[type, Callable[[Any, Any], None]] = {
-    Parallel: _parallel,
-    Store: _once,
-    AtomicElement: _once,
-    AtomicRegion: _atomic_region,
-    Reduce: _reduce,
-}

@@ -2,27 +2,53 @@
 
 Kernels compute addresses and peer numbers from a few run-time values (block index, PE) with
 Python operators; tracing turns those operators into these immutable nodes. Everything here is
-pure data plus small analyses (constant folding, affine form, value range) that the verifier,
-the interpreter and the code generator share.
+pure data plus small analyses (constant folding, affine form) that the verifier, the interpreter
+and the code generator share; `evaluate.py` gives expressions their values, `ranges.py` their
+ranges.
+
+Two things need the tracer (language/state.py), which this layer must not import: an operand
+that is an element value or a float makes the result an element value (`i * 0.5`, `x[i] + i`),
+and a Python truth test of an undecided condition in user code must be refused. While a kernel is
+traced, the tracer lends both through `TRACE_HOOKS`.
 """
 
 from __future__ import annotations
 
-import dis
+import contextvars
 import enum
 import operator
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from types import FrameType
+from typing import Any, Union
 
-if TYPE_CHECKING:
-    from .nodes import Buffer
+from .buffers import Buffer
 
 IntLike = Union["Expr", int]
-# Reads one element of a kernel input for `Load` (interpreter): (the load, its indices) -> value.
-Loader = Callable[["Load", tuple[int, ...]], int]
+
+
+@dataclass(frozen=True)
+class TraceHooks:
+    """What the tracer lends index expressions while a kernel is traced (`TRACE_HOOKS`)."""
+
+    # `a op b` where one side is an element value or a float (`_defers`): an element value.
+    mixed: Callable[[str, Any, Any], Any]
+    # Whether the frame that asks for the truth of an undecided condition does a Python truth test
+    # (`if`, `and`, `not`, ...) in user code (then it is refused), or compares structurally.
+    truth_test: Callable[[FrameType], bool]
+
+
+TRACE_HOOKS: contextvars.ContextVar[TraceHooks | None] = contextvars.ContextVar("tilescale_trace_hooks", default=None)
+
+
+def mixed(op: str, a: Any, b: Any) -> Any:
+    """`a op b` of an index expression and an element value or a float (an element value)."""
+    hooks = TRACE_HOOKS.get()
+    if hooks is None:
+        lhs, rhs = (format_expr(x) if isinstance(x, Expr) else repr(x) for x in (a, b))
+        raise TypeError(f"`{lhs} {op} {rhs}` makes an element value, which exists only while a kernel is traced")
+    return hooks.mixed(op, a, b)
 
 
 class VarKind(enum.Enum):
@@ -44,7 +70,7 @@ class BinOpKind(enum.Enum):
     MAX = "max"
 
 
-_PY_OPS: dict[BinOpKind, Callable[[int, int], int]] = {
+INT_OPS: dict[BinOpKind, Callable[[int, int], int]] = {
     BinOpKind.ADD: operator.add,
     BinOpKind.SUB: operator.sub,
     BinOpKind.MUL: operator.mul,
@@ -66,7 +92,7 @@ class CompareKind(enum.Enum):
     GE = ">="
 
 
-_COMPARE_OPS: dict[CompareKind, Callable[[int, int], bool]] = {
+COMPARE_OPS: dict[CompareKind, Callable[[int, int], bool]] = {
     CompareKind.EQ: operator.eq,
     CompareKind.NE: operator.ne,
     CompareKind.LT: operator.lt,
@@ -91,7 +117,7 @@ def apply_binop(op: BinOpKind, a: int, b: int) -> int:
     """Python-semantics integer operation (the meaning every backend must reproduce)."""
     if op in (BinOpKind.FLOORDIV, BinOpKind.MOD) and b == 0:
         raise ZeroDivisionError(f"integer {op.value} by zero in a kernel index expression")
-    return _PY_OPS[op](a, b)
+    return INT_OPS[op](a, b)
 
 
 class Expr:
@@ -129,15 +155,11 @@ class Expr:
     def __rmod__(self, other: IntLike) -> Expr:
         return binop(BinOpKind.MOD, other, self)
 
-    def __truediv__(self, other: Any) -> Any:
-        from .values import index_arith  # true division makes an element value (values.py)
-
-        return index_arith("/", self, other)
+    def __truediv__(self, other: Any) -> Any:  # true division makes an element value
+        return mixed("/", self, other)
 
     def __rtruediv__(self, other: Any) -> Any:
-        from .values import index_arith
-
-        return index_arith("/", other, self)
+        return mixed("/", other, self)
 
     def __neg__(self) -> Expr:
         return binop(BinOpKind.SUB, 0, self)
@@ -182,16 +204,16 @@ class Expr:
 
     # With an element value on the other side (`(j < n) & (x[i, j] > 0)`) the result is a value.
     def __and__(self, other: Any) -> Any:
-        return _value_op("&", self, other) if _defers(other) else logic(LogicKind.AND, self, other)
+        return mixed("&", self, other) if _defers(other) else logic(LogicKind.AND, self, other)
 
     def __rand__(self, other: Any) -> Any:
-        return _value_op("&", other, self) if _defers(other) else logic(LogicKind.AND, other, self)
+        return mixed("&", other, self) if _defers(other) else logic(LogicKind.AND, other, self)
 
     def __or__(self, other: Any) -> Any:
-        return _value_op("|", self, other) if _defers(other) else logic(LogicKind.OR, self, other)
+        return mixed("|", self, other) if _defers(other) else logic(LogicKind.OR, self, other)
 
     def __ror__(self, other: Any) -> Any:
-        return _value_op("|", other, self) if _defers(other) else logic(LogicKind.OR, other, self)
+        return mixed("|", other, self) if _defers(other) else logic(LogicKind.OR, other, self)
 
     def __invert__(self) -> Any:
         return logical_not(self)
@@ -255,7 +277,8 @@ class Compare(Expr):
                 f"`{format_expr(self)}` is a kernel condition known only at run time; " + _WHERE_CONDITIONS
             )
         equal = same_expr(self.lhs, self.rhs)
-        if not equal and _user_truth_test():
+        hooks = TRACE_HOOKS.get()
+        if not equal and hooks is not None and hooks.truth_test(sys._getframe(1)):
             raise TypeError(
                 f"`{format_expr(self)}` is a kernel condition known only at run time; " + _WHERE_CONDITIONS
             )
@@ -294,26 +317,6 @@ _WHERE_CONDITIONS = (
     "`&`, `|`, `~` to combine conditions"
 )
 BOOLEAN_EXPRS = (Compare, Logic, Not)
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_TRUTH_TEST_OPS = frozenset(
-    i for i, name in enumerate(dis.opname) if ("JUMP" in name and "_IF_" in name) or name in ("UNARY_NOT", "TO_BOOL")
-)
-
-
-def _user_truth_test() -> bool:
-    """Whether `Compare.__bool__` was called by a Python truth test (`if`, `and`, `not`, ...) in code
-    outside this package while a kernel is being traced."""
-    from .trace import _STATE  # trace.py imports this module
-
-    if _STATE.get() is None:
-        return False
-    frame = sys._getframe(2)  # the caller of __bool__
-    if frame is None or os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
-        return False
-    try:
-        return frame.f_code.co_code[frame.f_lasti] in _TRUTH_TEST_OPS
-    except IndexError:
-        return False
 
 
 def _field_values(e: Expr) -> tuple[Any, ...]:
@@ -343,17 +346,16 @@ def compare(op: CompareKind, a: IntLike, b: IntLike) -> Expr | bool:
     same expression, for ==, !=, <=, >=), else a `Compare`."""
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, Const) and isinstance(b, Const):
-        return _COMPARE_OPS[op](a.value, b.value)
+        return COMPARE_OPS[op](a.value, b.value)
     if same_expr(a, b):  # the same value on both sides, whatever it is at run time
         return op in (CompareKind.EQ, CompareKind.LE, CompareKind.GE)
     return Compare(op, a, b)
 
 
 def _compare_or_not_implemented(op: CompareKind, a: Expr, b: object) -> Any:
-    if _defers(b):  # compared with an element value or a float: a value comparison (values.py)
-        from .values import index_arith
-
-        return index_arith(op.value, a, b)
+    if _defers(b):  # compared with an element value or a float: a value comparison
+        # (outside a trace there are no values: Python's fallback, identity for ==)
+        return NotImplemented if TRACE_HOOKS.get() is None else mixed(op.value, a, b)
     try:
         other = as_expr(b)
     except TypeError:
@@ -460,19 +462,11 @@ def _defers(x: Any) -> bool:
         getattr(getattr(x, "dtype", None), "kind", "") == "f"
 
 
-def _value_op(op: str, a: Any, b: Any) -> Any:
-    from .values import index_arith  # values.py builds on this module
-
-    return index_arith(op, a, b)
-
-
 def binop(op: BinOpKind, a: IntLike, b: IntLike) -> Expr:
     """Builds `a op b`, folding constants and the neutral elements. With a float or an element
     value on one side the result is a value (`T.Parallel` bodies: `i * 0.5`, `x[i] + i`)."""
     if _defers(a) or _defers(b):
-        from .values import index_arith  # values.py builds on this module
-
-        return index_arith(op.value, a, b)  # type: ignore[return-value]
+        return mixed(op.value, a, b)  # type: ignore[no-any-return]
     a, b = as_expr(a), as_expr(b)
     if isinstance(a, Const) and isinstance(b, Const):
         return Const(apply_binop(op, a.value, b.value))
@@ -542,107 +536,6 @@ def loads(e: Expr) -> list[Load]:
     return [e, *inner] if isinstance(e, Load) else inner
 
 
-def evaluate(e: Expr, env: dict[Var, int], load: Loader | None = None) -> int:
-    """Concrete value of `e` given values of its variables and, for loads, a reader of the
-    kernel's inputs (used by the interpreter)."""
-    if isinstance(e, Const):
-        return e.value
-    if isinstance(e, Var):
-        return env[e]
-    if isinstance(e, BinOp):
-        return apply_binop(e.op, evaluate(e.lhs, env, load), evaluate(e.rhs, env, load))
-    if isinstance(e, Load):
-        if load is None:
-            raise TypeError(f"`{format_expr(e)}` reads kernel memory; evaluating it needs a loader")
-        return load(e, tuple(evaluate(i, env, load) for i in e.indices))
-    rule = _EVAL_RULES.get(type(e))
-    if rule is not None:
-        return rule(e, lambda sub: evaluate(sub, env, load))
-    raise TypeError(f"not an index expression: {e!r}")
-
-
-def _eval_logic(e: Logic, ev: Callable[[Expr], int]) -> int:
-    lhs = ev(e.lhs) != 0
-    if e.op is LogicKind.LAND and not lhs:
-        return 0
-    if e.op is LogicKind.LOR and lhs:
-        return 1
-    rhs = ev(e.rhs) != 0
-    return int(lhs and rhs) if e.op in (LogicKind.AND, LogicKind.LAND) else int(lhs or rhs)
-
-
-# Conditions are 0/1 ints (Python's bools in arithmetic); `Select` evaluates only the chosen side.
-_EVAL_RULES: dict[type, Callable[[Any, Callable[[Expr], int]], int]] = {
-    Compare: lambda e, ev: int(_COMPARE_OPS[e.op](ev(e.lhs), ev(e.rhs))),
-    Logic: _eval_logic,
-    Not: lambda e, ev: int(ev(e.operand) == 0),
-    Select: lambda e, ev: ev(e.if_true) if ev(e.cond) != 0 else ev(e.if_false),
-}
-
-
-def value_range(e: Expr, ranges: dict[Var, tuple[int, int]]) -> tuple[int, int] | None:
-    """Exact [lo, hi] of `e` when it is affine in independent variables with known ranges.
-
-    Returns None when the range is not known exactly (non-affine terms), so that callers only
-    report errors that are certain.
-    """
-    form = affine_form(e)
-    if form is None:
-        return None
-    terms, const = form
-    lo = hi = const
-    for atom, c in terms.items():
-        if not isinstance(atom, Var) or atom not in ranges:
-            return None
-        a_lo, a_hi = ranges[atom]
-        lo += min(c * a_lo, c * a_hi)
-        hi += max(c * a_lo, c * a_hi)
-    return lo, hi
-
-
-def value_bounds(e: Expr, ranges: dict[Var, tuple[int, int]]) -> tuple[int, int] | None:
-    """[lo, hi] containing every value of `e` (not always the tightest), or None when unknown.
-
-    Exact where `value_range` is (affine expressions); else interval arithmetic through + - *,
-    `//` and `%` by positive divisors, min, max, selects and conditions, so that a proof of "this
-    index stays inside" (a ragged copy that cannot clip, ir/verify.py `overhanging_dims`) also
-    covers grouped tile orders such as `pid // (g * n) * g + pid % g`."""
-    exact = value_range(e, ranges)
-    if exact is not None:
-        return exact
-    if isinstance(e, Const):
-        return e.value, e.value
-    if isinstance(e, Var):
-        return ranges.get(e)
-    if isinstance(e, BOOLEAN_EXPRS):
-        return 0, 1
-    if isinstance(e, Select):
-        a, b = value_bounds(e.if_true, ranges), value_bounds(e.if_false, ranges)
-        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if not isinstance(e, BinOp):
-        return None  # loads: any value of their dtype
-    a, b = value_bounds(e.lhs, ranges), value_bounds(e.rhs, ranges)
-    if a is None or b is None:
-        return None
-    if e.op is BinOpKind.ADD:
-        return a[0] + b[0], a[1] + b[1]
-    if e.op is BinOpKind.SUB:
-        return a[0] - b[1], a[1] - b[0]
-    if e.op in (BinOpKind.MUL, BinOpKind.MIN, BinOpKind.MAX):
-        if e.op is not BinOpKind.MUL:
-            return _PY_OPS[e.op](a[0], b[0]), _PY_OPS[e.op](a[1], b[1])
-        corners = [x * y for x in a for y in b]
-        return min(corners), max(corners)
-    if b[0] <= 0:  # a divisor that may be zero or negative: not worth bounding
-        return None
-    if e.op is BinOpKind.FLOORDIV:  # monotone in each operand for positive divisors: the corners
-        corners = [x // y for x in a for y in b]
-        return min(corners), max(corners)
-    if b[0] == b[1] and a[0] // b[0] == a[1] // b[0]:  # MOD, one quotient: no wrap-around
-        return a[0] % b[0], a[1] % b[0]
-    return 0, (b[1] - 1 if a[0] < 0 else min(a[1], b[1] - 1))
-
-
 def format_expr(e: Expr) -> str:
     if isinstance(e, Const):
         return str(e.value)
@@ -665,6 +558,14 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Select):
         return f"if_then_else({format_expr(e.cond)}, {format_expr(e.if_true)}, {format_expr(e.if_false)})"
     return repr(e)
+
+
+def program_id_var(axis: int) -> Var:
+    """The block index along grid axis `axis` (`T.program_id(axis)`)."""
+    return Var(VarKind.PROGRAM_ID, axis)
+
+
+PE_VAR = Var(VarKind.PE)  # this device's PE (`T.get_pe()`)
 
 
 def expr_min(a: IntLike, b: IntLike) -> Expr:

@@ -12,10 +12,12 @@ import enum
 import math
 import operator
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 import numpy as np
 
-from .expr import Expr, Var, format_expr
+from .buffers import Buffer, BufferKind
+from .expr import Const, Expr, Var, format_expr
 
 
 class SignalOp(enum.Enum):
@@ -67,16 +69,6 @@ class Scope(enum.Enum):
         return "" if self is Scope.THREAD else f"_{self.value}"
 
 
-class BufferKind(enum.Enum):
-    INPUT = "input"  # an operand of the JAX call; read-only in the kernel
-    OUTPUT = "output"  # a result of the JAX call
-    SHARED = "shared"  # per-block on-chip tile (`alloc_shared`)
-    SIGNAL = "signal"  # symmetric uint64 words, zeroed before each launch (`alloc_signal`)
-    SYMMETRIC = "symmetric"  # symmetric scratch, zeroed before each launch (`alloc_symmetric`)
-    FRAGMENT = "fragment"  # per-block register tile (`alloc_fragment`); the interpreter keeps it like shared
-    LOCAL = "local"  # per-thread registers (`alloc_local`, `alloc_var`); read and written element by element
-
-
 # Buffers private to one block (one copy per block of each PE).
 BLOCK_LOCAL = frozenset({BufferKind.SHARED, BufferKind.FRAGMENT})
 # Global memory whose window in a `T.copy` to or from an on-chip tile may extend past the end of
@@ -107,25 +99,6 @@ class SourceLoc:
 
 
 UNKNOWN_LOC = SourceLoc("<unknown>", 0)
-
-
-@dataclass(frozen=True)
-class Buffer:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    kind: BufferKind
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    def __str__(self) -> str:
-        return f"{self.name}: {self.kind.value} {self.dtype.name}{list(self.shape)}"
 
 
 @dataclass(frozen=True)
@@ -170,8 +143,6 @@ class Region:
 
 
 def full_region(buffer: Buffer) -> Region:
-    from .expr import Const
-
     return Region(buffer, tuple(Const(0) for _ in buffer.shape), buffer.shape)
 
 
@@ -181,9 +152,38 @@ def full_region(buffer: Buffer) -> Region:
 
 @dataclass(frozen=True)
 class Stmt:
+    """Base of every statement. A statement type says what it is through the class attributes
+    below (the passes ask them instead of keeping lists of types) and has one rule in each pass
+    (ir/rules.py; docs/architecture.md, "Adding a statement")."""
+
     loc: SourceLoc = field(compare=False, repr=False, kw_only=True, default=UNKNOWN_LOC)
 
-    op_name = "stmt"
+    op_name: ClassVar[str] = "stmt"
+    # It talks to peers: a kernel with it needs NVSHMEM and symmetric memory.
+    communicates: ClassVar[bool] = False
+    # An NVSHMEM team collective: the k-th such call of every PE forms one instance.
+    team_collective: ClassVar[bool] = False
+    # One thread may issue it on its own, so it may stand in a thread-dependent branch (ir/control.py;
+    # a statement with a `scope` only in thread scope). Block statements need every thread.
+    in_thread_branch: ClassVar[bool] = False
+    # It means something per thread: its operands may depend on the thread anywhere.
+    per_thread: ClassVar[bool] = False
+    # It may stand in a `T.Parallel` body (one iteration runs it, on one thread; ir/tile_ops.py).
+    in_parallel: ClassVar[bool] = False
+
+    @property
+    def bodies(self) -> tuple[tuple[Stmt, ...], ...]:
+        """The nested statement lists (a loop's body, an if's two sides); none for most."""
+        return ()
+
+    def peer_writes(self) -> tuple[Region, ...]:
+        """The regions of global memory that peers write through this statement (they must be
+        symmetric: `KernelIR.remote_written`)."""
+        return ()
+
+    def peer_reads(self) -> tuple[Region, ...]:
+        """The regions of global memory that peers read through this statement (`remote_read`)."""
+        return ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +242,11 @@ class Put(Stmt):
     blocking: bool
     signal: SignalUpdate | None = None
     size: Expr | None = None
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
+
+    def peer_writes(self) -> tuple[Region, ...]:
+        return (self.dst,)
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -263,6 +268,11 @@ class Get(Stmt):
     scope: Scope
     blocking: bool
     size: Expr | None = None
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
+
+    def peer_reads(self) -> tuple[Region, ...]:
+        return (self.src,)
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -285,10 +295,17 @@ class PeerCopy(Stmt):
     pe: Expr
     direction: Direction
     scope: Scope
+    communicates: ClassVar[bool] = True
 
     @property
     def remote(self) -> Region:
         return self.dst if self.direction is Direction.PUT else self.src
+
+    def peer_writes(self) -> tuple[Region, ...]:
+        return (self.dst,) if self.direction is Direction.PUT else ()
+
+    def peer_reads(self) -> tuple[Region, ...]:
+        return (self.src,) if self.direction is Direction.GET else ()
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -303,6 +320,8 @@ class SignalWait(Stmt):
     cmp: Cmp
     value: Expr
     op_name = "signal_wait_until"
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -315,6 +334,8 @@ class RemoteSignal(Stmt):
     op: SignalOp
     pe: Expr
     op_name = "signal_op"
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -326,6 +347,12 @@ class WaitUntil(Stmt):
     cmp: Cmp
     value: Expr
     pe: Expr | None = None
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
+
+    def peer_reads(self) -> tuple[Region, ...]:
+        """A remote wait polls the peer's word: it must be symmetric (an input is copied in)."""
+        return () if self.pe is None else (self.word,)
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -337,6 +364,8 @@ class Quiet(Stmt):
     """Completes every put this PE issued (they are delivered and visible)."""
 
     op_name = "quiet"
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -344,6 +373,8 @@ class Fence(Stmt):
     """Orders puts to each PE: those before are delivered before those after."""
 
     op_name = "fence"
+    communicates: ClassVar[bool] = True
+    in_thread_branch: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -353,6 +384,7 @@ class BarrierAll(Stmt):
     accesses (puts may still be in flight)."""
 
     quiet: bool = True
+    communicates: ClassVar[bool] = True
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -368,6 +400,8 @@ class TeamBarrier(Stmt):
 
     scope: Scope
     quiet: bool
+    communicates: ClassVar[bool] = True
+    team_collective: ClassVar[bool] = True
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -383,6 +417,11 @@ class Broadcast(Stmt):
     src: Region
     root: Expr
     scope: Scope
+    communicates: ClassVar[bool] = True
+    team_collective: ClassVar[bool] = True
+
+    def peer_writes(self) -> tuple[Region, ...]:
+        return (self.dst,)
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -397,6 +436,11 @@ class Fcollect(Stmt):
     dst: Region
     src: Region
     scope: Scope
+    communicates: ClassVar[bool] = True
+    team_collective: ClassVar[bool] = True
+
+    def peer_writes(self) -> tuple[Region, ...]:
+        return (self.dst,)
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -414,6 +458,9 @@ class Loop(Stmt):
     extent: int
     body: tuple[Stmt, ...]
     num_stages: int | None = None
+    # Its body's statements say for themselves where they may stand.
+    in_thread_branch: ClassVar[bool] = True
+    in_parallel: ClassVar[bool] = True
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -421,7 +468,6 @@ class Loop(Stmt):
 
     @property
     def bodies(self) -> tuple[tuple[Stmt, ...], ...]:
-        """The nested statement lists (every statement with nested ones has this property)."""
         return (self.body,)
 
 
@@ -451,14 +497,8 @@ def walk_stmts(body: tuple[Stmt, ...]):
     """Every statement of `body`, loops (and ifs) first and then their bodies (recursively), in order."""
     for s in body:
         yield s
-        for nested in getattr(s, "bodies", ()):
+        for nested in s.bodies:
             yield from walk_stmts(nested)
-
-
-# Statements that are NVSHMEM team collectives: the k-th of them on each PE form one instance.
-TEAM_COLLECTIVES = (TeamBarrier, Broadcast, Fcollect)
-# Statements that make a kernel talk to its peers (it then needs NVSHMEM and symmetric memory).
-COMM_STMTS = (Put, Get, PeerCopy, SignalWait, RemoteSignal, WaitUntil, Quiet, Fence, BarrierAll, *TEAM_COLLECTIVES)
 
 
 def stmt_exprs(stmt: Stmt) -> list[Expr]:
@@ -507,27 +547,15 @@ class KernelIR:
         return self.inputs + self.outputs
 
     def remote_written(self) -> frozenset[Buffer]:
-        """Global buffers that peers may write: they must live in symmetric memory."""
-        out = set()
-        for s in walk_stmts(self.body):
-            if isinstance(s, (Put, Broadcast, Fcollect)):
-                out.add(s.dst.buffer)
-            elif isinstance(s, PeerCopy) and s.direction is Direction.PUT:
-                out.add(s.dst.buffer)
-        return frozenset(out)
+        """Global buffers that peers may write (`Stmt.peer_writes`): they must live in symmetric memory."""
+        return frozenset(r.buffer for s in walk_stmts(self.body) for r in s.peer_writes())
 
     def remote_read(self) -> frozenset[Buffer]:
-        """Global buffers that peers may read (gets, loads through `nvshmem_ptr`, remote waits):
-        they must live in symmetric memory too, inputs with their contents copied in."""
-        out = set()
-        for s in walk_stmts(self.body):
-            if isinstance(s, Get) or (isinstance(s, PeerCopy) and s.direction is Direction.GET):
-                out.add(s.src.buffer)
-            elif isinstance(s, WaitUntil) and s.pe is not None:
-                out.add(s.word.buffer)
-        return frozenset(out)
+        """Global buffers that peers may read (`Stmt.peer_reads`: gets, loads through `nvshmem_ptr`,
+        remote waits): they must live in symmetric memory too, inputs with their contents copied in."""
+        return frozenset(r.buffer for s in walk_stmts(self.body) for r in s.peer_reads())
 
     def uses_nvshmem(self) -> bool:
-        return any(isinstance(s, COMM_STMTS) for s in walk_stmts(self.body)) or any(
+        return any(s.communicates for s in walk_stmts(self.body)) or any(
             b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC) for b in self.allocs
         )

@@ -1,4 +1,9 @@
-"""Readable text form of a kernel IR (`print(kernel.ir_text())`, and in error reports)."""
+"""Readable text form of a kernel IR (`print(kernel.ir_text())`, and in error reports).
+
+`PRINT` holds one rule per statement type: the statement's line, or for a statement with
+several nested bodies one header per body (an if's `if c:` and `else:`). The rules are all here,
+each registered with the table's decorator.
+"""
 
 from __future__ import annotations
 
@@ -21,19 +26,34 @@ from .nodes import (
     PeerCopy,
     Put,
     Quiet,
+    Region,
     RemoteSignal,
     SignalWait,
     Stmt,
     TeamBarrier,
     WaitUntil,
 )
-from .tile_ops import PRINT_RULES as TILE_PRINT_RULES
+from .rules import RuleTable
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
+from .values import format_value
+
+# A statement's line, or (a statement with several bodies) one header line per body.
+PrintRule = Callable[[Stmt], "str | tuple[str, ...]"]
+PRINT: RuleTable[PrintRule] = RuleTable("print")
 
 
 def _size(size: Expr | None) -> str:
     return "" if size is None else f", size={format_expr(size)} bytes"
 
 
+def _element(r: Region) -> str:
+    return f"{r.buffer.name}[{', '.join(format_expr(s) for s in r.starts)}]"
+
+
+# ---- communication -------------------------------------------------------------------------------
+
+
+@PRINT.register(Put)
 def _put(s: Put) -> str:
     text = f"{s.op_name}({s.dst} <- {s.src}, pe={format_expr(s.pe)}{_size(s.size)}"
     if s.signal is not None:
@@ -41,57 +61,131 @@ def _put(s: Put) -> str:
     return text + ")"
 
 
+@PRINT.register(Get)
 def _get(s: Get) -> str:
     return f"{s.op_name}({s.dst} <- {s.src}, pe={format_expr(s.pe)}{_size(s.size)})"
 
 
+@PRINT.register(PeerCopy)
 def _peer_copy(s: PeerCopy) -> str:
     where = "dst_pe" if s.direction is Direction.PUT else "src_pe"
     return f"{s.op_name}({s.dst} <- {s.src}, {where}={format_expr(s.pe)})"
 
 
+@PRINT.register(SignalWait)
+def _signal_wait(s: SignalWait) -> str:
+    return f"signal_wait_until({s.word} {s.cmp.value} {format_expr(s.value)})"
+
+
+@PRINT.register(RemoteSignal)
+def _remote_signal(s: RemoteSignal) -> str:
+    return f"signal_op({s.word} {s.op.name} {format_expr(s.value)}, pe={format_expr(s.pe)})"
+
+
+@PRINT.register(WaitUntil)
 def _wait_until(s: WaitUntil) -> str:
     on = "" if s.pe is None else f", pe={format_expr(s.pe)}"
     return f"{s.op_name}({s.word} {s.cmp.value} {format_expr(s.value)}{on})"
 
 
-PRINT_RULES: dict[type, Callable[[Stmt], str]] = {
-    Copy: lambda s: f"copy({s.src} -> {s.dst}" + (f", clip_dims={s.clip_dims}" if s.clip_dims else "") + ")",
-    Put: _put,
-    Get: _get,
-    PeerCopy: _peer_copy,
-    SignalWait: lambda s: f"signal_wait_until({s.word} {s.cmp.value} {format_expr(s.value)})",
-    RemoteSignal: lambda s: f"signal_op({s.word} {s.op.name} {format_expr(s.value)}, pe={format_expr(s.pe)})",
-    WaitUntil: _wait_until,
-    Quiet: lambda s: "quiet()",
-    Fence: lambda s: "fence()",
-    BarrierAll: lambda s: f"{s.op_name}()",
-    TeamBarrier: lambda s: f"{s.op_name}()",
-    Broadcast: lambda s: f"{s.op_name}({s.dst} <- {s.src}, root={format_expr(s.root)})",
-    Fcollect: lambda s: f"{s.op_name}({s.dst} <- {s.src} of every PE)",
-    Fill: lambda s: f"fill({s.dst}, {s.value!r})",
-    Gemm: lambda s: (
-        f"gemm({s.c} {'=' if s.clear_accum else '+='} {s.a}{'^T' if s.transpose_a else ''} @ "
-        f"{s.b}{'^T' if s.transpose_b else ''})"
-    ),
-    Loop: lambda s: (
-        f"for {format_expr(s.var)} in serial({s.extent}):" if s.num_stages is None
-        else f"for {format_expr(s.var)} in Pipelined({s.extent}, num_stages={s.num_stages}):"
-    ),
-}
+@PRINT.register(Quiet, Fence, BarrierAll, TeamBarrier)
+def _no_operands(s: Stmt) -> str:
+    return f"{s.op_name}()"
 
 
-PRINT_RULES.update({
-    If: lambda s: f"if {format_cond(s.cond)}:",
-    LocalStore: lambda s: f"{s.dst} = {format_expr(s.value)}",
-})
-PRINT_RULES.update(TILE_PRINT_RULES)  # T.Parallel, element stores, reductions, atomics
-# Headers of the nested bodies after the first (an if's `else:`).
-BODY_HEADERS: dict[type, tuple[str, ...]] = {If: ("else:",)}
+@PRINT.register(Broadcast)
+def _broadcast(s: Broadcast) -> str:
+    return f"{s.op_name}({s.dst} <- {s.src}, root={format_expr(s.root)})"
+
+
+@PRINT.register(Fcollect)
+def _fcollect(s: Fcollect) -> str:
+    return f"{s.op_name}({s.dst} <- {s.src} of every PE)"
+
+
+# ---- compute -------------------------------------------------------------------------------------
+
+
+@PRINT.register(Copy)
+def _copy(s: Copy) -> str:
+    return f"copy({s.src} -> {s.dst}" + (f", clip_dims={s.clip_dims}" if s.clip_dims else "") + ")"
+
+
+@PRINT.register(Fill)
+def _fill(s: Fill) -> str:
+    return f"fill({s.dst}, {s.value!r})"
+
+
+@PRINT.register(Gemm)
+def _gemm(s: Gemm) -> str:
+    return (f"gemm({s.c} {'=' if s.clear_accum else '+='} {s.a}{'^T' if s.transpose_a else ''} @ "
+            f"{s.b}{'^T' if s.transpose_b else ''})")
+
+
+@PRINT.register(Loop)
+def _loop(s: Loop) -> str:
+    if s.num_stages is None:
+        return f"for {format_expr(s.var)} in serial({s.extent}):"
+    return f"for {format_expr(s.var)} in Pipelined({s.extent}, num_stages={s.num_stages}):"
+
+
+# ---- per-thread code -----------------------------------------------------------------------------
+
+
+@PRINT.register(If)
+def _if(s: If) -> tuple[str, str]:
+    return f"if {format_cond(s.cond)}:", "else:"
+
+
+@PRINT.register(LocalStore)
+def _local_store(s: LocalStore) -> str:
+    return f"{s.dst} = {format_expr(s.value)}"
+
+
+# ---- element-wise tile compute -------------------------------------------------------------------
+
+
+@PRINT.register(Parallel)
+def _parallel(s: Parallel) -> str:
+    return f"for {', '.join(format_expr(v) for v in s.vars)} in Parallel({', '.join(map(str, s.extents))}):"
+
+
+@PRINT.register(Store)
+def _store(s: Store) -> str:
+    return f"{_element(s.dst)} = {format_value(s.value)}"
+
+
+@PRINT.register(AtomicElement)
+def _atomic_element(s: AtomicElement) -> str:
+    return f"{s.op_name}({_element(s.dst)}, {format_value(s.value)})"
+
+
+@PRINT.register(AtomicRegion)
+def _atomic_region(s: AtomicRegion) -> str:
+    return f"{s.op_name}({s.dst} <- {s.src})"
+
+
+@PRINT.register(Reduce)
+def _reduce(s: Reduce) -> str:
+    return f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})"
+
+
+@PRINT.register(CumSum)
+def _cumsum(s: CumSum) -> str:
+    return f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, reverse={s.reverse})"
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+
+
+def _headers(stmt: Stmt) -> tuple[str, ...]:
+    text = PRINT.lookup(stmt)(stmt)
+    return (text,) if isinstance(text, str) else text
 
 
 def format_stmt(stmt: Stmt) -> str:
-    return PRINT_RULES[type(stmt)](stmt)
+    """The statement's line (for a statement with nested bodies, the header of the first)."""
+    return _headers(stmt)[0]
 
 
 def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
@@ -113,12 +207,12 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
 
 def _format_body(body: tuple[Stmt, ...], depth: int, with_locs: bool, lines: list[str]) -> None:
     for s in body:
-        text = f"{'  ' * depth}{format_stmt(s)}"
+        headers = _headers(s)
+        text = f"{'  ' * depth}{headers[0]}"
         if with_locs:
             text = f"{text:<70} # {s.loc}"
         lines.append(text)
-        headers = BODY_HEADERS.get(type(s), ())
-        for i, nested in enumerate(getattr(s, "bodies", ())):
+        for i, nested in enumerate(s.bodies):
             if i and nested:
-                lines.append(f"{'  ' * depth}{headers[i - 1]}")
+                lines.append(f"{'  ' * depth}{headers[i]}")
             _format_body(nested, depth + 1, with_locs, lines)

@@ -1,5 +1,5 @@
 """IR statements of element-wise tile compute: `T.Parallel` loop nests, element stores, reductions
-and atomics (issue 6). Their invariants are checked in `tile_verify.py`; values are `values.py`.
+and atomics (issue 6). Their invariants are checked in `verify_tile_ops.py`; values are `values.py`.
 
 Execution model (every backend): a `Parallel` runs its iterations concurrently, one per thread of
 the block (round robin when there are more iterations than threads), and the block meets after it
@@ -9,18 +9,21 @@ race (the interpreter reports it; on the GPU the result is undefined). An `If` (
 `Parallel` body is per iteration: its condition (loop variables, element values, both) is
 evaluated by each iteration, whose statements of the side it took run; only those iterations'
 accesses happen (and count for races). Element stores and atomics outside a `Parallel` run once
-per block. `Reduce` and `AtomicRegion` are block statements (all
-threads cooperate, the block meets after them).
+per block. `Reduce`, `CumSum` and `AtomicRegion` are block statements (all threads cooperate, the
+block meets after them).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .expr import Var, format_expr
+import numpy as np
+
+from .expr import Var
 from .nodes import Region, Stmt
-from .values import Value, format_value
+from .values import Value, promote
 
 
 class ReduceKind(enum.Enum):
@@ -58,6 +61,8 @@ class Store(Stmt):
     dst: Region
     value: Value
     op_name = "store"
+    in_thread_branch: ClassVar[bool] = True  # one thread runs it (thread 0 at block level)
+    in_parallel: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class AtomicElement(Stmt):
     op: AtomicKind
     dst: Region
     value: Value
+    in_thread_branch: ClassVar[bool] = True
+    in_parallel: ClassVar[bool] = True
 
     @property
     def op_name(self) -> str:  # type: ignore[override]
@@ -105,23 +112,28 @@ class Reduce(Stmt):
     def op_name(self) -> str:  # type: ignore[override]
         return f"reduce_{self.kind.value}"
 
-
-def _element(r: Region) -> str:
-    return f"{r.buffer.name}[{', '.join(format_expr(s) for s in r.starts)}]"
-
-
-def _parallel(s: Parallel) -> str:
-    return f"for {', '.join(format_expr(v) for v in s.vars)} in Parallel({', '.join(map(str, s.extents))}):"
+    @property
+    def acc_dtype(self) -> np.dtype:
+        """The type the reduction computes in: the arithmetic type of src and dst (values.promote:
+        float64 if either is, float32 for other floats, int64 for integers)."""
+        return promote(self.src.buffer.dtype, self.dst.buffer.dtype)
 
 
-PRINT_RULES = {
-    Parallel: _parallel,
-    Store: lambda s: f"{_element(s.dst)} = {format_value(s.value)}",
-    AtomicElement: lambda s: f"{s.op_name}({_element(s.dst)}, {format_value(s.value)})",
-    AtomicRegion: lambda s: f"{s.op_name}({s.dst} <- {s.src})",
-    Reduce: lambda s: f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})",
-}
+@dataclass(frozen=True)
+class CumSum(Stmt):
+    """`T.cumsum(src, dst, dim=0, reverse=False)` (TileLang's): along `dim`, every element of `dst`
+    := the sum of `src` up to it (from it to the end with `reverse`). src and dst are on-chip tiles
+    of one shape; dst may be src itself (in place). Summed in order along `dim`, in the arithmetic
+    type of src and dst (values.promote: float32 for 16- and 32-bit floats), each prefix rounded
+    to dst's dtype when stored, so both backends give the same bits."""
 
-# Statements that may be in a Parallel body (besides T.serial loops and per-iteration ifs of them):
-# one thread runs each.
-THREAD_STMTS: tuple[type, ...] = (Store, AtomicElement)
+    src: Region
+    dst: Region
+    dim: int
+    reverse: bool = False
+    op_name = "cumsum"
+
+    @property
+    def acc_dtype(self) -> np.dtype:
+        """The type the running sum is held in (values.promote of src's and dst's dtypes)."""
+        return promote(self.src.buffer.dtype, self.dst.buffer.dtype)

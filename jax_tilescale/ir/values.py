@@ -25,21 +25,20 @@ the CUDA code generator implement exactly them):
   so they agree bit for bit between backends; exp/exp2/log agree to a few ulp. `T.max`/`T.min`
   propagate NaN (numpy's maximum), so poison read from memory nobody wrote stays visible.
 
-`TileValue` is what user code holds: it carries Python operators and refuses Python truth tests.
-The IR nodes below are plain frozen dataclasses with structural equality.
+The IR nodes below are plain frozen dataclasses with structural equality; the builders apply the
+type rules and raise TypeError for what they forbid. What user code holds (`TileValue`, with
+Python operators) is language/values.py's.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from ..errors import KernelTraceError
 from .expr import Const, Expr, as_expr, format_expr, is_condition
 from .nodes import Cmp, Region
 
@@ -276,9 +275,8 @@ def format_value(v: Value) -> str:
 
 
 def as_value(x: Any) -> Value:
-    """A value node from a TileValue, an index expression, a one-element ref slice or a number."""
-    if isinstance(x, TileValue):
-        return x.node
+    """A value node from a value of user code (anything with `__tilescale_value__`: a TileValue, a
+    one-element ref slice), a value node, an index expression or a number."""
     if isinstance(x, Value):
         return x
     if isinstance(x, bool | np.bool_):
@@ -411,155 +409,3 @@ def cast(x: Any, dtype: Any) -> Value:
     if isinstance(v, Literal) and v.weak:
         return retype_literal(v, d)
     return v if v.dtype == d else Cast(v, d)
-
-
-# ---- what user code holds ---------------------------------------------------------------------
-
-
-def build_value(fn: Callable[..., Value], args: tuple[Any, ...]) -> TileValue:
-    """`TileValue(fn(*args))`; a type error names the user's line (a KernelTraceError)."""
-    try:
-        return TileValue(fn(*args))
-    except TypeError as e:
-        raise trace_error(str(e)) from None
-
-
-def trace_error(message: str) -> KernelTraceError:
-    from .trace import user_source_loc  # trace.py imports this module
-
-    return KernelTraceError(message, user_source_loc())
-
-
-class TileValue:
-    """A kernel value in user code (`A_s[i, j] * 2`): Python operators build value nodes."""
-
-    __slots__ = ("node",)
-    __tilescale_defer__ = True  # index-expression operators hand mixed operands over to values
-
-    def __init__(self, node: Value):
-        self.node = node
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.node.dtype
-
-    def __tilescale_value__(self) -> Value:
-        return self.node
-
-    def __add__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.ADD, self, o))
-
-    def __radd__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.ADD, o, self))
-
-    def __sub__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.SUB, self, o))
-
-    def __rsub__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.SUB, o, self))
-
-    def __mul__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.MUL, self, o))
-
-    def __rmul__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.MUL, o, self))
-
-    def __truediv__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.DIV, self, o))
-
-    def __rtruediv__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.DIV, o, self))
-
-    def __neg__(self) -> TileValue:
-        return build_value(unary, (UnaryKind.NEG, self))
-
-    def __pos__(self) -> TileValue:
-        return self
-
-    def __abs__(self) -> TileValue:
-        return build_value(unary, (UnaryKind.ABS, self))
-
-    def __and__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.AND, self, o))
-
-    def __rand__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.AND, o, self))
-
-    def __or__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.OR, self, o))
-
-    def __ror__(self, o: Any) -> TileValue:
-        return build_value(binary, (BinaryKind.OR, o, self))
-
-    def __invert__(self) -> TileValue:
-        return build_value(unary, (UnaryKind.NOT, self))
-
-    def __lt__(self, o: Any) -> TileValue:
-        return build_value(compare, (Cmp.LT, self, o))
-
-    def __le__(self, o: Any) -> TileValue:
-        return build_value(compare, (Cmp.LE, self, o))
-
-    def __gt__(self, o: Any) -> TileValue:
-        return build_value(compare, (Cmp.GT, self, o))
-
-    def __ge__(self, o: Any) -> TileValue:
-        return build_value(compare, (Cmp.GE, self, o))
-
-    def __eq__(self, o: Any) -> TileValue:  # type: ignore[override]
-        return build_value(compare, (Cmp.EQ, self, o))
-
-    def __ne__(self, o: Any) -> TileValue:  # type: ignore[override]
-        return build_value(compare, (Cmp.NE, self, o))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def _no_int(self, what: str) -> KernelTraceError:
-        return trace_error(f"`{format_value(self.node)}` is a kernel value known only when the kernel runs; {what}")
-
-    def __floordiv__(self, o: Any) -> TileValue:
-        raise self._no_int("`//` and `%` are index arithmetic (on loop variables, program ids); element values "
-                           "divide with `/`")
-
-    __rfloordiv__ = __mod__ = __rmod__ = __floordiv__
-
-    def __bool__(self) -> bool:
-        raise self._no_int("a Python `if` or bool() cannot decide it while the kernel is traced. In the body of a "
-                           "@ts.kernel function `if`/`and`/`or`/`not`/`a if c else b` on it are traced as kernel "
-                           "conditionals (per iteration inside T.Parallel); elsewhere (helper functions) write `with "
-                           "T.If(cond):`, T.where(cond, a, b), and `&`, `|`, `~` to combine conditions")
-
-    def __index__(self) -> int:
-        raise self._no_int("it cannot be an index (indices are index expressions: loop variables, program ids, "
-                           "T.load of integer inputs)")
-
-    def __float__(self) -> float:
-        raise self._no_int("it has no Python value")
-
-    __int__ = __float__
-
-    def __repr__(self) -> str:
-        return f"TileValue({format_value(self.node)}: {self.dtype.name})"
-
-
-def index_arith(op: str, a: Any, b: Any) -> TileValue:
-    """`a op b` where one side is an index expression and the other a value or a float (called by
-    the index-expression operators, which hand such operands over)."""
-    kinds = {"+": BinaryKind.ADD, "-": BinaryKind.SUB, "*": BinaryKind.MUL, "/": BinaryKind.DIV,
-             "min": BinaryKind.MIN, "max": BinaryKind.MAX, "&": BinaryKind.AND, "|": BinaryKind.OR}
-    if op in CMP_BY_OP:
-        return build_value(compare, (CMP_BY_OP[op], a, b))
-    if op not in kinds:
-        raise trace_error(f"`{op}` is index arithmetic (on loop variables, program ids); element values divide "
-                          "with `/`")
-    return build_value(binary, (kinds[op], a, b))
-
-
-def defers(x: Any) -> bool:
-    """Whether an operand of an index-expression operator makes the result a value instead."""
-    return isinstance(x, float | np.floating) or bool(getattr(x, "__tilescale_defer__", False))
-
-
-def literal_value(v: Value) -> float | int | bool | None:
-    return v.value if isinstance(v, Literal) else None
-

@@ -11,8 +11,8 @@ count may be given and must agree).
 - compute (`compute`): serial, Pipelined, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
-  ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, atomic_add, atomic_max, atomic_min
-  (and element reads and stores `ref[i, j]` in a Parallel body);
+  ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, cumsum, atomic_add, atomic_max,
+  atomic_min (and element reads and stores `ref[i, j]` in a Parallel body);
 - per-thread code (`control`): thread_id / get_thread_binding, If / Else, if_then_else, all, any,
   alloc_local, alloc_var (and Python `if`/`and`/`or`/`not` on kernel values in a kernel body);
 - transfers (`transfers`): putmem[_signal][_nbi][_warp|_block], getmem[_nbi][_warp|_block],
@@ -26,7 +26,6 @@ count may be given and must agree).
 from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
-from ..ir.trace import Ref, RegionRef
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .control import (
     Else,
@@ -49,6 +48,7 @@ from .elementwise import (
     atomic_min,
     cast,
     ceildiv,
+    cumsum,
     exp,
     exp2,
     log,
@@ -74,6 +74,7 @@ from .queries import (
     pe_of,
     program_id,
 )
+from .refs import Ref, RegionRef
 from .sync import (
     barrier_all,
     barrier_all_block,
@@ -160,6 +161,7 @@ __all__ = [
     "ceildiv",
     "clear",
     "copy",
+    "cumsum",
     "ds",
     "exp",
     "exp2",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import KernelTraceError
-from ..ir.expr import Expr, as_expr, format_expr, static_value
+from ..ir.expr import PE_VAR, Expr, as_expr, format_expr, static_value
 from ..ir.nodes import Region, SourceLoc
-from ..ir.trace import PE_VAR, Ref, RegionRef, as_region
+from .refs import Ref, RegionRef, as_region
 
 RefLike = Ref | RegionRef
 

@@ -13,9 +13,11 @@ import numpy as np
 from ..errors import KernelTraceError
 from ..ir.expr import Var, VarKind
 from ..ir.nodes import BufferKind, Fill, Gemm, Loop
-from ..ir.trace import Ref, current_trace, user_source_loc
 from ._common import RefLike, region
 from .memory import _alloc, _shape
+from .refs import Ref
+from .source import user_source_loc
+from .state import current_trace
 
 
 class _LoopRange:

@@ -41,12 +41,15 @@ from ..ir.expr import (
     select,
 )
 from ..ir.nodes import Buffer, BufferKind, Cmp, Region, full_region
-from ..ir.trace import BufferHandle, current_trace, slice_region, user_source_loc
-from ..ir.values import BOOL, BinaryKind, TileValue, UnaryKind, Value, as_value, binary, unary
+from ..ir.values import BOOL, BinaryKind, UnaryKind, Value, as_value, binary, unary
 from ..ir.values import compare as value_compare
 from ..ir.values import select as value_select
 from ._common import expr
 from .memory import _shape
+from .refs import BufferHandle, slice_region
+from .source import user_source_loc
+from .state import current_trace
+from .values import TileValue
 
 
 def thread_id() -> Expr:

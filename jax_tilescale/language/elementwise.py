@@ -1,7 +1,7 @@
 """Element-wise tile compute (issue 6): `Parallel` loop nests with element reads and stores, math
 on typed values (`exp`, `exp2`, `log`, `max`, `min`, `abs`, `where`, `cast`), `ceildiv` for index
-math, reductions (`reduce_sum`, `reduce_max`, `reduce_min`, `reduce_absmax`) and atomics
-(`atomic_add`, `atomic_max`, `atomic_min`). TileLang's names and signatures; the type rules are
+math, reductions (`reduce_sum`, `reduce_max`, `reduce_min`, `reduce_absmax`), the prefix sum
+`cumsum`, and atomics (`atomic_add`, `atomic_max`, `atomic_min`). TileLang's names and signatures; the type rules are
 in `jax_tilescale/ir/values.py` (and docs/architecture.md).
 
     for i, j in T.Parallel(M, N):
@@ -18,13 +18,16 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.expr import Expr, Var, VarKind, as_expr, expr_max, expr_min
-from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, Reduce, ReduceKind
+from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, Reduce, ReduceKind
 from ..ir.tile_ops import Parallel as ParallelStmt
-from ..ir.trace import Ref, RegionRef, current_trace, element_value, user_source_loc
-from ..ir.values import BinaryKind, TileValue, UnaryKind, Value, as_value, binary, for_destination, unary
+from ..ir.values import BinaryKind, UnaryKind, Value, as_value, binary, for_destination, unary
 from ..ir.values import cast as cast_value
 from ..ir.values import select as select_value
 from ._common import RefLike, region
+from .refs import Ref, RegionRef, element_value
+from .source import user_source_loc
+from .state import current_trace
+from .values import TileValue
 
 
 class _ParallelRange:
@@ -177,6 +180,21 @@ def reduce_min(buffer: RefLike, out: RefLike, dim: int = -1, clear: bool = True)
 def reduce_absmax(buffer: RefLike, out: RefLike, dim: int = -1, clear: bool = True) -> None:
     """out = max |buffer| along `dim` (see reduce_max)."""
     _reduce(ReduceKind.ABSMAX, buffer, out, dim, clear)
+
+
+def cumsum(src: RefLike, dst: RefLike | None = None, dim: int = 0, reverse: bool = False) -> None:
+    """TileLang's prefix sum: along `dim`, every element of `dst` := the sum of `src` up to it (from
+    it to the end with `reverse`); in place when `dst` is left out. Shared or fragment tiles of one
+    shape, all threads of the block. Sums in order, in float32 for 16- and 32-bit floats (float64
+    for float64, int64, wrapping, for integers), each prefix rounded to dst's dtype."""
+    state = current_trace("cumsum")
+    loc = user_source_loc()
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer):
+        raise KernelTraceError(f"T.cumsum: dim must be an int, got {dim!r}", loc)
+    s = region(src, "cumsum", "src", loc)
+    d = s if dst is None else region(dst, "cumsum", "dst", loc)
+    axis = int(dim) + len(s.sizes) if int(dim) < 0 else int(dim)
+    state.emit(CumSum(s, d, axis, bool(reverse), loc=loc))
 
 
 # ---- atomics -----------------------------------------------------------------------------------

@@ -8,9 +8,11 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.nodes import BLOCK_LOCAL, CLIP_KINDS, SIGNAL_DTYPE, Buffer, BufferKind, Copy
-from ..ir.trace import Ref, as_region, current_trace, user_source_loc
-from ..ir.verify import overhanging_dims
+from ..ir.verify_base import overhanging_dims
 from ._common import RefLike, region
+from .refs import Ref, as_region
+from .source import user_source_loc
+from .state import current_trace
 
 
 def _shape(shape: Any, op: str) -> tuple[int, ...]:

@@ -7,9 +7,12 @@ import math
 from typing import Any
 
 from ..errors import KernelTraceError
-from ..ir.expr import Const, Expr, IntLike, format_expr, value_range
-from ..ir.trace import PE_VAR, DynSlice, TraceState, current_trace, load_of, program_id_var, user_source_loc
+from ..ir.expr import PE_VAR, Const, Expr, IntLike, format_expr, program_id_var
+from ..ir.ranges import value_range
 from ._common import RefLike, expr, region
+from .refs import DynSlice, load_of
+from .source import user_source_loc
+from .state import TraceState, current_trace
 
 
 def program_id(axis: int = 0) -> Expr:

@@ -32,8 +32,9 @@ from ..ir.nodes import (
     TeamBarrier,
     WaitUntil,
 )
-from ..ir.trace import current_trace, user_source_loc
 from ._common import RefLike, byte_size, expr, peer_or_self, region, require_pe
+from .source import user_source_loc
+from .state import current_trace
 
 
 def signal_op(sig: RefLike, value: IntLike, op: SignalOp, pe: IntLike) -> None:

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from ..errors import KernelTraceError
 from ..ir.expr import IntLike
 from ..ir.nodes import Direction, Get, PeerCopy, Put, Scope, SignalOp, SignalUpdate
-from ..ir.trace import current_trace, user_source_loc
 from ._common import RefLike, byte_size, element_count, expr, peer_or_self, region, require_pe
+from .source import user_source_loc
+from .state import current_trace
 
 _WHO = {
     Scope.THREAD: "Thread 0 of the block issues it",

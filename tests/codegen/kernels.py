@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from jax_tilescale import language as T
-from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir import KernelIR, verify_kernel
 from jax_tilescale.ir.expr import expr_max, expr_min
+from jax_tilescale.language.tracing import trace_kernel
 
 
 def build(fn, *, name, inputs, outputs, grid, num_pes, threads=128) -> KernelIR:

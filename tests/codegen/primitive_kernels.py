@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from jax_tilescale import language as T
-from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir import KernelIR, verify_kernel
+from jax_tilescale.language.tracing import trace_kernel
 
 F32 = np.float32
 

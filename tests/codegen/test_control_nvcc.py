@@ -11,8 +11,9 @@ from jax_tilescale.ast_rewrite import rewrite_kernel_function
 from jax_tilescale.codegen import CudaModule, generate_cuda
 from jax_tilescale.compiler import compile_cubin
 from jax_tilescale.errors import KernelTraceError
-from jax_tilescale.ir import trace_kernel, verify_kernel
+from jax_tilescale.ir import verify_kernel
 from jax_tilescale.language import control
+from jax_tilescale.language.tracing import trace_kernel
 
 I32 = np.int32
 

@@ -15,7 +15,8 @@ import pytest
 from jax_tilescale.codegen.cuda import device_header
 from jax_tilescale.codegen.expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, WHERE_NAME, c_expr, const_literal
 from jax_tilescale.compiler.toolchain import find_nvcc
-from jax_tilescale.ir.expr import Const, Var, VarKind, evaluate, expr_max, expr_min
+from jax_tilescale.ir.evaluate import evaluate
+from jax_tilescale.ir.expr import Const, Var, VarKind, expr_max, expr_min
 
 BX, BY, PE = Var(VarKind.PROGRAM_ID, 0), Var(VarKind.PROGRAM_ID, 1), Var(VarKind.PE)
 

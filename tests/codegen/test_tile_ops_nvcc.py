@@ -1,5 +1,6 @@
 """nvcc builds the generated CUDA of the element-wise tile kernels (the CPU tests' kernels in
-tests/compute/test_elementwise.py, test_reductions.py, test_atomics.py, and examples/softmax.py):
+tests/compute/test_elementwise.py, test_reductions.py, test_cumsum.py, test_atomics.py, and
+examples/softmax.py):
 every value operation, conversion, reduction and atomic in every dtype the tests use. Kernels
 without communication compile without NVSHMEM; the ones with a barrier_all need its headers.
 The generated text is also checked for what the lowering promises (no FMA contraction, the
@@ -17,7 +18,10 @@ import pytest
 from jax_tilescale import language as T
 from jax_tilescale.codegen import CudaModule, generate_cuda
 from jax_tilescale.compiler import compile_cubin
-from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir import KernelIR, verify_kernel
+from jax_tilescale.language.tracing import trace_kernel
+from tests.compute.test_cumsum import BLOCKS, M, N, cumsum_slice, cumsum_tiles
+from tests.compute.test_cumsum import CASES as CUMSUM_CASES
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16}
@@ -237,6 +241,12 @@ def _cases() -> dict[str, object]:
     cases["serial_in_parallel"] = serial_in_parallel
     cases["integers"] = integers
     cases["reduce_3d_and_ints"] = reduce_3d_and_ints
+    for dtype, out_dtype, inplace in CUMSUM_CASES:
+        for dim, reverse in ((0, False), (1, True)):
+            name = f"cumsum-{dtype.name}-{out_dtype.name}-dim{dim}{'-reverse' if reverse else ''}"
+            cases[name] = lambda d=dtype, o=out_dtype, i=inplace, dim=dim, r=reverse: build(
+                cumsum_tiles(d, o, dim, r, i), [((BLOCKS * M, N), d)], [((BLOCKS * M, N), o)], grid=(BLOCKS,))
+    cases["cumsum_slice"] = lambda: build(cumsum_slice, [((M, N), np.float32)], [((M, N), np.float32)])
     for name, d in ATOMIC_DTYPES.items():
         cases[f"element_atomics-{name}"] = lambda d=d: element_atomics(np.dtype(d))
     cases["region_atomics"] = region_atomics
@@ -289,6 +299,15 @@ def test_generated_code_keeps_ieee_operations_and_checks_only_unproven_indices(b
     assert "ts_elem_index(" in integers_src[integers_src.index('extern "C"'):]  # the T.load index
     red = built["reductions-bf16-dim1"][0].source
     assert "__shfl_xor_sync(0xffffffffu, ts_acc, ts_s)" in red and "ts_vmax(" in red
+
+
+def test_cumsum_adds_in_order_without_contraction(built):
+    """One thread per line, the running sum added with the `_rn` intrinsics (the interpreter's bits)."""
+    body = built["cumsum-bfloat16-float32-dim1-reverse"][0].source
+    body = body[body.index('extern "C"'):]
+    assert "ts_acc = __fadd_rn(ts_acc, " in body and "const int64_t ts_k = 52 - ts_r;" in body
+    ints = built["cumsum-int32-int32-dim0"][0].source
+    assert "ts_acc = ts_iadd(ts_acc, " in ints[ints.index('extern "C"'):]
 
 
 def test_once_per_block_statements_take_the_shape_per_thread_code_expects(built):

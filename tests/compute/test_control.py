@@ -11,7 +11,8 @@ from jax_tilescale import language as T
 from jax_tilescale.ast_rewrite import rewrite_kernel_function
 from jax_tilescale.errors import DeadlockError, KernelRuntimeError, KernelTraceError
 from jax_tilescale.ir.control import If, LocalStore
-from jax_tilescale.ir.expr import Compare, CompareKind, Var, VarKind, evaluate, format_expr
+from jax_tilescale.ir.evaluate import evaluate
+from jax_tilescale.ir.expr import Compare, CompareKind, Var, VarKind, format_expr
 from jax_tilescale.ir.nodes import Put, walk_stmts
 from jax_tilescale.language import control
 from tests.interpret.harness import build, launch, run, session
@@ -267,7 +268,7 @@ def test_reading_an_unwritten_register_is_an_error() -> None:
 
 
 def test_register_stores_wrap_like_c() -> None:
-    from jax_tilescale.interpret.control import wrap_int
+    from jax_tilescale.interpret.registers import wrap_int
 
     assert wrap_int(2**31, np.dtype(np.int32)) == -(2**31)
     assert wrap_int(-1, np.dtype(np.uint8)) == 255

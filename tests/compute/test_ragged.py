@@ -16,8 +16,10 @@ import pytest
 import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.interpret.memory import AccessKind, LaunchMemory
-from jax_tilescale.ir.expr import BinOp, BinOpKind, Const, Var, VarKind, evaluate, format_expr, value_bounds
+from jax_tilescale.ir.evaluate import evaluate
+from jax_tilescale.ir.expr import BinOp, BinOpKind, Const, Var, VarKind, format_expr
 from jax_tilescale.ir.nodes import Copy, walk_stmts
+from jax_tilescale.ir.ranges import value_bounds
 from tests.conftest import load_example
 from tests.primitives.util import assert_equal, mesh_of, random_rows, shard_run
 

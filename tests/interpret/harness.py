@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from jax_tilescale.interpret import InterpreterSession, InterpretOptions
-from jax_tilescale.ir import KernelIR, trace_kernel, verify_kernel
+from jax_tilescale.ir import KernelIR, verify_kernel
 from jax_tilescale.ir.nodes import Stmt
+from jax_tilescale.language.tracing import trace_kernel
 
 JOIN_TIMEOUT_S = 20.0
 

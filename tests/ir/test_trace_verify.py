@@ -7,9 +7,12 @@ import pytest
 
 from jax_tilescale import KernelTraceError
 from jax_tilescale import language as T
-from jax_tilescale.ir import format_kernel, trace_kernel, verify_kernel
-from jax_tilescale.ir.expr import Const, Var, VarKind, affine_form, evaluate, static_value, value_range
+from jax_tilescale.ir import format_kernel, verify_kernel
+from jax_tilescale.ir.evaluate import evaluate
+from jax_tilescale.ir.expr import Const, Var, VarKind, affine_form, static_value
 from jax_tilescale.ir.nodes import Copy, Put
+from jax_tilescale.ir.ranges import value_range
+from jax_tilescale.language.tracing import trace_kernel
 
 F16 = np.dtype(np.float16)
 

@@ -7,7 +7,8 @@ import pytest
 
 from jax_tilescale import KernelTraceError
 from jax_tilescale import language as T
-from jax_tilescale.ir import format_kernel, trace_kernel, verify_kernel
+from jax_tilescale.ir import format_kernel, verify_kernel
+from jax_tilescale.language.tracing import trace_kernel
 
 F32 = np.dtype(np.float32)
 M, N = 16, 8

@@ -1,41 +1,30 @@
-"""Tracing: running the user's kernel function once, with symbolic refs, to build a KernelIR.
+"""What kernel code holds of memory: refs of buffers and their slices, and what slicing means.
 
-The active trace lives in a context variable, so that traces of different kernels (on
-different threads, or nested during JAX tracing) never see each other's statements.
+A kernel function receives `Ref`s of its inputs and outputs (`T.alloc_*` return them too);
+subscripts make `RegionRef`s (windows of static size, starts that may be run-time values), which
+the language functions turn into IR regions. A one-element slice is also a kernel value: of an
+integer input an index value read when the kernel runs (`T.load`), of other buffers an element
+value (`x[i, j] * 2`); `ref[i, j] = v` records an element store.
 """
 
 from __future__ import annotations
 
-import contextvars
-import math
 import operator
-import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import KernelTraceError
-from .expr import Expr, IntLike, Load, Var, VarKind, as_expr, format_expr, static_value
-from .nodes import UNKNOWN_LOC, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt, full_region
-from .tile_ops import Store
-from .values import BinaryKind, TileValue, UnaryKind, Value, binary, build_value, defers, index_arith, unary
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def user_source_loc() -> SourceLoc:
-    """The innermost frame outside this package: the line of the user's kernel."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR + os.sep):
-            return SourceLoc(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-        frame = frame.f_back
-    return UNKNOWN_LOC
+from ..ir.buffers import LOADABLE_DTYPES, Buffer, BufferKind
+from ..ir.expr import Expr, Load, as_expr, format_expr, static_value
+from ..ir.nodes import Region, SourceLoc, full_region
+from ..ir.tile_ops import Store
+from ..ir.values import BinaryKind, ElementRead, UnaryKind, Value, as_value, binary, for_destination, unary
+from .source import user_source_loc
+from .state import current_trace
+from .values import TileValue, build_value, defers, index_arith
 
 
 @dataclass(frozen=True)
@@ -44,65 +33,6 @@ class DynSlice:
 
     start: Expr
     size: int
-
-
-@dataclass
-class TraceState:
-    """Everything a kernel trace accumulates."""
-
-    grid: tuple[int, ...]
-    threads: int
-    num_pes: int
-    mesh_axes: tuple[str, ...] = ()
-    mesh_axis_sizes: tuple[int, ...] = ()
-    body: list[Stmt] = field(default_factory=list)
-    allocs: list[Buffer] = field(default_factory=list)
-    names: set[str] = field(default_factory=set)
-    # Bodies being traced: the kernel's, then one per open `T.serial`/`T.Pipelined` loop.
-    open_bodies: list[list[Stmt]] = field(default_factory=list)
-    next_loop_id: int = 0
-    # [0, n - 1] of every `T.serial`/`T.Pipelined` loop variable traced so far (`var_ranges`).
-    loop_ranges: dict[Var, tuple[int, int]] = field(default_factory=dict)
-
-    def fresh_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}{i}"
-        self.names.add(name)
-        return name
-
-    def emit(self, stmt: Stmt) -> None:
-        (self.open_bodies[-1] if self.open_bodies else self.body).append(stmt)
-
-    def var_ranges(self) -> dict[Var, tuple[int, int]]:
-        """Ranges of the block index, the PE and the loop variables: for a statement traced now,
-        what the verifier's `var_ranges` gives it (its enclosing loops are among those traced)."""
-        ranges = {Var(VarKind.PROGRAM_ID, i): (0, g - 1) for i, g in enumerate(self.grid)}
-        ranges[Var(VarKind.PE)] = (0, self.num_pes - 1)
-        return {**ranges, **self.loop_ranges}
-
-
-_STATE: contextvars.ContextVar[TraceState | None] = contextvars.ContextVar("tilescale_trace", default=None)
-
-
-def current_trace(op: str) -> TraceState:
-    state = _STATE.get()
-    if state is None:
-        raise KernelTraceError(
-            f"T.{op}() can only be called inside a function decorated with @jax_tilescale.kernel",
-            user_source_loc(),
-        )
-    return state
-
-
-@contextmanager
-def _tracing(state: TraceState) -> Iterator[TraceState]:
-    token = _STATE.set(state)
-    try:
-        yield state
-    finally:
-        _STATE.reset(token)
 
 
 class BufferHandle:
@@ -137,12 +67,6 @@ class Ref(BufferHandle):
         return f"Ref({self.buffer})"
 
 
-# Loadable element types: every integer an int64 index expression holds exactly.
-LOADABLE_DTYPES = frozenset(
-    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)
-)
-
-
 def load_of(region: Region, loc: SourceLoc) -> Load:
     """`region` (one element of an integer input) as a kernel value read when it is used."""
     buf = region.buffer
@@ -168,9 +92,7 @@ def _operand(value: Any) -> Any:
 
 
 def element_value(region: Region, loc: SourceLoc) -> Value:
-    """`ref[i, j]` used as a number: an element read (see values.py)."""
-    from .values import ElementRead
-
+    """`ref[i, j]` used as a number: an element read (ir/values.py)."""
     if region.size != 1:
         raise KernelTraceError(
             f"{region} has {region.size} elements; element-wise code reads one element at a time, e.g. "
@@ -180,22 +102,12 @@ def element_value(region: Region, loc: SourceLoc) -> Value:
     return ElementRead(region)
 
 
-# How `ref[...] = value` is recorded, by the kind of the buffer (default: an element `Store`).
-STORE_BUILDERS: dict[BufferKind, Callable[[Region, Any, SourceLoc], Stmt]] = {}
-
-
 def element_store(region: Region, value: Any, loc: SourceLoc) -> None:
     """`ref[i, j] = value`: one element := value (converted to the element's dtype)."""
-    from .values import as_value, for_destination
-
     state = current_trace("store")
     overhang = static_overhang(region)
     if overhang is not None:
         raise KernelTraceError(overhang, loc)
-    builder = STORE_BUILDERS.get(region.buffer.kind)
-    if builder is not None:
-        state.emit(builder(region, value, loc))
-        return
     if region.size != 1:
         raise KernelTraceError(
             f"`{region} = ...` assigns {region.size} elements; element stores assign one element, e.g. "
@@ -449,100 +361,3 @@ def sliced_ref(region: Region, index: Any, loc: SourceLoc) -> RegionRef:
     sliced = slice_region(region, index, loc)
     overhang = static_overhang(sliced)
     return RegionRef(sliced, None if overhang is None else (overhang, loc))
-
-
-def trace_kernel(
-    fn: Callable[..., Any],
-    *,
-    name: str,
-    inputs: Sequence[tuple[tuple[int, ...], np.dtype]],
-    outputs: Sequence[tuple[tuple[int, ...], np.dtype]],
-    grid: tuple[int, ...],
-    threads: int,
-    mesh_axes: tuple[str, ...],
-    num_pes: int,
-    mesh_axis_sizes: Sequence[int] | None = None,
-) -> KernelIR:
-    """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
-
-    `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
-    it may be left out when there is at most one axis (its size is then `num_pes`).
-    """
-    sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
-    state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
-    in_bufs = tuple(
-        Buffer(state.fresh_name(f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
-        for i, (shape, dtype) in enumerate(inputs)
-    )
-    out_bufs = tuple(
-        Buffer(state.fresh_name(f"out{i}"), tuple(shape), np.dtype(dtype), BufferKind.OUTPUT)
-        for i, (shape, dtype) in enumerate(outputs)
-    )
-    try:
-        code = fn.__code__
-        loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
-    except AttributeError:
-        loc = UNKNOWN_LOC
-    with _tracing(state):
-        result = fn(*(Ref(b) for b in in_bufs + out_bufs))
-    if state.open_bodies:
-        raise KernelTraceError(
-            "a T.serial/T.Pipelined loop was left early (`break` or `return` inside it); kernel loops run all "
-            "their iterations",
-            loc,
-        )
-    if result is not None:
-        raise KernelTraceError(
-            "a kernel function writes its outputs through its output refs and must return None", loc
-        )
-    return KernelIR(
-        name=name,
-        inputs=in_bufs,
-        outputs=out_bufs,
-        allocs=tuple(state.allocs),
-        body=tuple(state.body),
-        grid=grid,
-        threads=threads,
-        mesh_axes=mesh_axes,
-        num_pes=num_pes,
-        mesh_axis_sizes=sizes,
-        loc=loc,
-    )
-
-
-def _axis_sizes(mesh_axes: Sequence[str], num_pes: int, given: Sequence[int] | None) -> tuple[int, ...]:
-    if given is None:
-        if len(mesh_axes) > 1:
-            raise ValueError(f"trace_kernel: mesh_axis_sizes is required with several mesh axes {tuple(mesh_axes)}")
-        return (num_pes,) if mesh_axes else ()
-    sizes = tuple(int(n) for n in given)
-    if len(sizes) != len(mesh_axes) or math.prod(sizes) != num_pes:
-        raise ValueError(
-            f"trace_kernel: mesh_axis_sizes {sizes} must give one size per axis of {tuple(mesh_axes)} "
-            f"with product num_pes={num_pes}"
-        )
-    return sizes
-
-
-def program_id_var(axis: int) -> Var:
-    return Var(VarKind.PROGRAM_ID, axis)
-
-
-PE_VAR = Var(VarKind.PE)
-
-__all__ = [
-    "PE_VAR",
-    "DynSlice",
-    "IntLike",
-    "Ref",
-    "RegionRef",
-    "TraceState",
-    "as_region",
-    "current_trace",
-    "program_id_var",
-    "slice_region",
-    "sliced_ref",
-    "static_overhang",
-    "trace_kernel",
-    "user_source_loc",
-]

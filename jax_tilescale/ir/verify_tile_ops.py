@@ -1,20 +1,21 @@
 """Verifier rules of the element-wise tile statements (`tile_ops.py`), registered in
-`verify.STMT_RULES`. Errors name the user's line; index ranges are checked exactly where affine
+verify_base.VERIFY. Errors name the user's line; index ranges are checked exactly where affine
 (loop variables of `T.Parallel` range over [0, extent)), the rest at run time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from ..errors import KernelTraceError
-from .control import THREAD_VAR, If, format_cond, guarded, known_conditions, narrowed
-from .expr import loads, variables
-from .nodes import BLOCK_LOCAL, BufferKind, KernelIR, Loop, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
-from .tile_ops import THREAD_STMTS, AtomicElement, AtomicRegion, Parallel, Reduce, Store
+from .buffers import BufferKind
+from .control import THREAD_VAR, If, format_cond
+from .expr import loads, same_expr, variables
+from .guards import guarded, known_conditions, narrowed
+from .nodes import BLOCK_LOCAL, KernelIR, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
+from .ranges import Ranges
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
 from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelect, children, format_value
-from .verify import Ranges, _check_kind, _check_region, _squeezed, _verify_body
+from .verify_base import VERIFY, check_kind, check_region, squeezed, verify_body
 
 # Where element atomics may update (local memory that several threads or blocks share).
 ATOMIC_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SHARED})
@@ -35,13 +36,13 @@ def _check_dtype(region: Region, op: str, role: str, loc: SourceLoc, numeric: bo
 def _check_element(region: Region, ranges: Ranges, op: str, role: str, loc: SourceLoc) -> None:
     if region.size != 1:
         raise KernelTraceError(f"{op}: the {role} {region} is {region.size} elements, not one", loc)
-    _check_region(region, ranges, f"{op} {role}", loc)
+    check_region(region, ranges, f"{op} {role}", loc)
 
 
 def check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
     """Every element read in `v` is in bounds (where affine) and reads data (not a signal word).
     A read on one side of a `T.where` (and of `a and b`, `a or b`) is checked where its side is
-    chosen: under `T.where(j < n, x[i, j], 0)` j < n holds (ir/control.py's guards)."""
+    chosen: under `T.where(j < n, x[i, j], 0)` j < n holds (ir/guards.py)."""
     if isinstance(v, ValueSelect):
         check_value(v.cond, ranges, op, loc)
         for holds, side in ((True, v.if_true), (False, v.if_false)):
@@ -62,11 +63,7 @@ def check_value(v: Value, ranges: Ranges, op: str, loc: SourceLoc) -> None:
 
 def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel, branch: If | None = None) -> None:
     for s in body:
-        if isinstance(s, Loop):
-            _check_parallel_body(s.body, outer, branch)
-        elif isinstance(s, If):
-            _check_parallel_body(s.then_body + s.else_body, outer, s)
-        elif not isinstance(s, THREAD_STMTS):
+        if not s.in_parallel:
             what = "a nested T.Parallel" if isinstance(s, Parallel) else f"T.{s.op_name}"
             where = f"the T.Parallel at {outer.loc}"
             if branch is not None:
@@ -79,6 +76,8 @@ def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel, branch: If | N
                 "level on one element, e.g. `if flag[0] > 0:`)",
                 s.loc,
             )
+        for nested in s.bodies:  # an if's sides are per-iteration branches
+            _check_parallel_body(nested, outer, s if isinstance(s, If) else branch)
         if THREAD_VAR in (v for e in stmt_exprs(s) for v in variables(e)):
             raise KernelTraceError(
                 f"{s.op_name}: T.thread_id() inside the T.Parallel at {outer.loc}: an iteration runs on whichever "
@@ -87,6 +86,7 @@ def _check_parallel_body(body: tuple[Stmt, ...], outer: Parallel, branch: If | N
             )
 
 
+@VERIFY.register(Parallel)
 def _verify_parallel(s: Parallel, kernel: KernelIR, ranges: Ranges) -> None:
     if len(s.vars) != len(s.extents) or not s.extents or any(e < 1 for e in s.extents):
         raise KernelTraceError(f"T.Parallel: extents must be positive ints, got {s.extents}", s.loc)
@@ -100,25 +100,27 @@ def _verify_parallel(s: Parallel, kernel: KernelIR, ranges: Ranges) -> None:
                         "the loop gives it, so registers cannot be read in its body (read them before the loop)",
                         inner.loc,
                     )
-    _verify_body(s.body, kernel, {**ranges, **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}})
+    verify_body(s.body, kernel, {**ranges, **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}})
 
 
+@VERIFY.register(Store)
 def _verify_store(s: Store, kernel: KernelIR, ranges: Ranges) -> None:
     _check_element(s.dst, ranges, "store", "destination", s.loc)
-    _check_kind(s.dst, STORE_KINDS, "store", "destination", "element stores write kernel outputs, symmetric "
+    check_kind(s.dst, STORE_KINDS, "store", "destination", "element stores write kernel outputs, symmetric "
                 "scratch and on-chip tiles", s.loc)
     _check_dtype(s.dst, "store", "destination", s.loc)
     check_value(s.value, ranges, "store", s.loc)
 
 
 def _check_atomic_dst(dst: Region, op: str, loc: SourceLoc) -> None:
-    _check_kind(dst, ATOMIC_KINDS, op, "destination", "atomics update local memory that threads or blocks share",
+    check_kind(dst, ATOMIC_KINDS, op, "destination", "atomics update local memory that threads or blocks share",
                 loc)
     if dst.buffer.dtype not in ATOMIC_DTYPES:
         names = ", ".join(sorted(d.name for d in ATOMIC_DTYPES))
         raise KernelTraceError(f"{op}: {dst.buffer.name} is {dst.buffer.dtype.name}; atomics update {names}", loc)
 
 
+@VERIFY.register(AtomicElement)
 def _verify_atomic_element(s: AtomicElement, kernel: KernelIR, ranges: Ranges) -> None:
     _check_element(s.dst, ranges, s.op_name, "destination", s.loc)
     _check_atomic_dst(s.dst, s.op_name, s.loc)
@@ -127,31 +129,33 @@ def _verify_atomic_element(s: AtomicElement, kernel: KernelIR, ranges: Ranges) -
     check_value(s.value, ranges, s.op_name, s.loc)
 
 
+@VERIFY.register(AtomicRegion)
 def _verify_atomic_region(s: AtomicRegion, kernel: KernelIR, ranges: Ranges) -> None:
     op = s.op_name
-    _check_region(s.dst, ranges, f"{op} dst", s.loc)
-    _check_region(s.src, ranges, f"{op} src", s.loc)
+    check_region(s.dst, ranges, f"{op} dst", s.loc)
+    check_region(s.src, ranges, f"{op} src", s.loc)
     _check_atomic_dst(s.dst, op, s.loc)
     if s.src.buffer.kind is BufferKind.SIGNAL:
         raise KernelTraceError(f"{op}: {s.src.buffer.name} holds signal words, not data", s.loc)
     _check_dtype(s.src, op, "source", s.loc, numeric=True)
-    if _squeezed(s.src.sizes) != _squeezed(s.dst.sizes):
+    if squeezed(s.src.sizes) != squeezed(s.dst.sizes):
         raise KernelTraceError(f"{op}: shapes differ: {s.dst} is {list(s.dst.sizes)}, {s.src} is "
                                f"{list(s.src.sizes)}", s.loc)
 
 
+@VERIFY.register(Reduce)
 def _verify_reduce(s: Reduce, kernel: KernelIR, ranges: Ranges) -> None:
     op = s.op_name
     for r, role in ((s.src, "src"), (s.dst, "dst")):
-        _check_region(r, ranges, f"{op} {role}", s.loc)
-        _check_kind(r, BLOCK_LOCAL, op, role, "reductions work on on-chip tiles (T.alloc_fragment, T.alloc_shared)",
+        check_region(r, ranges, f"{op} {role}", s.loc)
+        check_kind(r, BLOCK_LOCAL, op, role, "reductions work on on-chip tiles (T.alloc_fragment, T.alloc_shared)",
                     s.loc)
         _check_dtype(r, op, role, s.loc, numeric=True)
     rank = len(s.src.sizes)
     if not 0 <= s.dim < rank:
         raise KernelTraceError(f"{op}: dim={s.dim} is not a dimension of {s.src} (rank {rank})", s.loc)
     kept = s.src.sizes[: s.dim] + s.src.sizes[s.dim + 1 :]
-    if _squeezed(s.dst.sizes) != _squeezed(kept):
+    if squeezed(s.dst.sizes) != squeezed(kept):
         raise KernelTraceError(
             f"{op}: reducing {s.src} ({list(s.src.sizes)}) along dim {s.dim} gives {list(kept)}, but {s.dst} is "
             f"{list(s.dst.sizes)}",
@@ -161,10 +165,21 @@ def _verify_reduce(s: Reduce, kernel: KernelIR, ranges: Ranges) -> None:
         raise KernelTraceError(f"{op}: src and dst are the same buffer {s.src.buffer.name}", s.loc)
 
 
-RULES: dict[type, Callable[[Stmt, KernelIR, Ranges], None]] = {
-    Parallel: _verify_parallel,
-    Store: _verify_store,
-    AtomicElement: _verify_atomic_element,
-    AtomicRegion: _verify_atomic_region,
-    Reduce: _verify_reduce,
-}
+@VERIFY.register(CumSum)
+def _verify_cumsum(s: CumSum, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    for r, role in ((s.src, "src"), (s.dst, "dst")):
+        check_region(r, ranges, f"{op} {role}", s.loc)
+        check_kind(r, BLOCK_LOCAL, op, role, "cumsum works on on-chip tiles (T.alloc_fragment, T.alloc_shared)",
+                   s.loc)
+        _check_dtype(r, op, role, s.loc, numeric=True)
+    if s.src.sizes != s.dst.sizes:
+        raise KernelTraceError(f"{op}: dst has the shape of src: {s.src} is {list(s.src.sizes)}, {s.dst} is "
+                               f"{list(s.dst.sizes)}", s.loc)
+    rank = len(s.src.sizes)
+    if not 0 <= s.dim < rank:
+        raise KernelTraceError(f"{op}: dim={s.dim} is not a dimension of {s.src} (rank {rank})", s.loc)
+    if s.src.buffer == s.dst.buffer and not same_expr(s.src.starts, s.dst.starts):
+        raise KernelTraceError(
+            f"{op}: {s.src} and {s.dst} are different slices of {s.src.buffer.name}; cumsum works in place (the same "
+            "slice, or leave dst out) or from one tile into another", s.loc)

@@ -1,0 +1,88 @@
+"""`trace_kernel`: running the user's kernel function once, with symbolic refs, to build a KernelIR."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from ..ir.buffers import Buffer, BufferKind
+from ..ir.nodes import UNKNOWN_LOC, KernelIR, SourceLoc
+from .refs import Ref
+from .state import TraceState, tracing
+
+
+def trace_kernel(
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    inputs: Sequence[tuple[tuple[int, ...], np.dtype]],
+    outputs: Sequence[tuple[tuple[int, ...], np.dtype]],
+    grid: tuple[int, ...],
+    threads: int,
+    mesh_axes: tuple[str, ...],
+    num_pes: int,
+    mesh_axis_sizes: Sequence[int] | None = None,
+) -> KernelIR:
+    """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
+
+    `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
+    it may be left out when there is at most one axis (its size is then `num_pes`).
+    """
+    sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
+    state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
+    in_bufs = tuple(
+        Buffer(state.fresh_name(f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
+        for i, (shape, dtype) in enumerate(inputs)
+    )
+    out_bufs = tuple(
+        Buffer(state.fresh_name(f"out{i}"), tuple(shape), np.dtype(dtype), BufferKind.OUTPUT)
+        for i, (shape, dtype) in enumerate(outputs)
+    )
+    try:
+        code = fn.__code__
+        loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
+    except AttributeError:
+        loc = UNKNOWN_LOC
+    with tracing(state):
+        result = fn(*(Ref(b) for b in in_bufs + out_bufs))
+    if state.open_bodies:
+        raise KernelTraceError(
+            "a T.serial/T.Pipelined loop was left early (`break` or `return` inside it); kernel loops run all "
+            "their iterations",
+            loc,
+        )
+    if result is not None:
+        raise KernelTraceError(
+            "a kernel function writes its outputs through its output refs and must return None", loc
+        )
+    return KernelIR(
+        name=name,
+        inputs=in_bufs,
+        outputs=out_bufs,
+        allocs=tuple(state.allocs),
+        body=tuple(state.body),
+        grid=grid,
+        threads=threads,
+        mesh_axes=mesh_axes,
+        num_pes=num_pes,
+        mesh_axis_sizes=sizes,
+        loc=loc,
+    )
+
+
+def _axis_sizes(mesh_axes: Sequence[str], num_pes: int, given: Sequence[int] | None) -> tuple[int, ...]:
+    if given is None:
+        if len(mesh_axes) > 1:
+            raise ValueError(f"trace_kernel: mesh_axis_sizes is required with several mesh axes {tuple(mesh_axes)}")
+        return (num_pes,) if mesh_axes else ()
+    sizes = tuple(int(n) for n in given)
+    if len(sizes) != len(mesh_axes) or math.prod(sizes) != num_pes:
+        raise ValueError(
+            f"trace_kernel: mesh_axis_sizes {sizes} must give one size per axis of {tuple(mesh_axes)} "
+            f"with product num_pes={num_pes}"
+        )
+    return sizes
