@@ -173,13 +173,13 @@ def _loop(ctx: BlockContext, s: Loop) -> Generator[Wait | None, None, None]:
 def _put(ctx: BlockContext, s: Put) -> None:
     target = ctx.target_pe(s.pe, s)
     src, dst = comm.resolve_pair(ctx, s)  # dst: a symmetric address, evaluated on the issuing PE
-    data = ctx.read(src, s).reshape(dst.sizes)  # NVSHMEM reads the source at issue (snapshot)
+    data = ctx.read(src, s).reshape(dst.sizes)  # snapshot; a `_nbi` put's source stays read until delivery
     signal = None
     if s.signal is not None:
         word = ctx.resolve(s.signal.word, "signal word", s)
         value = ctx.eval(s.signal.value, "the signal value", s) % SIGNAL_MODULUS
         signal = SignalDelivery(word, s.signal.op, value)
-    ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal)
+    ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal, src)
 
 
 def _signal_wait(ctx: BlockContext, s: SignalWait) -> Wait:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..errors import DeadlockError, KernelRuntimeError, RaceError
-from ..ir.nodes import BarrierAll, KernelIR, Put, Stmt
+from ..ir.nodes import BLOCK_LOCAL, BarrierAll, KernelIR, Put, Stmt
 from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
@@ -128,10 +128,15 @@ class World:
         dst: ResolvedRegion,
         data: np.ndarray,
         signal: SignalDelivery | None,
+        src: ResolvedRegion | None = None,
     ) -> None:
-        """Issues a put; blocking puts and eager mode deliver it now (with everything to that PE
-        issued before it, to keep the order), `_nbi` puts in late mode stay in flight."""
-        t = self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block)
+        """Issues a put of `data` (the snapshot of `src`); blocking puts and eager mode deliver it
+        now (with everything to that PE issued before it, to keep the order), `_nbi` puts in late
+        mode stay in flight. A `_nbi` put's `src` counts as read until the put is delivered (its
+        issuer may reuse it only after a quiet): a write of it before is a race."""
+        in_flight = None if stmt.blocking else src
+        src_block = block if in_flight is not None and in_flight.buffer.kind in BLOCK_LOCAL else None
+        t = self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block, src=in_flight, src_block=src_block)
         self.race.on_issue(t, src_pe, block, dst_pe, own_agent=not stmt.blocking)
         if stmt.blocking or self.options.eager:
             self._delivered(self.transfers.deliver_all(self.memory, src_pe=src_pe, dst_pe=dst_pe))
