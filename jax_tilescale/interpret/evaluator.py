@@ -55,6 +55,9 @@ class BlockContext:
         # block level) and the block's registers.
         self.threads: tuple[int, ...] | None = None
         self.registers = control.Registers(world.kernel.threads)
+        # How far the block got, for timeout reports: its current statement and enclosing loops.
+        self.stmt: Stmt | None = None
+        self.loops: list[Loop] = []
 
     def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
         return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
@@ -164,10 +167,12 @@ def _gemm(ctx: BlockContext, s: Gemm) -> None:
 
 
 def _loop(ctx: BlockContext, s: Loop) -> Generator[Wait | None, None, None]:
+    ctx.loops.append(s)
     for i in range(s.extent):
         ctx.env[s.var] = i
         yield from _run_body(ctx, s.body)
     del ctx.env[s.var]
+    ctx.loops.pop()
 
 
 def _put(ctx: BlockContext, s: Put) -> None:
@@ -232,6 +237,7 @@ def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait |
 
 def _run_body(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait | None, None, None]:
     for stmt in body:
+        ctx.stmt = stmt
         if isinstance(stmt, Loop):  # nested statements yield one by one, so waits inside loops work
             yield from _loop(ctx, stmt)
             continue

@@ -388,9 +388,9 @@ class RaceDetector:
             f"to write, and no synchronisation orders the two accesses:\n"
             f"  {self._describe(old.acc, old.agent, old.write)}\n"
             f"  {self._describe(acc, agent, write)}\n"
-            f"{reuse}A put's write is ordered before another agent's access only by a quiet of its issuing block followed "
-            f"by a barrier_all or a signal, or by a signal_wait_until on the put's own signal; two blocks' accesses "
-            f"only by a barrier_all or a signal. (InterpretOptions(detect_races=False) turns this check off.)"
+            f"{reuse}A put's write is ordered before another agent's access only by a quiet of its issuing block "
+            f"followed by a barrier_all or a signal, or by a signal_wait_until on the put's own signal; two blocks' "
+            f"accesses only by a barrier_all or a signal. (InterpretOptions(detect_races=False) turns this check off.)"
         )
 
     @staticmethod
