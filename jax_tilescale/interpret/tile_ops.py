@@ -54,8 +54,8 @@ Array = np.ndarray
 
 def to_rep(data: Array, dtype: np.dtype) -> Array:
     """Stored elements of `dtype` as the numbers values compute with (float32 for 16-bit floats,
-    int64 for integers)."""
-    return np.asarray(data).astype(compute_dtype(dtype))
+    int64 for integers). May return `data` itself (values are never changed in place)."""
+    return np.asarray(data).astype(compute_dtype(dtype), copy=False)
 
 
 def convert(x: Array, src: np.dtype, dst: np.dtype) -> Array:
@@ -71,12 +71,12 @@ def convert(x: Array, src: np.dtype, dst: np.dtype) -> Array:
         if x.dtype == FLOAT64 and dst != FLOAT64:
             x = x.astype(np.float32)  # conversions to 16-bit floats go through float32, as on the GPU
         if dst in (FLOAT32, FLOAT64):
-            return x.astype(dst)
+            return x.astype(dst, copy=False)
         return x.astype(np.float32).astype(dst).astype(np.float32)
 
 
 def to_storage(x: Array, src: np.dtype, dst: np.dtype) -> Array:
-    return convert(x, src, dst).astype(dst)
+    return convert(x, src, dst).astype(dst, copy=False)
 
 
 # ---- iteration space, element positions, access logging -----------------------------------------

@@ -70,6 +70,7 @@ class World:
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.waiting: dict[int, list[Wait]] = {}  # PEs whose every live block waits, and on what
+        self._watchers: dict[int, set[int]] = defaultdict(set)  # PE -> waiting PEs whose waits poll its memory
         self._changed: set[int] = set()  # waiting PEs whose waits may have become ready since checked
         self.failure: BaseException | None = None
         self.failed_pe: int | None = None  # the PE that raised it
@@ -219,10 +220,11 @@ class World:
 
     def _on_access(self, acc: Access) -> None:
         """Memory observer: a write to PE `acc.owner` wakes the waiting PEs that poll its memory."""
-        if acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE, AccessKind.ATOMIC) and self.waiting:
-            for pe, waits in self.waiting.items():
-                if any(w.watches(acc.owner) for w in waits):
-                    self._changed.add(pe)
+        if acc.kind is not AccessKind.READ and acc.kind is not AccessKind.SYNC_READ:
+            watchers = self._watchers.get(acc.owner)
+            if watchers:
+                self._changed |= watchers
+                for pe in watchers:
                     self._wakeup[pe].notify_all()
 
     def team_arrive(self, pe: int, call: Call) -> CollectiveWait:
@@ -305,6 +307,9 @@ class World:
         raises DeadlockError when that cannot help, or KernelRuntimeError past the deadline.
         """
         self.waiting[pe] = waits
+        watched = {owner for w in waits for owner in w.watched(self.num_pes)}
+        for owner in watched:
+            self._watchers[owner].add(pe)
         try:
             while True:
                 self.check_failed(pe)
@@ -319,6 +324,8 @@ class World:
         finally:
             del self.waiting[pe]
             self._changed.discard(pe)
+            for owner in watched:
+                self._watchers[owner].discard(pe)
 
     # --- reports ------------------------------------------------------------------------------
 
