@@ -106,7 +106,7 @@ from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
 from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, Put, SignalOp
-from .memory import Access, AccessKind, Block, ResolvedRegion
+from .memory import BLOCK_LOCAL_IDS, Access, AccessKind, Block, ResolvedRegion
 from .waits import SignalWaitOn
 
 VC = dict[int, int]  # a sparse vector clock: agent id -> count (absent = 0)
@@ -315,7 +315,7 @@ class RaceDetector:
         if ref is None:
             ref = self._buffer_ids[id(buf)] = (self._canonical.setdefault(buf, len(self._canonical)), buf)
         # one log per buffer and PE; shared memory is per block too
-        key = (ref[0], acc.owner, acc.owner_block if buf.kind in BLOCK_LOCAL else None)
+        key = (ref[0], acc.owner, acc.owner_block if id(buf.kind) in BLOCK_LOCAL_IDS else None)
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = AccessLog()
