@@ -33,7 +33,8 @@ def inputs(seed: int) -> list[list[np.ndarray]]:
 
 def reuse_kernel(scope: str, signal: bool, sync: str):
     """Each block copies its rows into a shared tile, puts the tile to the next PE, then fills
-    the tile with -1: `sync` says what comes between the put and the fill."""
+    the tile with -1: `sync` says what comes between the put and the fill ("quiet"), or after
+    the fill ("none": a quiet; "never": no quiet, the put lands at its signal's wait or the end)."""
     put, put_signal = PUTS[scope]
 
     def reuse(a, recv):
@@ -51,7 +52,7 @@ def reuse_kernel(scope: str, signal: bool, sync: str):
             T.quiet()
         T.fill(tile, -1.0)  # reuse of the source
         if sync == "none":
-            T.quiet()
+            T.quiet()  # too late
         if signal:
             T.signal_wait_until(sig[bx], T.Cmp.EQ, 1)
 
@@ -61,8 +62,9 @@ def reuse_kernel(scope: str, signal: bool, sync: str):
 @pytest.mark.parametrize("delivery", ["late", "eager"])
 @pytest.mark.parametrize("signal", [False, True], ids=["put", "put_signal"])
 @pytest.mark.parametrize("scope", ["thread", "block"])
-def test_reusing_the_source_before_quiet_is_a_race(scope: str, signal: bool, delivery: str) -> None:
-    kernel = reuse_kernel(scope, signal, "none")
+@pytest.mark.parametrize("sync", ["none", "never"])
+def test_reusing_the_source_before_quiet_is_a_race(scope: str, signal: bool, delivery: str, sync: str) -> None:
+    kernel = reuse_kernel(scope, signal, sync)
     res = launch(session(kernel, delivery=delivery), inputs(0))
     messages = {str(e) for e in res.errors}
     assert all(isinstance(e, RaceError) for e in res.errors), [repr(e) for e in res.errors]
