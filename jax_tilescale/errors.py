@@ -41,6 +41,12 @@ class WaitTimeoutError(KernelRuntimeError):
         super().__init__(*(args or (self._message,)))
 
 
+class InterpreterTimeoutError(KernelRuntimeError):
+    """The interpreter's time limit (InterpretOptions.timeout_s) ran out while the kernel was still
+    running or a PE never started its part: slow, not blocked (a DeadlockError is reported at once).
+    The message says where each PE was (statement, line, loop iterations) and how to raise the limit."""
+
+
 class RaceError(KernelRuntimeError):
     """Two accesses to the same memory, one a write, that no synchronisation orders (interpreter)."""
 

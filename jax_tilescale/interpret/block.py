@@ -60,6 +60,9 @@ class BlockContext:
         # block level) and the block's registers.
         self.threads: tuple[int, ...] | None = None
         self.registers = Registers(world.kernel.threads)
+        # How far the block got, for timeout reports: its current statement and enclosing loops.
+        self.stmt: Stmt | None = None
+        self.loops: list[Any] = []
 
     def eval(self, e: Expr, what: str, stmt: Stmt) -> int:
         return eval_index(e, self.env, what, stmt, self.pe, self.block, self._loader(stmt))
@@ -143,6 +146,7 @@ def run_body(ctx: BlockContext, body: tuple[Stmt, ...]) -> Body:
     The caller must hold the world's lock while advancing it and must not resume it before the
     yielded wait is ready."""
     for stmt in body:
+        ctx.stmt = stmt
         rule = INTERPRET.lookup_entry(stmt, RunKind.BODY, RunKind.STATEMENT)
         if rule.kind is RunKind.BODY:
             yield from rule.fn(ctx, stmt)

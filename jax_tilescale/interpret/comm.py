@@ -34,7 +34,9 @@ def resolve_pair(ctx: BlockContext, s: Put | Get) -> tuple[ResolvedRegion, Resol
     nbytes = ctx.eval(s.size, "the size", s)
     row_bytes = math.prod(s.src.buffer.shape[1:]) * s.src.buffer.dtype.itemsize
     at = where(ctx.pe, ctx.block, s.loc)
-    if nbytes < 0 or nbytes % row_bytes:
+    if nbytes < 0:
+        raise KernelRuntimeError(f"{s.op_name}: size={format_expr(s.size)} is negative: {nbytes} bytes {at}")
+    if nbytes % row_bytes:
         raise KernelRuntimeError(
             f"{s.op_name}: size={format_expr(s.size)} is {nbytes} bytes, not a whole number of {row_bytes}-byte "
             f"rows {at}"

@@ -86,23 +86,25 @@ def _gemm(ctx: BlockContext, s: Gemm) -> None:
 
 @INTERPRET.register(Loop, kind=RunKind.BODY)
 def _loop(ctx: BlockContext, s: Loop) -> Body:
+    ctx.loops.append(s)
     for i in range(s.extent):
         ctx.env[s.var] = i
         yield from run_body(ctx, s.body)
     del ctx.env[s.var]
+    ctx.loops.pop()
 
 
 @INTERPRET.register(Put)
 def _put(ctx: BlockContext, s: Put) -> None:
     target = ctx.target_pe(s.pe, s)
     src, dst = comm.resolve_pair(ctx, s)  # dst: a symmetric address, evaluated on the issuing PE
-    data = ctx.read(src, s).reshape(dst.sizes)  # NVSHMEM reads the source at issue (snapshot)
+    data = ctx.read(src, s).reshape(dst.sizes)  # snapshot; a `_nbi` put's source stays read until delivery
     signal = None
     if s.signal is not None:
         word = ctx.resolve(s.signal.word, "signal word", s)
         value = ctx.eval(s.signal.value, "the signal value", s) % SIGNAL_MODULUS
         signal = SignalDelivery(word, s.signal.op, value)
-    ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal)
+    ctx.world.put(s, ctx.pe, ctx.block, target, dst, data, signal, src)
 
 
 @INTERPRET.register(SignalWait)

@@ -18,10 +18,13 @@ import numpy as np
 
 from ..errors import KernelRuntimeError
 from ..ir.evaluate import Loader, evaluate
-from ..ir.expr import Expr, Var, format_expr
+from ..ir.expr import Const, Expr, Var, format_expr
 from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
 
 Block = tuple[int, ...]
+# BLOCK_LOCAL by the members' ids: hashing an Enum member runs Python code (Enum.__hash__), and
+# this test is made on every access.
+BLOCK_LOCAL_IDS = frozenset(map(id, BLOCK_LOCAL))
 Env = Mapping[Var, int]
 SIGNAL_MODULUS = 1 << 64
 
@@ -60,7 +63,7 @@ def eval_index(
     """Evaluates an index expression (`load` reads the inputs for T.load); arithmetic errors
     become KernelRuntimeError with a location."""
     try:
-        return evaluate(e, dict(env), load)
+        return evaluate(e, env, load)  # type: ignore[arg-type]  # only reads env[var]
     except ZeroDivisionError as err:
         raise KernelRuntimeError(
             f"{stmt.op_name}: {what} `{format_expr(e)}`: {err} {where(pe, block, stmt.loc)}"
@@ -95,7 +98,10 @@ def resolve_region(
     buf = region.buffer
     starts, sizes = [], []
     for dim, (start, size, extent) in enumerate(zip(region.starts, region.sizes, buf.shape)):
-        value = eval_index(start, env, f"the start of {role} along dimension {dim}", stmt, pe, block, load)
+        if type(start) is Const:  # most starts of most statements: no evaluation, no message to build
+            value = start.value
+        else:
+            value = eval_index(start, env, f"the start of {role} along dimension {dim}", stmt, pe, block, load)
         clip = dim in clip_dims
         if value < 0 or (value >= extent if clip else value + size > extent):
             why = " (a clipped window may end past its buffer, not start past it)" if clip else ""
@@ -173,20 +179,16 @@ class LaunchMemory:
 
     def _storage(self, buf: Buffer, owner: int, owner_block: Block | None) -> np.ndarray:
         kind = buf.kind
-        if kind in BLOCK_LOCAL:
+        if id(kind) in BLOCK_LOCAL_IDS:
             if owner_block is None:
                 raise KernelRuntimeError(f"internal: shared buffer {buf.name} accessed without a block")
             tiles = self._shared.setdefault((owner, owner_block), {})
             if buf not in tiles:
                 tiles[buf] = poisoned(buf.shape, buf.dtype)
             return tiles[buf]
-        table = {
-            BufferKind.INPUT: self._inputs,
-            BufferKind.OUTPUT: self._outputs,
-            BufferKind.SIGNAL: self._signals,
-            BufferKind.SYMMETRIC: self._signals,
-        }
-        return table[kind][owner][buf]
+        table = self._inputs if kind is BufferKind.INPUT else self._outputs if kind is BufferKind.OUTPUT else \
+            self._signals  # SIGNAL and SYMMETRIC: the symmetric scratch
+        return table[owner][buf]
 
     def access(self, acc: Access) -> np.ndarray:
         """The single path to kernel memory: returns a view of the accessed region.

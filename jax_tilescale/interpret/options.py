@@ -16,7 +16,9 @@ class InterpretOptions:
         PE is waiting and only a delivery can make progress. A kernel that reads remote data
         without the synchronisation that guarantees it sees poison instead of the data.
         "eager" delivers every put when it is issued (the most forgiving schedule).
-    timeout_s: wall-clock limit of one PE's `run`; nothing ever hangs longer than this.
+    timeout_s: wall-clock limit of each PE's whole `run`, computing or waiting: past it every PE
+        raises InterpreterTimeoutError, which says the kernel was still running (or which PEs
+        never started) and where each PE was. A deadlock is reported at once (DeadlockError).
     reorder_unfenced: deliver puts from one PE to one PE that no `fence` separates newest first
         (NVSHMEM does not order them), which exposes a missing `T.fence()`. Off by default:
         deliveries then follow issue order per (source PE, target PE).

@@ -25,8 +25,11 @@ Happens-before edges (each an explicit call; `world.py`, `transfers.py`, `schedu
     - program order within an agent;
     - release: an agent's own count goes up whenever its clock is copied out (a transfer issued,
       a signal word updated, a barrier), so its later accesses are not covered by the copy;
-    - `on_issue`: a transfer starts with the issuer's clock (it reads its source at issue, as
-      the issuer, so the source is free again right after issue);
+    - `on_issue`: a transfer starts with the issuer's clock. A blocking put reads its source
+      at issue, as the issuer (the source is free on return); a `_nbi` put's source is read by
+      the issuer at issue (the snapshot) and again by the transfer at its delivery
+      (transfers.deliver), so a write of the source before the put completes (reusing a tile
+      before T.quiet()) races with that read unless something orders it after the delivery;
     - `begin_delivery`: a transfer delivered after a `fence` of its issuing agent joins the
       clocks of that agent's earlier transfers to the same PE (deliveries are in fence order);
     - `on_quiet`: the quieting block joins the clocks of the transfers it issued (all delivered);
@@ -102,8 +105,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
-from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, SignalOp
-from .memory import Access, AccessKind, Block, ResolvedRegion
+from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, Put, SignalOp
+from .memory import BLOCK_LOCAL_IDS, Access, AccessKind, Block, ResolvedRegion
 from .waits import SignalWaitOn
 
 VC = dict[int, int]  # a sparse vector clock: agent id -> count (absent = 0)
@@ -312,7 +315,7 @@ class RaceDetector:
         if ref is None:
             ref = self._buffer_ids[id(buf)] = (self._canonical.setdefault(buf, len(self._canonical)), buf)
         # one log per buffer and PE; shared memory is per block too
-        key = (ref[0], acc.owner, acc.owner_block if buf.kind in BLOCK_LOCAL else None)
+        key = (ref[0], acc.owner, acc.owner_block if id(buf.kind) in BLOCK_LOCAL_IDS else None)
         log = self._logs.get(key)
         if log is None:
             log = self._logs[key] = AccessLog()
@@ -373,14 +376,21 @@ class RaceDetector:
         mem = f"PE {acc.owner}'s {buf.kind.value} buffer {buf.name}"
         if buf.kind in BLOCK_LOCAL:
             mem = f"the {buf.kind.value} tile {buf.name} of PE {acc.owner}, block {acc.owner_block}"
+        reuse = ""
+        if any(a.via is not None and a.kind is AccessKind.READ and isinstance(a.stmt, Put) for a in (old.acc, acc)):
+            reuse = (
+                "A non-blocking put reads its source until it completes: its issuer may write the source again "
+                "only after a T.quiet() (or barrier_all) of the issuing block, or use the blocking form, whose "
+                "source is free on return. "
+            )
         return RaceError(
             f"data race on {mem}: elements {buf.name}{_box(lo, hi)} are accessed by two agents, at least once "
             f"to write, and no synchronisation orders the two accesses:\n"
             f"  {self._describe(old.acc, old.agent, old.write)}\n"
             f"  {self._describe(acc, agent, write)}\n"
-            f"A put's write is ordered before another agent's access only by a quiet of its issuing block followed "
-            f"by a barrier_all or a signal, or by a signal_wait_until on the put's own signal; two blocks' accesses "
-            f"only by a barrier_all or a signal. (InterpretOptions(detect_races=False) turns this check off.)"
+            f"{reuse}A put's write is ordered before another agent's access only by a quiet of its issuing block "
+            f"followed by a barrier_all or a signal, or by a signal_wait_until on the put's own signal; two blocks' "
+            f"accesses only by a barrier_all or a signal. (InterpretOptions(detect_races=False) turns this check off.)"
         )
 
     @staticmethod

@@ -9,6 +9,7 @@ the PE takes part in the end-of-kernel quiet + barrier, then returns its outputs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -22,9 +23,22 @@ from .world import World
 
 @dataclass
 class _BlockRun:
-    block: Block
+    ctx: BlockContext
     program: Generator[Wait | None, None, None]
     wait: Wait | None = None
+
+    @property
+    def block(self) -> Block:
+        return self.ctx.block
+
+    def progress(self) -> str:
+        """Where the block is (timeout reports): its statement and the iterations of its loops."""
+        ctx = self.ctx
+        if ctx.stmt is None:
+            return "has not started"
+        where = f"at {ctx.stmt.op_name} ({ctx.stmt.loc})"
+        loops = [f"iteration {ctx.env[loop.var]} of {loop.extent} of the loop at {loop.loc}" for loop in ctx.loops]
+        return where + (", " + ", ".join(reversed(loops)) if loops else "")
 
 
 def run_pe(world: World, pe: int, deadline: float) -> list[np.ndarray]:
@@ -32,13 +46,19 @@ def run_pe(world: World, pe: int, deadline: float) -> list[np.ndarray]:
 
     An error marks the world failed before the lock is released, so no other PE starts a pass
     (and, say, reports a second race) before it knows: the first error is the one all PEs report.
+    `deadline` bounds the whole call: checked before every pass (one statement per block), so a
+    PE that computes without ever waiting stops too (InterpreterTimeoutError, world.py).
     """
     body = world.kernel.body
-    live = [_BlockRun(b, block_program(BlockContext(world, pe, b), body)) for b in world.blocks]
+    contexts = [BlockContext(world, pe, b) for b in world.blocks]
+    live = [_BlockRun(ctx, block_program(ctx, body)) for ctx in contexts]
+    world.running[pe] = live  # updated in place, under the lock: the timeout report reads it
     while live:
         with world.lock:
             try:
-                live = _advance(world, pe, live, deadline)
+                if time.monotonic() > deadline:
+                    world.raise_timeout(pe)
+                live[:] = _advance(world, pe, live, deadline)
             except BaseException as err:
                 world.fail(pe, err)
                 raise

@@ -37,7 +37,8 @@ class InterpreterSession:
         `kernel.outputs`; elements the kernel never wrote hold poison: NaN, or an int's maximum).
 
         Blocks until every PE of the team has finished (end-of-kernel barrier). Raises
-        KernelRuntimeError (DeadlockError for a deadlock) when this or any other PE of the launch fails.
+        KernelRuntimeError (DeadlockError for a deadlock, RaceError for a race,
+        InterpreterTimeoutError past `timeout_s`) when this or any other PE of the launch fails.
         """
         pe = int(pe)
         if isinstance(team, np.integer):  # JAX hands numpy scalars; key and report them as ints

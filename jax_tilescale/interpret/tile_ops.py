@@ -44,6 +44,7 @@ from ..ir.values import (
     compute_dtype,
     is_float,
 )
+from . import element_maps
 from .block import INTERPRET, RunKind
 from .memory import AccessKind, ResolvedRegion, where
 
@@ -54,8 +55,8 @@ Array = np.ndarray
 
 def to_rep(data: Array, dtype: np.dtype) -> Array:
     """Stored elements of `dtype` as the numbers values compute with (float32 for 16-bit floats,
-    int64 for integers)."""
-    return np.asarray(data).astype(compute_dtype(dtype))
+    int64 for integers). May return `data` itself (values are never changed in place)."""
+    return np.asarray(data).astype(compute_dtype(dtype), copy=False)
 
 
 def convert(x: Array, src: np.dtype, dst: np.dtype) -> Array:
@@ -71,12 +72,12 @@ def convert(x: Array, src: np.dtype, dst: np.dtype) -> Array:
         if x.dtype == FLOAT64 and dst != FLOAT64:
             x = x.astype(np.float32)  # conversions to 16-bit floats go through float32, as on the GPU
         if dst in (FLOAT32, FLOAT64):
-            return x.astype(dst)
+            return x.astype(dst, copy=False)
         return x.astype(np.float32).astype(dst).astype(np.float32)
 
 
 def to_storage(x: Array, src: np.dtype, dst: np.dtype) -> Array:
-    return convert(x, src, dst).astype(dst)
+    return convert(x, src, dst).astype(dst, copy=False)
 
 
 # ---- iteration space, element positions, access logging -----------------------------------------
@@ -123,12 +124,39 @@ class _IterationLog:
     """The elements each iteration of one Parallel touched, to find iterations that race."""
 
     def __init__(self) -> None:
-        self.records: dict[Buffer, list[tuple[Array, Array, int, Stmt]]] = {}
+        # Per buffer, in program order: (flat element indices, iteration ids, kind, stmt), or for a
+        # rectangle access (element_maps) (its RectMap, None, kind, stmt), expanded only if needed.
+        self.records: dict[Buffer, list[tuple[Any, Any, int, Stmt]]] = {}
 
     def add(self, buffer: Buffer, flat: Array, ids: Array, kind: int, stmt: Stmt) -> None:
         self.records.setdefault(buffer, []).append((flat, ids, kind, stmt))
 
+    def add_map(self, buffer: Buffer, rect: element_maps.RectMap, kind: int, stmt: Stmt) -> None:
+        self.records.setdefault(buffer, []).append((rect, None, kind, stmt))
+
+    @staticmethod
+    def _may_meet(recs: list[tuple[Any, Any, int, Stmt]]) -> bool:
+        """Whether two iterations may touch one element, one writing it: not when nothing writes,
+        nor when every access is a rectangle map sending each iteration to its own element, the
+        same map for all."""
+        if all(kind == _READ for _, _, kind, _ in recs):
+            return False
+        if all(ids is None for _, ids, _, _ in recs):
+            first = recs[0][0]
+            return not all(rect.injective() and rect.same_elements_as(first) for rect, _, _, _ in recs)
+        return True
+
     def check(self, ctx: Any, space: _Space) -> None:
+        for buf in list(self.records):
+            recs = self.records[buf]
+            if not self._may_meet(recs):
+                del self.records[buf]
+                continue
+            self.records[buf] = [
+                (np.ravel_multi_index(r.coordinates(), buf.shape), space.ids[r.box_index()].reshape(-1), kind, stmt)
+                if ids is None else (r, ids, kind, stmt)
+                for r, ids, kind, stmt in recs
+            ]
         for buf, recs in self.records.items():
             flat = np.concatenate([r[0] for r in recs])
             ids = np.concatenate([r[1] for r in recs])
@@ -194,13 +222,13 @@ class _Eval:
 
     # -- element access --
 
-    def positions(self, region: Region, active: Array) -> tuple[Array, ...]:
+    def positions(self, region: Region, active: Array, raw: list[Array] | None = None) -> tuple[Array, ...]:
         """The element coordinates `region` (one element) names for each iteration, bounds-checked
-        for the active ones (inactive ones are clamped in)."""
+        for the active ones (inactive ones are clamped in); `raw`: its indices, if evaluated."""
         buf = region.buffer
         coords = []
         for dim, (start, extent) in enumerate(zip(region.starts, buf.shape)):
-            i = np.broadcast_to(self.index(start, active), self.space.shape)
+            i = np.broadcast_to(self.index(start, active) if raw is None else raw[dim], self.space.shape)
             bad = active & ((i < 0) | (i >= extent))
             if np.any(bad):
                 value = int(np.asarray(i)[np.unravel_index(int(np.argmax(bad)), self.space.shape)])
@@ -216,8 +244,15 @@ class _Eval:
         applies `update(old, lanes)` to the active elements (atomics), through memory accesses of
         exactly the elements touched."""
         buf = region.buffer
+        raw = None
+        if self.space.parallel is not None and kind != _ATOMIC:
+            raw = [self.index(start, active) for start in region.starts]
+            box = element_maps.active_box(active, self.space.shape)
+            rect = element_maps.rect_map(raw, box, buf.shape) if box is not None else None
+            if rect is not None and (kind == _READ or rect.injective()):
+                return self._rect_elements(rect, buf, kind, data)
         active = np.broadcast_to(active, self.space.shape)
-        coords = self.positions(region, active)
+        coords = self.positions(region, active, raw)
         act = active.reshape(-1)
         sel = tuple(c.reshape(-1)[act] for c in coords)
         rects = _rectangles(buf.shape, sel) if sel[0].size else []
@@ -244,6 +279,24 @@ class _Eval:
         for starts, sizes, view in views:
             view[...] = box[tuple(slice(s - a, s - a + n) for s, a, n in zip(starts, lo, sizes))]
         return box
+
+    def _rect_elements(self, rect: element_maps.RectMap, buf: Buffer, kind: int, data: Array | None) -> Array:
+        """`elements` over a rectangle (element_maps): one access, one numpy operation; a read
+        returns a view of memory over the space's axes (callers convert it, which copies)."""
+        view = self._access(AccessKind.READ if kind == _READ else AccessKind.WRITE, buf, rect.starts, rect.sizes)
+        if self.log is not None:
+            self.log.add_map(buf, rect, kind, self.stmt)
+        shape = self.space.shape
+        full = all(lo == 0 and hi == n for (lo, hi), n in zip(rect.box, shape))
+        if kind == _READ:
+            if full:
+                return np.broadcast_to(rect.to_space(view), shape)
+            out = np.zeros(shape, buf.dtype)
+            out[rect.box_index()] = rect.to_space(view)
+            return out
+        values = np.broadcast_to(data, shape)
+        view[...] = rect.from_space(values if full else values[rect.box_index()])
+        return view
 
     def _access(self, kind: AccessKind, buf: Buffer, starts: tuple[int, ...], sizes: tuple[int, ...]) -> Array:
         ctx = self.ctx

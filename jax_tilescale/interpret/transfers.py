@@ -1,6 +1,8 @@
 """In-flight non-blocking transfers of one launch (puts, gets, signal_op), and their delivery.
 
-A `_nbi` put is snapshotted when issued (its data and its resolved destination) and queued here.
+A `_nbi` put is snapshotted when issued (its data and its resolved destination) and queued here;
+its source counts as read until delivery (`Transfer.src`: the race detector logs that read with
+the transfer's clock, so a write of the source before the put completes is a race).
 A `_nbi` get reads its remote source only when delivered (as late as NVSHMEM allows, so a
 missing quiet shows), and a `signal_op` is a transfer with a signal and no data.
 It is delivered later, at a time the world chooses (quiet, barrier, kernel end, or when nothing
@@ -58,6 +60,8 @@ class Transfer:
     issuer_block: Block
     read: RemoteRead | None = None  # a get: read this at delivery instead of `data`
     dst_block: Block | None = None  # a get into shared memory: the issuing block's tile
+    src: ResolvedRegion | None = None  # a `_nbi` put's source on the issuing PE: read until delivered
+    src_block: Block | None = None  # ... in the issuing block's shared memory
 
     def describe(self) -> str:
         sig = ""
@@ -76,6 +80,8 @@ def deliver(t: Transfer, memory: LaunchMemory, race: RaceDetector | None = None)
     Its accesses carry `via=t`: the race detector does them with the transfer's clock."""
     if race is not None:
         race.begin_delivery(t)
+        if t.src is not None:  # the data is the snapshot; the race detector sees the source read now
+            race.observe(Access(AccessKind.READ, t.src, t.src_pe, t.src_block, t.src_pe, t.issuer_block, t.stmt, t))
     data = t.data
     if t.read is not None:
         acc = Access(AccessKind.READ, t.read.region, t.read.owner, None, t.src_pe, t.issuer_block, t.stmt, t)
@@ -119,9 +125,12 @@ class TransferQueue:
         issuer_block: Block,
         read: RemoteRead | None = None,
         dst_block: Block | None = None,
+        src: ResolvedRegion | None = None,
+        src_block: Block | None = None,
     ) -> Transfer:
         epoch = self._epochs.get(src_pe, 0)
-        t = Transfer(self._seq, src_pe, dst_pe, dst, data, signal, epoch, stmt, issuer_block, read, dst_block)
+        t = Transfer(self._seq, src_pe, dst_pe, dst, data, signal, epoch, stmt, issuer_block, read, dst_block, src,
+                     src_block)
         self._seq += 1
         self._pending.append(t)
         return t

@@ -28,6 +28,10 @@ class Wait:
         """Whether a write to PE `owner`'s memory may make this wait ready."""
         return False
 
+    def watched(self, num_pes: int) -> list[int]:
+        """The PEs whose memory `watches`."""
+        return [owner for owner in range(num_pes) if self.watches(owner)]
+
 
 class SignalWaitOn(Wait):
     """`signal_wait_until(word cmp value)` and `wait_*`: a word of PE `owner` (default: this PE)
@@ -64,6 +68,9 @@ class SignalWaitOn(Wait):
 
     def watches(self, owner: int) -> bool:
         return owner == self.owner
+
+    def watched(self, num_pes: int) -> list[int]:
+        return [self.owner]
 
     def sync_words(self) -> list[tuple[int, ResolvedRegion]]:
         """The words whose updates the waiter synchronises with (race detection)."""

@@ -9,7 +9,13 @@ wakes exactly that PE. The world decides what the simulated hardware does when n
   allows";
 - if nothing is in flight either, it is a deadlock: a DeadlockError listing each waiter goes to
   every PE;
-- a PE that fails marks the world failed, and every other PE raises promptly.
+- a PE that fails marks the world failed, and every other PE raises promptly: the same error
+  (same type and message) when it concerns the launch as a whole (a deadlock, a race, a timeout,
+  unwritten outputs, mismatched collectives), else the same type saying "PE k failed: ...",
+  k the PE whose statement failed;
+- the time limit (InterpretOptions.timeout_s) bounds each PE's whole call, running or waiting:
+  when it runs out while some PE can still progress, the InterpreterTimeoutError says the kernel
+  was still running and where each PE was; a deadlock (nobody can progress) is reported at once.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import DeadlockError, KernelRuntimeError, RaceError
-from ..ir.nodes import BarrierAll, KernelIR, Put, Stmt
+from ..errors import DeadlockError, InterpreterTimeoutError, KernelRuntimeError, RaceError
+from ..ir.nodes import BLOCK_LOCAL, BarrierAll, KernelIR, Put, Stmt
 from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
@@ -34,6 +41,7 @@ from .waits import Barrier, BarrierWait, Wait
 
 POLL_S = 0.25  # fallback re-check period of sleeping PEs; state changes wake them at once
 MAX_BLOCKS_LISTED = 4
+RAISER = -1  # World.fail's default culprit: the PE that raised
 
 
 class World:
@@ -62,9 +70,12 @@ class World:
         self.joined: set[int] = set()
         self.left: set[int] = set()
         self.waiting: dict[int, list[Wait]] = {}  # PEs whose every live block waits, and on what
+        self._watchers: dict[int, set[int]] = defaultdict(set)  # PE -> waiting PEs whose waits poll its memory
         self._changed: set[int] = set()  # waiting PEs whose waits may have become ready since checked
         self.failure: BaseException | None = None
-        self.failed_pe: int | None = None
+        self.failed_pe: int | None = None  # the PE that raised it
+        self.culprit: int | None = None  # the PE at fault; None: the error concerns the launch
+        self.running: dict[int, Sequence[Any]] = {}  # per PE, its live blocks (scheduler._BlockRun)
 
     # --- membership and failure ---------------------------------------------------------------
 
@@ -91,21 +102,35 @@ class World:
             self.left.add(pe)
             return len(self.left) == self.num_pes
 
-    def fail(self, pe: int, error: BaseException) -> None:
-        """Marks the launch failed (the first failure wins) and wakes everybody."""
+    def fail(self, pe: int, error: BaseException, culprit: int | None = RAISER) -> None:
+        """Marks the launch failed (the first failure wins) and wakes everybody. `culprit`: the PE
+        at fault (default: `pe`, whose statement raised), None when the error concerns the launch."""
         with self.lock:
             if self.failure is None:
                 self.failure, self.failed_pe = error, pe
+                launch_wide = isinstance(error, (DeadlockError, RaceError, InterpreterTimeoutError))
+                self.culprit = None if launch_wide else pe if culprit == RAISER else culprit
             self._wake(range(self.num_pes))
 
     def check_failed(self, pe: int) -> None:
-        """Raises on `pe` if another PE has failed: the same DeadlockError or RaceError, or "PE k failed"."""
+        """Raises on `pe` if another PE has failed: the original error's type, with its message as
+        is when it concerns the launch (deadlock, race, timeout, ...), else "PE k failed: ..." with
+        k the PE at fault (whichever PE's thread found it)."""
         err = self.failure
         if err is None or self.failed_pe == pe:
             return
-        if isinstance(err, (DeadlockError, RaceError)):  # not about one PE: every PE reports it as is
-            raise type(err)(str(err)) from err
-        raise KernelRuntimeError(f"PE {self.failed_pe} failed: {err}") from err
+        if self.culprit is None:
+            message = str(err)
+        elif isinstance(err, KernelRuntimeError):
+            message = f"PE {self.culprit} failed: {err}"
+        else:  # an internal error (a bug of the interpreter): keep its type's name
+            message = f"PE {self.culprit} failed: {type(err).__name__}: {err}"
+        cls = type(err) if isinstance(err, KernelRuntimeError) else KernelRuntimeError
+        try:
+            copy = cls(message)
+        except TypeError:  # a subclass with another constructor
+            copy = KernelRuntimeError(message)
+        raise copy from err
 
     # --- state changes (all under `lock`) -----------------------------------------------------
 
@@ -128,10 +153,15 @@ class World:
         dst: ResolvedRegion,
         data: np.ndarray,
         signal: SignalDelivery | None,
+        src: ResolvedRegion | None = None,
     ) -> None:
-        """Issues a put; blocking puts and eager mode deliver it now (with everything to that PE
-        issued before it, to keep the order), `_nbi` puts in late mode stay in flight."""
-        t = self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block)
+        """Issues a put of `data` (the snapshot of `src`); blocking puts and eager mode deliver it
+        now (with everything to that PE issued before it, to keep the order), `_nbi` puts in late
+        mode stay in flight. A `_nbi` put's `src` counts as read until the put is delivered (its
+        issuer may reuse it only after a quiet): a write of it before is a race."""
+        in_flight = None if stmt.blocking else src
+        src_block = block if in_flight is not None and in_flight.buffer.kind in BLOCK_LOCAL else None
+        t = self.transfers.issue(src_pe, dst_pe, dst, data, signal, stmt, block, src=in_flight, src_block=src_block)
         self.race.on_issue(t, src_pe, block, dst_pe, own_agent=not stmt.blocking)
         if stmt.blocking or self.options.eager:
             self._delivered(self.transfers.deliver_all(self.memory, src_pe=src_pe, dst_pe=dst_pe))
@@ -190,16 +220,21 @@ class World:
 
     def _on_access(self, acc: Access) -> None:
         """Memory observer: a write to PE `acc.owner` wakes the waiting PEs that poll its memory."""
-        if acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE, AccessKind.ATOMIC) and self.waiting:
-            for pe, waits in self.waiting.items():
-                if any(w.watches(acc.owner) for w in waits):
-                    self._changed.add(pe)
+        if acc.kind is not AccessKind.READ and acc.kind is not AccessKind.SYNC_READ:
+            watchers = self._watchers.get(acc.owner)
+            if watchers:
+                self._changed |= watchers
+                for pe in watchers:
                     self._wakeup[pe].notify_all()
 
     def team_arrive(self, pe: int, call: Call) -> CollectiveWait:
         """`pe`'s next team collective call (see collectives.py); the instance completes when every
         PE has made its call: the callers are then ordered after one another (race detection)."""
-        inst, complete = self.collectives.arrive(pe, call)
+        try:
+            inst, complete = self.collectives.arrive(pe, call)
+        except KernelRuntimeError as err:  # calls of several PEs that do not match: nobody's alone
+            self.fail(pe, err, culprit=None)
+            raise
         if complete:
             self.race.join_all([self.race.block_agent(p, c.block) for p, c in inst.calls.items()])
             self._changed |= self.waiting.keys()
@@ -221,8 +256,8 @@ class World:
             if barrier is self.end and self.coverage is not None:
                 try:
                     self.coverage.check(range(self.num_pes))
-                except KernelRuntimeError as err:
-                    self.fail(pe, err)
+                except KernelRuntimeError as err:  # outputs of any PE: not the fault of the last to arrive
+                    self.fail(pe, err, culprit=None)
                     raise
             barrier.release()
             self._changed |= self.waiting.keys()
@@ -262,7 +297,7 @@ class World:
     def _sleep(self, pe: int, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            self._raise_timeout(pe)
+            self.raise_timeout(pe)
         self._wakeup[pe].wait(min(remaining, POLL_S))
 
     def wait_any(self, pe: int, waits: list[Wait], deadline: float) -> None:
@@ -272,6 +307,9 @@ class World:
         raises DeadlockError when that cannot help, or KernelRuntimeError past the deadline.
         """
         self.waiting[pe] = waits
+        watched = {owner for w in waits for owner in w.watched(self.num_pes)}
+        for owner in watched:
+            self._watchers[owner].add(pe)
         try:
             while True:
                 self.check_failed(pe)
@@ -286,6 +324,8 @@ class World:
         finally:
             del self.waiting[pe]
             self._changed.discard(pe)
+            for owner in watched:
+                self._watchers[owner].discard(pe)
 
     # --- reports ------------------------------------------------------------------------------
 
@@ -299,22 +339,31 @@ class World:
                 lines.append(f"  PE {pe}: waits at the start of the launch for the other PEs")
                 continue
             if pe not in self.waiting:
-                state = "returned or failed" if pe in self.left else "running"
-                lines.append(f"  PE {pe}: {state}")
+                if pe in self.left:
+                    lines.append(f"  PE {pe}: returned or failed")
+                else:
+                    lines += self._describe_running(pe)
                 continue
             groups: dict[str, list[Block | None]] = defaultdict(list)
             for w in self.waiting[pe]:
                 groups[w.describe()].append(w.block)
             for text, blocks in groups.items():
-                if blocks == [None]:
-                    who = ""
-                else:
-                    shown = ", ".join(str(b) for b in blocks[:MAX_BLOCKS_LISTED])
-                    more = f" and {len(blocks) - MAX_BLOCKS_LISTED} more" if len(blocks) > MAX_BLOCKS_LISTED else ""
-                    who = f" block{'s' if len(blocks) > 1 else ''} {shown}{more}"
+                who = "" if blocks == [None] else " " + _blocks(blocks)  # type: ignore[arg-type]
                 verb = "wait" if len(blocks) > 1 else "waits"
                 lines.append(f"  PE {pe}{who} {verb} for {text}")
         return lines
+
+    def _describe_running(self, pe: int) -> list[str]:
+        """A PE between passes: where each of its blocks is (waiting or at which statement)."""
+        runs = self.running.get(pe)
+        if not runs:
+            return [f"  PE {pe}: running (no block started yet)" if runs is None else f"  PE {pe}: running"]
+        groups: dict[str, list[Block]] = defaultdict(list)
+        for run in runs:
+            text = f"waits for {run.wait.describe()}" if run.wait is not None and not run.wait.ready() else \
+                f"running, {run.progress()}"
+            groups[text].append(run.block)
+        return [f"  PE {pe} {_blocks(blocks)} {text}" for text, blocks in groups.items()]
 
     def _header(self) -> str:
         return f"kernel {self.kernel.name!r} (launch {self.index} of team {self.team!r}, {self.num_pes} PEs)"
@@ -327,12 +376,30 @@ class World:
         self.fail(pe, err)
         raise err
 
-    def _raise_timeout(self, pe: int) -> None:
+    def raise_timeout(self, pe: int) -> None:
+        """`pe`'s time is up (InterpretOptions.timeout_s): an InterpreterTimeoutError for every PE.
+        Nobody is deadlocked (that is found at once), so either a PE never started its part or
+        the kernel was still running: the report says which, and where each PE was."""
+        self.check_failed(pe)
         lines = self._describe_waits()
         lines += [f"  in flight: {t.describe()}" for t in self.transfers]
-        err = KernelRuntimeError(
-            f"{self._header()} timed out after {self.options.timeout_s} s on PE {pe} "
-            f"(InterpretOptions.timeout_s):\n" + "\n".join(lines)
+        missing = [p for p in range(self.num_pes) if p not in self.joined]
+        if missing:
+            why = f"PE{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} never started the launch"
+        else:
+            why = "the kernel was still running (not a deadlock: some PE could still make progress)"
+        err = InterpreterTimeoutError(
+            f"{self._header()} timed out after {self.options.timeout_s} s on PE {pe} (InterpretOptions.timeout_s): "
+            f"{why}. Where each PE was:\n" + "\n".join(lines) + "\nA kernel that needs longer can have it: "
+            "ts.kernel(..., interpret=InterpretOptions(timeout_s=...)), or InterpretOptions(timeout_s=...) for "
+            "an InterpreterSession."
         )
-        self.fail(pe, err)
+        self.fail(pe, err, culprit=None)
         raise err
+
+
+def _blocks(blocks: Sequence[Block]) -> str:
+    """"block (0,)" or "blocks (0,), (1,), ... and k more"."""
+    shown = ", ".join(str(b) for b in blocks[:MAX_BLOCKS_LISTED])
+    more = f" and {len(blocks) - MAX_BLOCKS_LISTED} more" if len(blocks) > MAX_BLOCKS_LISTED else ""
+    return f"block{'s' if len(blocks) > 1 else ''} {shown}{more}"
