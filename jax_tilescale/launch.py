@@ -80,20 +80,22 @@ class _Rank:
     exit_time: float | None = None  # time.monotonic() then
     stopped: bool = False  # the launcher signalled it while it was still running
 
-    def outcome(self) -> Outcome:
+    def outcome(self, lock: threading.Lock) -> Outcome:
         record = read_failure_record(self.record_path)
+        with lock:  # its pump may still be adding lines
+            tail = tuple(self.tail)
         return Outcome(
             self.rank, self.status, self.exit_time, record[0] if record else None,
-            tuple(record[1]) if record else (), tuple(self.tail), self.stopped,
+            tuple(record[1]) if record else (), tail, self.stopped,
         )
 
 
 def _pump(stream: IO[bytes], prefix: str, out: IO[str], lock: threading.Lock, tail: deque[str]) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
-        if line.strip() and not is_noise(line):
-            tail.append(line)
         with lock:
+            if line.strip() and not is_noise(line):
+                tail.append(line)
             out.write(f"{prefix}{line}\n")
             out.flush()
 
@@ -125,7 +127,7 @@ def _signal_group(r: _Rank, sig: signal.Signals) -> None:
         pass
 
 
-def _settle(ranks: list[_Rank], events: queue.Queue[_Rank]) -> None:
+def _settle(ranks: list[_Rank], events: queue.Queue[_Rank], lock: threading.Lock) -> None:
     """After a failure, waits (up to SETTLE_S) while some rank is failing without having ended yet (it wrote a
     failure record), or while every failure seen is a knock-on of another (whose rank may still be ending)."""
     deadline = time.monotonic() + SETTLE_S
@@ -139,7 +141,7 @@ def _settle(ranks: list[_Rank], events: queue.Queue[_Rank]) -> None:
                 r.pump.join(timeout=0.2)  # its last lines, for the knock-on words
                 joined.add(r.rank)
         failing = [r for r in ranks if r.status is None and os.path.exists(r.record_path)]
-        if not failing and not all(knock_on_reason(r.outcome()) for r in ended if r.status):
+        if not failing and not all(knock_on_reason(r.outcome(lock)) for r in ended if r.status):
             return
         try:
             events.get(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
@@ -221,7 +223,7 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
             running -= 1
             if r.status != 0:
                 ending = "failed"
-                _settle(ranks, events)
+                _settle(ranks, events, lock)
                 break
     except KeyboardInterrupt:
         ending, status = "interrupted", 130
@@ -233,7 +235,7 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
         for r in ranks:
             if r.pump is not None:
                 r.pump.join(timeout=2.0)
-        outcomes = [r.outcome() for r in ranks]  # records are read before their directory goes
+        outcomes = [r.outcome(lock) for r in ranks]  # records are read before their directory goes
         shutil.rmtree(records, ignore_errors=True)
     if ending == "failed":
         culprit = first_failure(outcomes)
