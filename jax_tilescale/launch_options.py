@@ -221,7 +221,7 @@ def parse_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tup
     timeout = o.seconds("timeout", "--timeout", None)
     init_timeout = o.seconds("init_timeout", "--init-timeout", "TILESCALE_INIT_TIMEOUT")
     addr, addr_source = o.raw("master_addr", "--master-addr", "MASTER_ADDR")
-    if addr is not None and (any(c.isspace() for c in addr) or _has_port(addr)):
+    if addr is not None and (not addr or any(c.isspace() for c in addr) or _has_port(addr)):
         p.error(f"{addr_source}: give the host only (a name or an address), and its port with --master-port")
     port = o.integer("master_port", "--master-port", "MASTER_PORT", 1, MAX_PORT, "the coordinator's port")
     if nodes > 1:

@@ -79,6 +79,7 @@ def _usage_error(capsys, argv, env=None) -> str:
     (["--nodes", "2", "x.py"], {"MASTER_ADDR": "h"}, "missing: MASTER_PORT"),
     (["--master-addr", "node0:29500", "x.py"], {}, "--master-addr node0:29500: give the host only"),
     (["x.py"], {"MASTER_ADDR": "a b"}, "MASTER_ADDR=a b (for --master-addr): give the host only"),
+    (["--master-addr", "", "x.py"], {}, "--master-addr : give the host only"),
     ([], {}, "name a script to run"),
 ])
 def test_bad_options_are_usage_errors_naming_the_option_and_range(capsys, argv, env, msg):
