@@ -2,7 +2,9 @@
 
 A rank that fails tells the others through jax.distributed's key-value store before it exits (see
 runtime/watchdog.py), so that ranks on other nodes stop within a second too, and exits without
-jax.distributed's shutdown barrier, which would wait for ranks that still run.
+jax.distributed's shutdown barrier, which would wait for ranks that still run. It also leaves the
+launcher a failure record (the moment and the error messages: launch_report.py), by which the launcher
+tells the rank that failed first from those that failed because of it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import runpy
 import sys
 import traceback
 from types import TracebackType
+
+from .launch_report import exception_messages, write_failure_record
 
 
 def _init_distributed() -> None:
@@ -32,13 +36,14 @@ def _init_distributed() -> None:
         )
     except LaunchError as e:
         print(f"[jax_tilescale] LaunchError: {e}", file=sys.stderr)
+        write_failure_record([f"LaunchError: {e}"])
         _fail_fast(distributed.INIT_TIMEOUT_STATUS)
 
 
 def _has_gpu() -> bool:
-    from .launch import _visible_gpu_count
+    from .launch_options import visible_gpu_count
 
-    return _visible_gpu_count() > 0
+    return visible_gpu_count() > 0
 
 
 def _report(message: str) -> None:
@@ -78,10 +83,12 @@ def main() -> None:
         if code:
             if not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)
+            write_failure_record([f"SystemExit: {e.code}"])
             _report(f"exited with status {code}" + (f" ({e.code})" if not isinstance(e.code, int) else ""))
             _fail_fast(code)
         raise
     except BaseException as e:
+        write_failure_record(exception_messages(e))  # first: the moment of failure, before the traceback's output
         traceback.print_exception(type(e), e, _user_frames(e.__traceback__))
         from .runtime.watchdog import describe_exception
 

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from jax_tilescale.launch import _free_port
+from jax_tilescale.launch_options import free_port as _free_port
 
 # Variables a surrounding launcher (or CI) may have set that would leak into the processes under test.
 _LEAKY = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "NODES", "GPUS", "MASTER_ADDR", "MASTER_PORT",

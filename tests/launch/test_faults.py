@@ -44,7 +44,8 @@ def test_rank_killed_by_a_signal_is_reported_as_such(tmp_path):
         time.sleep(600)
     """)
     assert code == 128 + 9 and seconds < 60, out
-    assert "[launch] rank 0 was killed by signal SIGKILL (9); stopping the other ranks" in out
+    assert "[launch] rank 0 (node 0) was killed by signal SIGKILL (9)" in out
+    assert "[launch] stopped the rank still running: 1" in out
 
 
 def test_failure_on_one_node_stops_the_other_node(tmp_path):
