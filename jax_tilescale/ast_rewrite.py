@@ -26,6 +26,7 @@ import ast
 import inspect
 import sys
 import textwrap
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -137,11 +138,22 @@ def _function_def(fn: Callable[..., Any]) -> ast.FunctionDef | None:
     return tree.body[0]
 
 
+# CPython 3.11/3.12 convert AST objects with interpreter-wide recursion bookkeeping that is not
+# thread-safe ("AST constructor recursion depth mismatch" when two threads parse or compile at
+# once, seen with kernels traced from a thread pool): one rewrite at a time.
+_AST_LOCK = threading.Lock()
+
+
 def rewrite_kernel_function(fn: Callable[..., Any], runtime: types.ModuleType) -> Callable[..., Any]:
     """`fn` with its control flow on kernel values traced (see the module doc), or `fn` itself
     when its source is not available. Globals, defaults and closure cells stay `fn`'s own."""
     if not isinstance(fn, types.FunctionType) or hasattr(fn, "__wrapped__"):
         return fn
+    with _AST_LOCK:
+        return _rewrite(fn, runtime)
+
+
+def _rewrite(fn: types.FunctionType, runtime: types.ModuleType) -> Callable[..., Any]:
     fdef = _function_def(fn)
     if fdef is None:
         return fn
