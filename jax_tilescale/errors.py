@@ -51,3 +51,24 @@ class LaunchError(TileScaleError):
 
 class CompileError(TileScaleError):
     """nvcc failed on generated code; names the generated source file."""
+
+
+def raisable_without_arguments(err: BaseException) -> type[BaseException]:
+    """A subclass of `type(err)` whose instances, made without arguments, carry `err`'s message and
+    attributes: what `PyThreadState_SetAsyncExc` needs (it raises a class, instantiated with no
+    arguments, in another thread). `except type(err)` and every base of it still match, and the
+    class prints under the same module and name."""
+    cls = type(err)
+    args = err.args
+    attrs = dict(vars(err))
+
+    def __init__(self: BaseException, *given: Any) -> None:
+        BaseException.__init__(self, *(given or args))
+        self.__dict__.update(attrs)
+
+    return type(cls.__name__, (cls,), {
+        "__init__": __init__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    })

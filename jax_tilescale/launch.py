@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from .runtime.watchdog import PEER_FAILED_STATUS  # a rank stopped because another rank failed
+
 # NVLink multicast must stay off on the machines we run on (DESIGN.md); children inherit these.
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # Defaults of each rank's environment, unless the caller sets them. JAX's preemption service catches SIGTERM
@@ -41,7 +43,6 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 RANK_ENV_DEFAULTS = {"JAX_ENABLE_PREEMPTION_SERVICE": "false"}
 STOP_GRACE_S = 5.0
 TAIL_LINES = 8  # last lines of a failed rank repeated in the launcher's report
-PEER_FAILED_STATUS = 79  # runtime/watchdog.py: a rank stopped because another rank failed
 _NOISE = re.compile(r"\s*(@\s+0x[0-9a-f]+|\*\*\* Check failure stack trace)")
 
 

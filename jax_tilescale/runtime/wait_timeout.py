@@ -27,13 +27,16 @@ import sys
 import threading
 from typing import Any
 
+from .. import abi
 from ..errors import LaunchError, WaitTimeoutError
 from .poller import Poller
 
 TIMEOUT_VAR = "TILESCALE_WAIT_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.02
-CMP_SYMBOLS = {0: "==", 1: "!=", 2: ">", 3: ">=", 4: "<", 5: "<="}
+# TsWaitFault.cmp (a TS_CMP_* code of jax_tilescale/abi/ts_abi.h) -> the comparison's symbol.
+CMP_SYMBOLS = {abi.CMP_CODES[name]: symbol for name, symbol in
+               (("EQ", "=="), ("NE", "!="), ("GT", ">"), ("GE", ">="), ("LT", "<"), ("LE", "<="))}
 
 _lock = threading.Lock()  # _errors
 _poller = Poller("jax_tilescale-wait-watcher")
