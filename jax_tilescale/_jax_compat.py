@@ -137,12 +137,15 @@ def host_callback_frames(frame: FrameType | None) -> list[FrameType]:
     return chain[:outermost]
 
 
-def lowering_mesh(ctx: Any) -> Any:
-    """The concrete `jax.sharding.Mesh` of the shard_map being lowered, or None (plain jit).
+def lowering_mesh(ctx: Any) -> jax.sharding.Mesh | None:
+    """The concrete `jax.sharding.Mesh` of the shard_map being lowered, or None: plain jit, or a
+    shard_map whose lowering only knows its abstract mesh (one nested in another without a mesh
+    argument, unless the call runs under `jax.set_mesh(mesh)`).
 
-    JAX source: `jax._src.sharding_impls.SPMDAxisContext.mesh` (`ctx.module_context.axis_context`)."""
+    JAX source: `jax._src.sharding_impls.SPMDAxisContext.mesh` (`ctx.module_context.axis_context`),
+    set by `jax._src.shard_map._get_spmdaxis_ctx_mesh`."""
     mesh = getattr(ctx.module_context.axis_context, "mesh", None)
-    return mesh if mesh is not None and hasattr(mesh, "devices") else None
+    return mesh if isinstance(mesh, jax.sharding.Mesh) else None
 
 
 # --- jax.distributed ---------------------------------------------------------------------------

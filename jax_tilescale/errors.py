@@ -34,11 +34,7 @@ class WaitTimeoutError(KernelRuntimeError):
     holds the record's fields. Raised in the main thread by the runtime's watcher
     (runtime/wait_timeout.py)."""
 
-    _message = ""  # set on the per-fault subclass the watcher raises asynchronously (no arguments then)
     fault: dict | None = None
-
-    def __init__(self, *args: Any):
-        super().__init__(*(args or (self._message,)))
 
 
 class RaceError(KernelRuntimeError):

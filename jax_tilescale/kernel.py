@@ -246,7 +246,8 @@ def kernel(
     mesh_axes: the shard_map mesh axes whose devices form the kernel's PE space, numbered row-major
       in the order given (as `jax.lax.axis_index(mesh_axes)`); default: all manual axes of the
       enclosing shard_map, in mesh order. In a partially manual shard_map (`axis_names=`), only its
-      manual axes; each coordinate of the automatic axes runs the kernel on the whole array.
+      manual axes; each coordinate of the automatic axes runs the kernel on the whole array (on the
+      GPU, call it under `with jax.set_mesh(mesh):` so that the launch finds the concrete mesh).
     interpret: True runs the CPU interpreter on any backend; default: on CPU only. An
       `InterpretOptions` (delivery schedule, timeout, race and coverage checks) implies True.
       Errors the interpreter finds are raised in the main thread (lowering/cpu.py).

@@ -28,7 +28,11 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     k = call.kernel
     mesh = _jax_compat.lowering_mesh(ctx)
     if k.mesh_axes and mesh is None:
-        raise LaunchError(f"kernel {k.name}: cannot find the concrete device mesh of the enclosing shard_map")
+        raise LaunchError(
+            f"kernel {k.name}: the GPU launch needs the concrete device mesh of the enclosing shard_map, but its "
+            "lowering only knows the abstract mesh (a kernel called in a partially manual shard_map, axis_names=..., "
+            "runs in a shard_map nested over the other axes); run the jitted call under `with jax.set_mesh(mesh):`"
+        )
     ensure_registered()
     if k.uses_nvshmem():
         ensure_initialized()

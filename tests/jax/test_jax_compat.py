@@ -121,6 +121,30 @@ def test_emit_host_callback_lowering_mesh_and_callback_frames() -> None:
     assert compat.host_callback_frames(sys._getframe()) == []  # not inside a callback
 
 
+def test_lowering_mesh_of_a_nested_shard_map() -> None:
+    """In a shard_map nested without a mesh argument the lowering knows only the abstract mesh, unless
+    the call runs under jax.set_mesh (what the GPU lowering of a partially manual call needs)."""
+    mesh = mesh_2x2()
+    x = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("b")))
+
+    def run(log: Log) -> None:
+        def body(v):
+            inner = jax.shard_map(lambda w: _probe.bind(w, log=log)[0], in_specs=P(), out_specs=P(),
+                                  axis_names={"a"})
+            return inner(v)
+
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("b"), out_specs=P("b"), axis_names={"b"}))
+        np.testing.assert_allclose(np.asarray(f(x)), np.arange(8.0) * 10)
+
+    log = Log()
+    run(log)
+    assert log["mesh"] is None
+    log = Log()
+    with jax.set_mesh(mesh):
+        run(log)
+    assert log["mesh"] == mesh
+
+
 def test_distributed_state_without_jax_distributed() -> None:
     assert compat.distributed_client() is None
     assert compat.distributed_rank_and_world() is None
