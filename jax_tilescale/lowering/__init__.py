@@ -13,7 +13,7 @@ from jax.interpreters import mlir
 
 from .cpu import lower_interpret
 from .cuda import lower_cuda, staged_flags
-from .primitive import CallSpec, call_site, tilescale_call_p
+from .primitive import CallSpec, tilescale_call_p
 
 
 def _lower_on_gpu(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
@@ -26,4 +26,4 @@ def _lower_on_gpu(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
 mlir.register_lowering(tilescale_call_p, lower_interpret, platform="cpu")
 mlir.register_lowering(tilescale_call_p, _lower_on_gpu, platform="cuda")
 
-__all__ = ["CallSpec", "call_site", "staged_flags", "tilescale_call_p"]
+__all__ = ["CallSpec", "staged_flags", "tilescale_call_p"]
