@@ -16,6 +16,7 @@ from .errors import (
     KernelRuntimeError,
     KernelTraceError,
     LaunchError,
+    RaceError,
     TileScaleError,
     WaitTimeoutError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "KernelRuntimeError",
     "KernelTraceError",
     "LaunchError",
+    "RaceError",
     "TileKernel",
     "TileScaleError",
     "WaitTimeoutError",

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# Exit status of a rank that the watchdog (runtime/watchdog.py) stopped because another rank failed;
+# the launcher (launch_report.py) reads it as a knock-on, never as the cause.
+PEER_FAILED_STATUS = 79
+
 
 class TileScaleError(Exception):
     """Base of every error raised by jax_tilescale."""
@@ -34,11 +38,7 @@ class WaitTimeoutError(KernelRuntimeError):
     holds the record's fields. Raised in the main thread by the runtime's watcher
     (runtime/wait_timeout.py)."""
 
-    _message = ""  # set on the per-fault subclass the watcher raises asynchronously (no arguments then)
     fault: dict | None = None
-
-    def __init__(self, *args: Any):
-        super().__init__(*(args or (self._message,)))
 
 
 class InterpreterTimeoutError(KernelRuntimeError):
@@ -57,3 +57,24 @@ class LaunchError(TileScaleError):
 
 class CompileError(TileScaleError):
     """nvcc failed on generated code; names the generated source file."""
+
+
+def raisable_without_arguments(err: BaseException) -> type[BaseException]:
+    """A subclass of `type(err)` whose instances, made without arguments, carry `err`'s message and
+    attributes: what `PyThreadState_SetAsyncExc` needs (it raises a class, instantiated with no
+    arguments, in another thread). `except type(err)` and every base of it still match, and the
+    class prints under the same module and name."""
+    cls = type(err)
+    args = err.args
+    attrs = dict(vars(err))
+
+    def __init__(self: BaseException, *given: Any) -> None:
+        BaseException.__init__(self, *(given or args))
+        self.__dict__.update(attrs)
+
+    return type(cls.__name__, (cls,), {
+        "__init__": __init__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    })

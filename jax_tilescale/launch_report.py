@@ -27,8 +27,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .errors import PEER_FAILED_STATUS
+
 FAILURE_RECORD_VAR = "TILESCALE_FAILURE_RECORD"
-PEER_FAILED_STATUS = 79  # runtime/watchdog.py: a rank stopped because another rank failed
 TAIL_LINES = 8  # last lines of a rank repeated in the launcher's reports
 
 # Lines that would crowd the report's last lines out: frames of a C++ check-failure stack (JAX's abort), and

@@ -17,7 +17,7 @@
 #include "nvshmem_api.h"
 #include "pe_map.h"
 #include "tensor_maps.h"
-#include "ts_abi.h"
+#include "launch_abi.h"
 #include "wait_timeout.h"
 #include "workspace.h"
 #include "xla/ffi/api/ffi.h"

@@ -20,7 +20,7 @@
 #include "launch_handler.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
-#include "ts_abi.h"
+#include "launch_abi.h"
 #include "wait_timeout.h"
 #include "workspace.h"
 
@@ -65,6 +65,26 @@ NB_MODULE(_ffi, m) {
 
   m.def("abi_version", []() { return TS_ABI_VERSION; }, "The calling-convention ABI this handler implements.");
   m.def("max_buffers", []() { return TS_MAX_BUFFERS; });
+  m.def(
+      "abi_facts",
+      []() {
+        nb::dict d;  // what this binary was compiled with: a stale build disagrees with jax_tilescale/abi
+        d["TS_ABI_VERSION"] = TS_ABI_VERSION;
+        d["TS_MAX_BUFFERS"] = TS_MAX_BUFFERS;
+        d["sizeof(TsLaunchArgs)"] = sizeof(TsLaunchArgs);
+        d["sizeof(TsWaitFault)"] = sizeof(TsWaitFault);
+        d["offsetof(TsLaunchArgs, wait_fault)"] = offsetof(TsLaunchArgs, wait_fault);
+        d["TS_STAGE_COPY_OUT"] = static_cast<int64_t>(ts::kCopyOut);
+        d["TS_STAGE_COPY_IN"] = static_cast<int64_t>(ts::kCopyIn);
+        d["TS_CMP_EQ"] = TS_CMP_EQ;
+        d["TS_CMP_NE"] = TS_CMP_NE;
+        d["TS_CMP_GT"] = TS_CMP_GT;
+        d["TS_CMP_GE"] = TS_CMP_GE;
+        d["TS_CMP_LT"] = TS_CMP_LT;
+        d["TS_CMP_LE"] = TS_CMP_LE;
+        return d;
+      },
+      "The calling convention's constants and struct sizes as compiled into this handler.");
   m.def("workspace_alignment", []() { return ts::kWorkspaceAlign; });
   m.def(
       "nvshmem_header_version",

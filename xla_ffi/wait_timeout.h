@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "driver_api.h"
-#include "ts_abi.h"
+#include "launch_abi.h"
 
 namespace jax_tilescale {
 

@@ -17,6 +17,7 @@ import functools
 import importlib.resources
 from dataclasses import dataclass
 
+from .. import abi
 from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, KernelIR
 from ..ir.printer import format_kernel
@@ -30,9 +31,11 @@ from .gemm_sm80 import Sm80Plan
 from .gemm_sm90 import PRODUCER_REGS, TENSOR_MAP_FIELDS, Sm90Plan
 from .layout import plan_layout
 
-TS_ABI_VERSION = 2  # must match TS_ABI_VERSION in tilescale_device.cuh and the handler
-TS_MAX_BUFFERS = 32
-LAUNCH_ARGS_BYTES = 304  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
+# The calling convention's numbers, from its one definition (jax_tilescale/abi/ts_abi.h), which the
+# device header includes and the generated source therefore inlines.
+TS_ABI_VERSION = abi.ABI_VERSION
+TS_MAX_BUFFERS = abi.MAX_BUFFERS
+LAUNCH_ARGS_BYTES = abi.LAUNCH_ARGS_BYTES  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,10 @@ class CudaModule:
 
 @functools.lru_cache(maxsize=8)
 def device_header(name: str = "tilescale_device.cuh") -> str:
-    """The text of one of the codegen's headers (package data)."""
-    return importlib.resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    """The text of one of the codegen's headers (package data), with `#include "ts_abi.h"` replaced
+    by the calling convention's header: the generated source is compiled on its own."""
+    text = importlib.resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return text.replace(f'#include "{abi.HEADER_NAME}"\n', abi.header_text())
 
 
 # The modules whose rules fill body.EMIT (each registers its own when imported).

@@ -14,64 +14,9 @@
 #include <nvshmemx.h>
 #endif
 
-// ---- calling convention (docs/calling_convention.md; bump TS_ABI_VERSION with any change) ----
-
-#define TS_ABI_VERSION 2
-#define TS_MAX_BUFFERS 32
-
-struct TsWaitFault;
-
-struct TsLaunchArgs {              // the kernel's only parameter, passed by value
-  int32_t pe;                      // this device's kernel PE, 0 .. npes-1
-  int32_t npes;                    // size of the kernel's PE space (product of its mesh axes)
-  const int32_t* pe_map;           // device array [npes]: kernel PE -> NVSHMEM PE
-  unsigned char* scratch;          // symmetric memory, 256-byte aligned, scratch_bytes long,
-                                   // all zero when the kernel starts (signals, counters)
-  void* buffers[TS_MAX_BUFFERS];   // kernel inputs then outputs, in IR order (KernelIR.params)
-  uint64_t wait_timeout_ns;        // a wait not satisfied after this long gives up (0: never)
-  uint64_t launch_id;              // this launch, unique in the process and never 0
-  TsWaitFault* wait_fault;         // host-mapped record of this call site (device address)
-};
-
-// The host side (xla_ffi/) builds the same struct; these pin the layout both sides assume
-// (LP64: 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 = 304 bytes).
-static_assert(sizeof(TsLaunchArgs) == 304, "TsLaunchArgs must be 304 bytes (calling convention v2)");
-static_assert(offsetof(TsLaunchArgs, pe) == 0, "TsLaunchArgs.pe at 0");
-static_assert(offsetof(TsLaunchArgs, npes) == 4, "TsLaunchArgs.npes at 4");
-static_assert(offsetof(TsLaunchArgs, pe_map) == 8, "TsLaunchArgs.pe_map at 8");
-static_assert(offsetof(TsLaunchArgs, scratch) == 16, "TsLaunchArgs.scratch at 16");
-static_assert(offsetof(TsLaunchArgs, buffers) == 24, "TsLaunchArgs.buffers at 24");
-static_assert(offsetof(TsLaunchArgs, wait_timeout_ns) == 280, "TsLaunchArgs.wait_timeout_ns at 280");
-static_assert(offsetof(TsLaunchArgs, launch_id) == 288, "TsLaunchArgs.launch_id at 288");
-static_assert(offsetof(TsLaunchArgs, wait_fault) == 296, "TsLaunchArgs.wait_fault at 296");
-
-// What a wait that gave up tells the host (docs/calling_convention.md). Pinned host memory mapped
-// into the device, one per call site; the first wait of a launch to give up fills it, writes
-// `launch_id` last, and the runtime's watcher turns it into a WaitTimeoutError.
-#define TS_WAIT_OP_BYTES 48
-#define TS_WAIT_WHERE_BYTES 256
-struct TsWaitFault {
-  uint64_t launch_id;              // the launch whose wait gave up (0: none yet); written last
-  uint64_t acked;                  // set to launch_id by the host once it has read the record
-  uint64_t seen;                   // the word's value when the wait gave up (bits, see is_signed)
-  uint64_t expected;               // the value it was compared with
-  uint64_t waited_ns;              // how long the wait had been polling
-  int32_t pe;                      // kernel PE of the waiter
-  int32_t npes;
-  int32_t peer;                    // kernel PE whose word was polled, -1: this PE's
-  int32_t cmp;                     // TS_CMP_*
-  int32_t bits;                    // 32 or 64
-  int32_t is_signed;               // the word's type is signed
-  uint32_t block[3];               // the waiting block
-  uint32_t thread;                 // and thread
-  char op[TS_WAIT_OP_BYTES];       // the statement, e.g. "T.signal_wait_until"
-  char where[TS_WAIT_WHERE_BYTES]; // the user's source line ("file.py:12"; its tail if longer)
-};
-static_assert(sizeof(TsWaitFault) == 384, "TsWaitFault must be 384 bytes (calling convention v2)");
-static_assert(offsetof(TsWaitFault, pe) == 40, "TsWaitFault.pe at 40");
-static_assert(offsetof(TsWaitFault, block) == 64, "TsWaitFault.block at 64");
-static_assert(offsetof(TsWaitFault, op) == 80, "TsWaitFault.op at 80");
-static_assert(offsetof(TsWaitFault, where) == 128, "TsWaitFault.where at 128");
+// ---- calling convention (docs/calling_convention.md): TsLaunchArgs, TsWaitFault, TS_CMP_* ----
+// Written once in jax_tilescale/abi/ts_abi.h; codegen/cuda.py inlines it in place of this line.
+#include "ts_abi.h"
 
 // ---- index arithmetic with Python semantics (the CPU interpreter is the reference) ----
 
@@ -198,12 +143,6 @@ __device__ __forceinline__ uint64_t ts_ld_acquire_sys_u64(const void* p) {
 // end-of-call barrier still completes once every PE's kernel ends, so no late write reaches a
 // later call. The runtime's watcher raises WaitTimeoutError in the main thread.
 
-#define TS_CMP_EQ 0
-#define TS_CMP_NE 1
-#define TS_CMP_GT 2
-#define TS_CMP_GE 3
-#define TS_CMP_LT 4
-#define TS_CMP_LE 5
 #define TS_WAIT_CHECK_EVERY 256u              // polls between two looks at the clock
 #define TS_WAIT_ACK_NS 2000000000ull          // how long the reporting waiter waits for the host
 

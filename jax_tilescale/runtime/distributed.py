@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .. import _jax_compat
 from ..errors import LaunchError
 
 INIT_TIMEOUT_VAR = "TILESCALE_INIT_TIMEOUT"
@@ -185,19 +186,15 @@ _published: set[int] = set()
 
 def distributed_client() -> Any:
     """jax.distributed's client (key-value store), or None in a single-process run."""
-    from jax._src import distributed  # the KV store has no public accessor
-
-    return distributed.global_state.client
+    return _jax_compat.distributed_client()
 
 
 def rank_and_world() -> tuple[int, int]:
     """(jax.process_index(), jax.process_count()), from jax.distributed's state when it is up, so that asking
     does not start XLA's backends."""
-    from jax._src import distributed
-
-    state = distributed.global_state
-    if state.client is not None:
-        return int(state.process_id), int(state.num_processes)
+    started = _jax_compat.distributed_rank_and_world()
+    if started is not None:
+        return started
     import jax
 
     return jax.process_index(), jax.process_count()

@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 
+from .. import _jax_compat
 from ..errors import LaunchError
 from . import watchdog
 from .distributed import process_layout
@@ -134,9 +135,7 @@ def _distributed_client(nranks: int) -> Any:
         )
     if nranks == 1:
         return None
-    from jax._src import distributed  # the KV store has no public accessor
-
-    client = distributed.global_state.client
+    client = _jax_compat.distributed_client()
     if client is None:
         raise LaunchError(
             f"jax.process_count() is {nranks} but jax.distributed has no client: call jax.distributed.initialize(...) "

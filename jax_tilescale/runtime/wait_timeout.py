@@ -12,7 +12,7 @@ not disturbed (the handler's end-of-call barrier still pairs every PE's calls).
 
 The watcher, a daemon thread started with the FFI registration, polls the records every 20 ms. For each
 report it builds the message (kernel, PE, statement, source line, value seen, expectation), prints it on
-stderr, queues the exception in the main thread (`PyThreadState_SetAsyncExc`, like Ctrl-C's
+stderr, queues the exception in the main thread (`async_raise`: `PyThreadState_SetAsyncExc`, like Ctrl-C's
 KeyboardInterrupt: it is raised at the main thread's next Python instruction, typically as
 `block_until_ready` or the array read that waited for the call returns) and only then acknowledges, so the
 exception is pending before the call's results are. `last_error()` keeps it for code that runs elsewhere.
@@ -20,20 +20,22 @@ exception is pending before the call's results are. `last_error()` keeps it for 
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import sys
 import threading
 from typing import Any
 
+from .. import abi, async_raise
 from ..errors import LaunchError, WaitTimeoutError
 from .poller import Poller
 
 TIMEOUT_VAR = "TILESCALE_WAIT_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0
 POLL_S = 0.02
-CMP_SYMBOLS = {0: "==", 1: "!=", 2: ">", 3: ">=", 4: "<", 5: "<="}
+# TsWaitFault.cmp (a TS_CMP_* code of jax_tilescale/abi/ts_abi.h) -> the comparison's symbol.
+CMP_SYMBOLS = {abi.CMP_CODES[name]: symbol for name, symbol in
+               (("EQ", "=="), ("NE", "!="), ("GT", ">"), ("GE", ">="), ("LT", "<"), ("LE", "<="))}
 
 _lock = threading.Lock()  # _errors
 _poller = Poller("jax_tilescale-wait-watcher")
@@ -104,15 +106,7 @@ def errors() -> list[WaitTimeoutError]:
 
 def raise_in_main_thread(err: WaitTimeoutError) -> bool:
     """Queues `err` in the main thread (raised at its next Python instruction). False if there is none."""
-    main = threading.main_thread()
-    if not main.is_alive() or main.ident is None:
-        return False
-    # PyThreadState_SetAsyncExc takes an exception class and raises it without arguments: a subclass per
-    # fault carries the message and the record.
-    cls = type("WaitTimeoutError", (WaitTimeoutError,), {"_message": str(err), "fault": err.fault,
-                                                         "__module__": WaitTimeoutError.__module__})
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(main.ident), ctypes.py_object(cls))
-    return n == 1
+    return async_raise.raise_in_main_thread(err)
 
 
 def handle(faults: list[dict[str, Any]], ext: Any, deliver: bool = True) -> list[WaitTimeoutError]:

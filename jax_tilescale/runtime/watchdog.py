@@ -25,13 +25,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from ..errors import PEER_FAILED_STATUS
 from .distributed import distributed_client, env_seconds
 from .poller import Poller
 
 ENABLE_VAR = "TILESCALE_WATCHDOG"
 POLL_VAR = "TILESCALE_WATCHDOG_POLL"
 DEFAULT_POLL_S = 0.5
-PEER_FAILED_STATUS = 79  # exit status of a rank stopped because another rank failed
 _FAILED_DIR = "jax_tilescale/failed"
 _MAX_MESSAGE = 2000
 

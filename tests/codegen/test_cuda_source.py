@@ -35,7 +35,8 @@ def test_entry_and_calling_convention():
     sig = 'extern "C" __global__ void __launch_bounds__(128) ts_ring_allgather(const TsLaunchArgs args)'
     assert m.source.count(sig) == 1
     assert m.source.count("__global__") == 1
-    assert f"static_assert(sizeof(TsLaunchArgs) == {LAUNCH_ARGS_BYTES}" in m.source
+    assert f"#define TS_LAUNCH_ARGS_BYTES {LAUNCH_ARGS_BYTES}" in m.source  # the inlined jax_tilescale/abi/ts_abi.h
+    assert "static_assert(sizeof(TsLaunchArgs) == TS_LAUNCH_ARGS_BYTES" in m.source
     assert f"#define TS_ABI_VERSION {TS_ABI_VERSION}" in m.source
     assert "void* buffers[TS_MAX_BUFFERS];" in m.source and "#define TS_MAX_BUFFERS 32" in m.source
     assert "extern __shared__ __align__(128) unsigned char ts_smem_raw[];" in m.source

@@ -13,7 +13,7 @@ import pytest
 
 from jax_tilescale.codegen import CudaModule, generate_cuda
 from jax_tilescale.compiler import compile_cubin
-from jax_tilescale.kernel import staged_flags
+from jax_tilescale.lowering import staged_flags
 from tests.conftest import load_example
 
 from . import primitive_kernels

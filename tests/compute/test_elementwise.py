@@ -292,7 +292,7 @@ def test_accumulating_into_one_element_from_every_iteration_is_a_race():
         T.copy(acc, y)
 
     x = rand(np.random.default_rng(17), (16,), np.float32)
-    with pytest.raises(Exception, match=r"RaceError: data race in the T.Parallel .* frag\[0\] .*touched by two "
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .* frag\[0\] .*touched by two "
                                         r"iterations") as info:
         run1(k, x)
     assert "iteration (i0=0)" in str(info.value) and "iteration (i0=1)" in str(info.value)
@@ -308,7 +308,7 @@ def test_reading_a_neighbour_written_in_the_same_parallel_is_a_race():
         T.copy(s, y)
 
     x = rand(np.random.default_rng(18), (16,), np.float32)
-    with pytest.raises(Exception, match=r"RaceError: data race in the T.Parallel .*smem\[1\]"):
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*smem\[1\]"):
         run1(k, x)
 
 

@@ -227,7 +227,7 @@ def test_two_blocks_storing_the_same_ragged_tile_race():
         T.copy(t, y[T.ds(32, 32), :])  # both blocks write rows 32..39
         T.copy(x[0:32, :], y[0:32, :])
 
-    with pytest.raises(Exception, match=r"RaceError: data race on PE 0's output buffer out0: elements "
+    with pytest.raises(ts.RaceError, match=r"data race on PE 0's output buffer out0: elements "
                        r"out0\[32:40, 0:8\]"):  # the part inside, not the window [32:64]
         _run1(k, random_rows(np.random.default_rng(6), 1, (40, 8)))
 

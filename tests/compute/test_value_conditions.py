@@ -89,7 +89,7 @@ def test_race_detector_sees_only_the_iterations_that_take_the_branch():
     (got,) = run1(_argmax_store(n), x)
     assert int(got[0]) == int(np.argmax(x))
     x[5] = x[40] = x.max() + 1
-    with pytest.raises(Exception, match=r"RaceError: data race in the T.Parallel .*out0\[0\].*iteration \(i0=5\)"):
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*out0\[0\].*iteration \(i0=5\)"):
         run1(_argmax_store(n), x)
 
 

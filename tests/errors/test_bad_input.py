@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
-from jax_tilescale.kernel import CallSpec, tilescale_call_p
+from jax_tilescale.lowering import CallSpec, tilescale_call_p
 from tests.conftest import load_example
 
 allgather = load_example("allgather")
@@ -91,7 +91,7 @@ def test_errors_do_not_spoil_later_runs():
     sdt = jax.ShapeDtypeStruct((64, 16), jnp.float32)
 
     def shard(k):
-        return jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        return jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 
     @ts.kernel(out_shape=sdt, grid=(1,))
     def static_pe_out_of_range(a, b):

@@ -42,9 +42,9 @@ def heap_bytes() -> int:
 
 def exchange(tag: str, value: str, timeout_ms: int = 120_000) -> list[str]:
     """Every rank's `value` (through jax.distributed's key-value store)."""
-    from jax._src import distributed
+    from jax_tilescale._jax_compat import distributed_client
 
-    client = distributed.global_state.client
+    client = distributed_client()
     client.key_value_set(f"tests/faults_gpu/{tag}/{jax.process_index()}", value)
     keys = [f"tests/faults_gpu/{tag}/{r}" for r in range(jax.process_count())]
     return [client.blocking_key_value_get(key, timeout_ms) for key in keys]

@@ -354,7 +354,7 @@ def test_a_race_surfaces_through_jax() -> None:
         T.copy(a[rows, :], b[rows, :])
 
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
-    f = jax.jit(jax.shard_map(clobber, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(jax.shard_map(clobber, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.device_put(np.ones((2 * M, N), np.float32), NamedSharding(mesh, P("x")))
     with pytest.raises(Exception, match="data race on PE") as info:
         jax.block_until_ready(f(x))

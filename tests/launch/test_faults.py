@@ -52,10 +52,10 @@ def test_failure_on_one_node_stops_the_other_node(tmp_path):
     """Node 1's rank raises; node 0's rank, blocked in a key-value wait, is stopped by the watchdog in ~1 s."""
     script = write_script(tmp_path, """
         import os, jax
-        from jax._src import distributed
+        from jax_tilescale._jax_compat import distributed_client
         if os.environ["RANK"] == "1":
             raise RuntimeError("rank one gives up")
-        distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+        distributed_client().blocking_key_value_get("never/set", 600_000)
     """)
     env = dict(NODES="2", GPUS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                TILESCALE_HEARTBEAT_TIMEOUT="60")  # so that only the watchdog can stop node 0 this soon
@@ -79,12 +79,12 @@ def test_plain_launch_rank_that_dies_silently_is_caught_by_the_heartbeat(tmp_pat
     codes, outs, seconds = _plain_pair(tmp_path, """
 import os, time
 from jax_tilescale.runtime import initialize
-from jax._src import distributed
+from jax_tilescale._jax_compat import distributed_client
 initialize(f"127.0.0.1:{PORT}", 2, rank, heartbeat_timeout=2)
 if rank == 1:
     time.sleep(0.5)
     os._exit(1)
-distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+distributed_client().blocking_key_value_get("never/set", 600_000)
 """)
     assert codes[1] == 1
     assert codes[0] not in (0, None), outs[0]  # JAX aborts it (SIGABRT)
@@ -97,13 +97,13 @@ def test_plain_launch_rank_that_raises_stops_its_peer_at_once(tmp_path):
     shutdown barrier, and its peer learns who failed and why within about a second."""
     codes, outs, seconds = _plain_pair(tmp_path, """
 import jax
-from jax._src import distributed
+from jax_tilescale._jax_compat import distributed_client
 jax.distributed.initialize(f"127.0.0.1:{PORT}", 2, rank, heartbeat_timeout_seconds=60)
 from jax_tilescale.runtime import watchdog
 watchdog.install()
 if rank == 1:
     raise ValueError("bad input on rank one")
-distributed.global_state.client.blocking_key_value_get("never/set", 600_000)
+distributed_client().blocking_key_value_get("never/set", 600_000)
 """)
     assert codes == [PEER_FAILED_STATUS, 1], outs
     assert seconds < 20, outs

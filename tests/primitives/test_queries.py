@@ -60,7 +60,7 @@ def test_queries_match_axis_index(mesh_shape: tuple[int, int], axes: tuple[str, 
 
     spec = P(("x", "y"))
     iota = np.tile(np.arange(IOTA, dtype=np.int32), mesh.size)
-    f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False))
+    f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=spec, out_specs=spec))
     g = jax.jit(jax.shard_map(expected, mesh=mesh, in_specs=spec, out_specs=spec))
     x = jax.device_put(iota, NamedSharding(mesh, spec))
     got, want = np.asarray(f(x)), np.asarray(g(x))

@@ -27,7 +27,7 @@ def shard_run(
     block of rows per device); returns the outputs, global arrays [devices * rows, ...]. Every
     process passes the same global inputs (the GPU suite runs one process per GPU)."""
     spec = P(tuple(mesh.axis_names)) if spec is None else spec
-    f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec,) * len(inputs), out_specs=spec, check_vma=False))
+    f = jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec,) * len(inputs), out_specs=spec))
     placed = [jax.device_put(x, NamedSharding(mesh, spec)) for x in inputs]
     out = f(*placed)
     return list(out) if isinstance(out, (tuple, list)) else [out]

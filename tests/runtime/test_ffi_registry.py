@@ -94,12 +94,11 @@ def test_extension_imports_without_a_gpu():
 
 @needs_extension
 def test_extension_constants_match_the_contract():
-    from jax_tilescale import _ffi
+    from jax_tilescale import _ffi, abi
     from jax_tilescale.codegen import TS_ABI_VERSION
-    from jax_tilescale.kernel import ABI_VERSION
 
-    assert _ffi.abi_version() == TS_ABI_VERSION == ABI_VERSION == 2  # handler, generated code, attribute
-    assert _ffi.max_buffers() == 32
+    assert _ffi.abi_version() == TS_ABI_VERSION == abi.ABI_VERSION  # handler, generated code, attribute
+    assert _ffi.max_buffers() == abi.MAX_BUFFERS
     assert _ffi.workspace_alignment() == 256
     assert _ffi.nvshmem_header_version().count(".") == 2
     assert _ffi.loaded_module_count() == 0

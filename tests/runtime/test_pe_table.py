@@ -136,3 +136,24 @@ def test_cpp_handler_agrees_with_python(shape):
         _ffi.kernel_pe_map([0, 1, 2, 3], [2, 2], [0], 9)
     with pytest.raises(ValueError, match="repeats"):
         _ffi.kernel_pe_map([0, 1, 2, 3], [2, 2], [1, 1], 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_named_kernel_axes_number_pes_like_jax_axis_index(seed):
+    """kernel_axes from axis names in the kernel's order (what lowering/cuda.py sends): a device's kernel PE
+    is jax.lax.axis_index(axes)'s value, row-major over `axes` in that order, for a permuted device order."""
+    names, shape = ("a", "b", "c"), (2, 3, 2)
+    table = tuple(int(p) for p in np.random.default_rng(seed).permutation(math.prod(shape)))
+    for k in range(1, 4):
+        for axes in itertools.permutations(names, k):
+            kernel_axes = kernel_axis_indices(names, axes)
+            sizes = [shape[names.index(a)] for a in axes]
+            for device, coords in enumerate(itertools.product(*(range(n) for n in shape))):
+                my_pe, pe_map = kernel_pe_map(table, shape, kernel_axes, table[device])
+                along = [coords[names.index(a)] for a in axes]
+                assert my_pe == np.ravel_multi_index(along, sizes), (axes, coords)
+                for peer, peer_along in enumerate(itertools.product(*(range(n) for n in sizes))):
+                    peer_coords = list(coords)
+                    for a, c in zip(axes, peer_along):
+                        peer_coords[names.index(a)] = c
+                    assert pe_map[peer] == table[np.ravel_multi_index(peer_coords, shape)], (axes, coords, peer)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jax_tilescale as ts
+from jax_tilescale import abi
 from jax_tilescale import language as T
 from jax_tilescale.compiler.toolchain import find_nvcc, find_nvshmem
 from jax_tilescale.errors import CompileError, KernelTraceError, LaunchError, WaitTimeoutError
@@ -94,7 +95,7 @@ def test_the_cuda_lowering_passes_the_timeout_to_the_handler(monkeypatch, tmp_pa
     assert re.search(r"wait_timeout_ns = 7000000000 : i64", make())
     assert re.search(r"wait_timeout_ns = 1500000000 : i64", make(wait_timeout_s=1.5))
     assert re.search(r"wait_timeout_ns = 0 : i64", make(wait_timeout_s=0))
-    assert re.search(r"abi_version = 2 : i64", make())
+    assert re.search(rf"abi_version = {abi.ABI_VERSION} : i64", make())
 
 
 # ---- the message ------------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_generated_waits_check_the_clock_off_the_fast_path():
 
     ir = waits_once.trace(jax.ShapeDtypeStruct((64, 8), jnp.float32), mesh_axes=("x",), num_pes=2)
     source = generate_cuda(ir).source
-    assert "static_assert(sizeof(TsLaunchArgs) == 304" in source and "#define TS_ABI_VERSION 2" in source
+    assert abi.header_text() in source  # TsLaunchArgs and TsWaitFault (tests/runtime/test_abi.py checks the rest)
     assert "ts_wait<TS_CMP_EQ, false, true, uint64_t>(ts_wait_ctx(args), ts_sig, ts_sig_value, -1, ts_where," in source
     # The header's slow loop: the clock every TS_WAIT_CHECK_EVERY polls, the record, the bounded ack wait.
     assert 'asm volatile("mov.u64 %0, %%globaltimer;"' in source and "n % TS_WAIT_CHECK_EVERY != 0" in source

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jax_tilescale import abi
+
 HERE = Path(__file__).resolve().parent
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
 _BUILD = Path(tempfile.gettempdir()) / "ts_mma_emulator"
@@ -37,6 +39,7 @@ def _kernel_text(source: str) -> str:
 def build(module) -> Path:
     """The emulator binary of a CudaModule (cached by its source)."""
     text = "\n".join([
+        abi.header_text(),  # TsLaunchArgs, as the generated kernel and the handler see it
         (HERE / "shim.h").read_text(),
         (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
         _kernel_text(module.source),

@@ -32,16 +32,7 @@ struct TsDim3 { unsigned x, y, z; };
 thread_local TsDim3 threadIdx;
 TsDim3 blockIdx;
 
-#define TS_MAX_BUFFERS 32
-struct TsWaitFault;
-struct TsLaunchArgs {
-  int32_t pe, npes;
-  const int32_t* pe_map;
-  unsigned char* scratch;
-  void* buffers[TS_MAX_BUFFERS];
-  uint64_t wait_timeout_ns, launch_id;
-  TsWaitFault* wait_fault;
-};
+// TsLaunchArgs comes from jax_tilescale/abi/ts_abi.h, which build() puts before this file.
 
 static size_t ts_emu_smem_bytes;
 alignas(1024) unsigned char ts_smem_raw[256 * 1024];

@@ -1,0 +1,83 @@
+// ts_abi.h: the calling convention between generated kernels and the FFI handler, written once
+// (docs/calling_convention.md). The code generator inlines this file into every kernel it emits
+// (tilescale_device.cuh includes it), the handler (xla_ffi/launch_abi.h) includes it, and
+// jax_tilescale/abi reads its #defines for Python. Plain C++ for nvcc and the host compiler alike.
+// Bump TS_ABI_VERSION with any change; tests/runtime/test_abi.py checks that every side agrees.
+#ifndef TS_ABI_H_
+#define TS_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_ABI_VERSION 2
+#define TS_MAX_BUFFERS 32
+#define TS_LAUNCH_ARGS_BYTES 304  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 (LP64)
+#define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)
+
+// The `staged` attribute, one per kernel buffer, read as bit flags (3: an aliased in/out buffer).
+#define TS_STAGE_COPY_OUT 1  // peers write or read it: the kernel runs on a symmetric copy, copied out after
+#define TS_STAGE_COPY_IN 2   // peers read it: copied into a symmetric copy before the launch
+
+// Comparison codes of waits: ts_wait's template argument and TsWaitFault.cmp.
+#define TS_CMP_EQ 0
+#define TS_CMP_NE 1
+#define TS_CMP_GT 2
+#define TS_CMP_GE 3
+#define TS_CMP_LT 4
+#define TS_CMP_LE 5
+
+struct TsWaitFault;
+
+struct TsLaunchArgs {              // the kernel's only parameter, passed by value
+  int32_t pe;                      // this device's kernel PE, 0 .. npes-1
+  int32_t npes;                    // size of the kernel's PE space (product of its mesh axes)
+  const int32_t* pe_map;           // device array [npes]: kernel PE -> NVSHMEM PE
+  unsigned char* scratch;          // symmetric memory, 256-byte aligned, scratch_bytes long,
+                                   // all zero when the kernel starts (signals, counters)
+  void* buffers[TS_MAX_BUFFERS];   // kernel inputs then outputs, in IR order (KernelIR.params)
+  uint64_t wait_timeout_ns;        // a wait not satisfied after this long gives up (0: never)
+  uint64_t launch_id;              // this launch, unique in the process and never 0
+  TsWaitFault* wait_fault;         // host-mapped record of this call site (device address)
+};
+
+// The handler copies the parameter block by size from the cubin's metadata, so host and device
+// must lay it out alike (x86-64 and sm_XX agree on these natural alignments).
+static_assert(sizeof(TsLaunchArgs) == TS_LAUNCH_ARGS_BYTES, "TsLaunchArgs size (calling convention)");
+static_assert(offsetof(TsLaunchArgs, pe) == 0, "TsLaunchArgs.pe at 0");
+static_assert(offsetof(TsLaunchArgs, npes) == 4, "TsLaunchArgs.npes at 4");
+static_assert(offsetof(TsLaunchArgs, pe_map) == 8, "TsLaunchArgs.pe_map at 8");
+static_assert(offsetof(TsLaunchArgs, scratch) == 16, "TsLaunchArgs.scratch at 16");
+static_assert(offsetof(TsLaunchArgs, buffers) == 24, "TsLaunchArgs.buffers at 24");
+static_assert(offsetof(TsLaunchArgs, wait_timeout_ns) == 24 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_timeout_ns");
+static_assert(offsetof(TsLaunchArgs, launch_id) == 32 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.launch_id");
+static_assert(offsetof(TsLaunchArgs, wait_fault) == 40 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_fault");
+
+// What a wait that gave up tells the host. Pinned host memory mapped into the device, one per call
+// site; the first wait of a launch to give up fills it, writes `launch_id` last, and the runtime's
+// watcher turns it into a WaitTimeoutError.
+#define TS_WAIT_OP_BYTES 48
+#define TS_WAIT_WHERE_BYTES 256
+struct TsWaitFault {
+  uint64_t launch_id;              // the launch whose wait gave up (0: none yet); written last
+  uint64_t acked;                  // set to launch_id by the host once it has read the record
+  uint64_t seen;                   // the word's value when the wait gave up (bits, see is_signed)
+  uint64_t expected;               // the value it was compared with
+  uint64_t waited_ns;              // how long the wait had been polling
+  int32_t pe;                      // kernel PE of the waiter
+  int32_t npes;
+  int32_t peer;                    // kernel PE whose word was polled, -1: this PE's
+  int32_t cmp;                     // TS_CMP_*
+  int32_t bits;                    // 32 or 64
+  int32_t is_signed;               // the word's type is signed
+  uint32_t block[3];               // the waiting block
+  uint32_t thread;                 // and thread
+  char op[TS_WAIT_OP_BYTES];       // the statement, e.g. "T.signal_wait_until"
+  char where[TS_WAIT_WHERE_BYTES]; // the user's source line ("file.py:12"; its tail if longer)
+};
+static_assert(sizeof(TsWaitFault) == TS_WAIT_FAULT_BYTES, "TsWaitFault size (calling convention)");
+static_assert(offsetof(TsWaitFault, pe) == 40, "TsWaitFault.pe at 40");
+static_assert(offsetof(TsWaitFault, block) == 64, "TsWaitFault.block at 64");
+static_assert(offsetof(TsWaitFault, op) == 80, "TsWaitFault.op at 80");
+static_assert(offsetof(TsWaitFault, where) == 128, "TsWaitFault.where at 128");
+
+#endif  // TS_ABI_H_

@@ -1,0 +1,108 @@
+"""The CUDA lowering: the kernel is compiled to a cubin and launched by the `jax_tilescale_launch`
+FFI handler; this module fills the call's attributes (docs/calling_convention.md, "The FFI call").
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import _jax_compat, abi
+from ..errors import LaunchError
+from ..ir import KernelIR
+from ..ir.nodes import BufferKind
+from .primitive import CallSpec
+
+
+def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
+    """MLIR for `tilescale_call` on CUDA: a custom call of the launch handler with the attributes of
+    docs/calling_convention.md."""
+    from ..codegen import generate_cuda
+    from ..compiler import compile_cubin
+    from ..runtime import ensure_initialized, ensure_registered
+    from ..runtime.wait_timeout import timeout_ns as wait_timeout_ns
+
+    k = call.kernel
+    mesh = _jax_compat.lowering_mesh(ctx)
+    if k.mesh_axes and mesh is None:
+        raise LaunchError(
+            f"kernel {k.name}: the GPU launch needs the concrete device mesh of the enclosing shard_map, but its "
+            "lowering only knows the abstract mesh (a kernel called in a partially manual shard_map, axis_names=..., "
+            "runs in a shard_map nested over the other axes); run the jitted call under `with jax.set_mesh(mesh):`"
+        )
+    ensure_registered()
+    if k.uses_nvshmem():
+        ensure_initialized()
+    pe_table, mesh_shape, kernel_axes = mesh_attributes(mesh, k.mesh_axes)
+    module = generate_cuda(k, arch=cuda_arch())
+    cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
+    grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
+    rule = jax.ffi.ffi_lowering("jax_tilescale_launch", has_side_effect=True)
+    return rule(
+        ctx,
+        pe_info,
+        *args,
+        abi_version=np.int64(abi.ABI_VERSION),
+        cubin=str(cubin),
+        entry=module.entry,
+        grid=np.asarray(grid3, np.int64),
+        threads=np.int64(module.threads),
+        smem_bytes=np.int64(module.smem_bytes),
+        scratch_bytes=np.int64(module.scratch_bytes),
+        staged=np.asarray(staged_flags(k), np.int64),
+        pe_table=np.asarray(pe_table, np.int64),
+        mesh_shape=np.asarray(mesh_shape, np.int64),
+        kernel_axes=np.asarray(kernel_axes, np.int64),
+        uses_nvshmem=bool(module.uses_nvshmem),
+        grid_barrier=bool(module.grid_barrier),
+        wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
+        tensor_maps=np.asarray(module.tensor_maps, np.int64),
+    )
+
+
+def mesh_attributes(
+    mesh: Any, kernel_mesh_axes: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """The `pe_table`, `mesh_shape` and `kernel_axes` attributes: the mesh's devices as NVSHMEM PEs
+    (row-major), its shape, and the indices of the kernel's mesh axes in the kernel's order (which
+    numbers its PE space row-major, as `jax.lax.axis_index(mesh_axes)` does). Without a mesh (plain
+    jit) a one-device table that stands for this process."""
+    from ..runtime import kernel_axis_indices, mesh_pe_table
+
+    if mesh is None:
+        return (jax.process_index(),), (1,), ()
+    pe_table, mesh_shape = mesh_pe_table(mesh)
+    return pe_table, mesh_shape, kernel_axis_indices(tuple(mesh.axis_names), kernel_mesh_axes)
+
+
+def staged_flags(k: KernelIR) -> list[int]:
+    """The handler's `staged` attribute, one flag per param (docs/calling_convention.md).
+
+    Every global buffer that peers touch must be symmetric during the launch. Outputs that peers
+    write or read are staged and copied out afterwards (abi.STAGE_COPY_OUT): XLA must get what the
+    kernel and its peers wrote, and an output has no contents to copy in. Inputs that peers read
+    (gets, loads through nvshmem_ptr, remote waits) are staged and copied in before
+    (abi.STAGE_COPY_IN). Both would be an input peers also write, which the verifier rejects; the
+    handler accepts it for aliased buffers.
+    """
+    written, read = k.remote_written(), k.remote_read()
+    flags = []
+    for b in k.params:
+        flag = 0
+        if b.kind is BufferKind.OUTPUT and (b in written or b in read):
+            flag |= abi.STAGE_COPY_OUT
+        if b.kind is BufferKind.INPUT and b in read:
+            flag |= abi.STAGE_COPY_IN
+        flags.append(flag)
+    return flags
+
+
+@functools.cache
+def cuda_arch() -> str:
+    """The sm_XX of this process's first GPU (sm_90 without one: codegen tests)."""
+    gpus = [d for d in jax.local_devices() if d.platform == "gpu"]
+    cc = getattr(gpus[0], "compute_capability", "9.0") if gpus else "9.0"
+    return "sm_" + str(cc).replace(".", "")

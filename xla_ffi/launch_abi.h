@@ -1,0 +1,28 @@
+// The calling convention (docs/calling_convention.md) as the handler uses it. TsLaunchArgs,
+// TsWaitFault and every constant are defined once, in jax_tilescale/abi/ts_abi.h, which the code
+// generator also inlines into every kernel; this file adds the handler's C++ names for them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ts_abi.h"  // jax_tilescale/abi/ (an include directory of the build)
+
+namespace jax_tilescale {
+
+using ::TsLaunchArgs;
+using ::TsWaitFault;
+
+// Meaning of the `staged` attribute, read as bit flags so that an aliased in/out buffer (3) also works.
+enum StagedFlags : int64_t {
+  kDirect = 0,
+  kCopyOut = TS_STAGE_COPY_OUT,  // peers write it: launch on a symmetric copy, copy it out afterwards
+  kCopyIn = TS_STAGE_COPY_IN,    // peers read it: copy it into a symmetric copy before the launch
+};
+
+// Alignment of the scratch and of every staged buffer inside the symmetric workspace.
+constexpr size_t kWorkspaceAlign = 256;
+
+inline size_t AlignUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace jax_tilescale
