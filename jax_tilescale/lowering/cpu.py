@@ -31,6 +31,7 @@ from ..async_raise import raise_in_main_thread
 from ..errors import KernelRuntimeError, TileScaleError
 from ..interpret import InterpreterSession, InterpretOptions
 from ..interpret.memory import poisoned
+from ..launch_env import check_interpreter_launch
 from .primitive import CallSpec
 
 _EXECUTIONS_REMEMBERED = 64  # failed executions whose error was raised (later reports of them are dropped)
@@ -40,6 +41,8 @@ def lower_interpret(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Seque
     """MLIR for `tilescale_call` that runs the kernel in a new interpreter session, one host callback
     per device. Under shard_map every mesh axis must be manual (kernel.py nests a partially manual
     call in a shard_map over the remaining axes)."""
+    # PEs of one launch in several processes would wait for each other until the timeout: refuse at once.
+    check_interpreter_launch(call.kernel.name, _jax_compat.lowering_mesh(ctx), call.kernel.mesh_axes)
     options = call.interpret if isinstance(call.interpret, InterpretOptions) else InterpretOptions()
     runner = InterpretedCall(InterpreterSession(call.kernel, options))
     return _jax_compat.emit_host_callback(ctx, runner, [pe_info, *args])

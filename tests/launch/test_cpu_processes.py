@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import jax_tilescale
 from jax_tilescale.errors import LaunchError
 from jax_tilescale.launch_env import check_interpreter_launch, processes_of_launch_groups
 
@@ -18,11 +17,6 @@ from .procs import cpu_env, finish, start, write_script
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLGATHER = ROOT / "examples" / "allgather.py"
-# The kernel's CPU lowering (kernel._lower_interpret) makes this call: until it does, the end-to-end test of the
-# real lowering cannot pass, and the test that adds the call around the lowering itself stands for it.
-PACKAGE = Path(jax_tilescale.__file__).parent
-LOWERING_CHECKS = any("check_interpreter_launch(" in path.read_text() for path in PACKAGE.rglob("*.py")
-                      if path.name != "launch_env.py")
 
 
 def _mesh(processes: list[list[int]], names=("node", "x")) -> SimpleNamespace:
@@ -69,26 +63,6 @@ def test_launcher_without_gpus_says_at_once_that_cpu_runs_use_one_process(tmp_pa
     assert code == 0 and out.count("] ran") == 2, first + out  # a note, not a refusal: the job runs
 
 
-# The one-line call that kernel._lower_interpret makes (or will make), added here around the real lowering.
-WITH_CHECK = """
-import runpy, sys
-from jax.interpreters import mlir
-import jax_tilescale
-from jax_tilescale.launch_env import check_interpreter_launch
-kernel = sys.modules["jax_tilescale.kernel"]
-lower = kernel._lower_interpret
-
-def checked(ctx, pe_info, *args, call):
-    check_interpreter_launch(call.kernel.name, getattr(ctx.module_context.axis_context, "mesh", None),
-                             call.kernel.mesh_axes)
-    return lower(ctx, pe_info, *args, call=call)
-
-mlir.register_lowering(kernel.tilescale_call_p, checked, platform="cpu")
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 def _launch_allgather(argv: list[str]) -> tuple[int, str, float]:
     launcher = start([sys.executable, "-m", "jax_tilescale.launch", "-n", "2", *argv], _no_gpu_env())
     (code,), (out,), seconds = finish([launcher], timeout=150)
@@ -103,14 +77,6 @@ def _assert_refused_at_once(code: int, out: str, seconds: float, command: str) -
     assert seconds < 45, out  # the ranks' start and one trace; the interpreter would wait 60 s
 
 
-def test_kernel_spread_over_cpu_processes_fails_at_once_with_the_command_to_use(tmp_path):
-    wrapper = write_script(tmp_path, WITH_CHECK, "with_check.py")
-    code, out, seconds = _launch_allgather([str(wrapper), str(ALLGATHER), "--m", "64", "--n", "32"])
-    _assert_refused_at_once(code, out, seconds, f"{wrapper} {ALLGATHER} --m 64 --n 32")
-
-
-@pytest.mark.xfail(not LOWERING_CHECKS, run=False, reason="kernel._lower_interpret does not call "
-                   "launch_env.check_interpreter_launch yet (kernel.py belongs to another helper)")
-def test_the_example_on_cpu_processes_fails_at_once():
+def test_the_example_on_cpu_processes_fails_at_once_with_the_command_to_use():
     code, out, seconds = _launch_allgather([str(ALLGATHER), "--m", "64", "--n", "32"])
     _assert_refused_at_once(code, out, seconds, f"{ALLGATHER} --m 64 --n 32")
