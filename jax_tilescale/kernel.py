@@ -44,6 +44,9 @@ class KernelSpec:
     name: str
     wait_timeout_s: float | None = None  # None: $TILESCALE_WAIT_TIMEOUT_S, else 60 s (runtime/wait_timeout.py)
     loc: SourceLoc | None = None  # the kernel function's `def` line, for errors
+    # Outputs that are the same on every PE of the kernel's PE space (an all-gather's): typed as
+    # invariant over its mesh axes, so shard_map accepts `out_specs=P()` for them under check_vma.
+    replicated: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         def bad(message: str) -> KernelTraceError:
@@ -61,6 +64,10 @@ class KernelSpec:
                 raise bad(f"mesh_axes {self.mesh_axes} names an axis twice")
         if self.interpret is not None and not isinstance(self.interpret, (bool, InterpretOptions)):
             raise bad(f"interpret must be True, False or a ts.InterpretOptions, got {self.interpret!r}")
+        for i in self.replicated:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.out_shape):
+                raise bad(f"replicated must be True, False or output indices in 0..{len(self.out_shape) - 1}, got "
+                          f"{self.replicated!r}")
         t = self.wait_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, float) or not math.isfinite(t) or t < 0):
             raise bad(f"wait_timeout_s must be a number of seconds >= 0 (0: waits never time out), got {t!r}")
@@ -68,7 +75,7 @@ class KernelSpec:
     @staticmethod
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
              interpret: bool | InterpretOptions | None, name: str | None,
-             wait_timeout_s: float | None = None) -> KernelSpec:
+             wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False) -> KernelSpec:
         """The spec of `@kernel(...)`'s arguments: one output or a tuple of them, an int or a tuple grid,
         one axis name or several. The grid and threads are checked with the traced kernel (ir/verify.py)."""
         loc = _fn_loc(fn)
@@ -83,7 +90,13 @@ class KernelSpec:
         wait = wait_timeout_s
         if isinstance(wait, int) and not isinstance(wait, bool):
             wait = float(wait)
-        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait, loc)
+        if isinstance(replicated, bool):
+            which = tuple(range(len(norm))) if replicated else ()
+        elif isinstance(replicated, int):
+            which = (replicated,)
+        else:
+            which = tuple(replicated)
+        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait, loc, which)
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -184,7 +197,7 @@ class TileKernel:
         pe = jax.lax.axis_index(axes) if axes else jnp.int32(0)
         team = jax.lax.axis_index(others) if others else jnp.int32(0)
         pe_info = jnp.stack([jnp.asarray(pe, jnp.int32), jnp.asarray(team, jnp.int32)])
-        call = CallSpec(kernel_ir, scope.manual, self.spec.interpret, self.spec.wait_timeout_s)
+        call = CallSpec(kernel_ir, scope.manual, self.spec.interpret, self.spec.wait_timeout_s, self.spec.replicated)
         return list(tilescale_call_p.bind(pe_info, *arrays, call=call))
 
     def _bind_fully_manual(
@@ -238,6 +251,7 @@ def kernel(
     interpret: bool | InterpretOptions | None = None,
     name: str | None = None,
     wait_timeout_s: float | None = None,
+    replicated: bool | Sequence[int] = False,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -256,10 +270,16 @@ def kernel(
       satisfied after this many seconds gives up and the call raises `WaitTimeoutError` naming the
       kernel, the PE, the statement and its line; 0: never. Default: $TILESCALE_WAIT_TIMEOUT_S, else
       60 s (read when the kernel is compiled). The interpreter has its own (InterpretOptions.timeout_s).
+    replicated: outputs that hold the same value on every PE of the kernel's PE space when the call
+      returns (True: all of them; or their indices), e.g. an all-gather's. Outputs otherwise vary
+      over the kernel's mesh axes, as each device's own result (shard_map's check_vma then refuses
+      `out_specs=P()` for them, as for any per-device value); replicated ones are typed as invariant
+      over those axes, so `out_specs=P()` takes them. The interpreter checks the promise (every PE's
+      output bit for bit equal to PE 0's, else KernelRuntimeError); the GPU trusts it.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
         return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
-                                                  wait_timeout_s))
+                                             wait_timeout_s, replicated))
 
     return wrap(fn) if fn is not None else wrap

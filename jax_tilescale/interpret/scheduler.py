@@ -67,6 +67,7 @@ def run_pe(world: World, pe: int, deadline: float) -> list[np.ndarray]:
             world.check_failed(pe)
             end = world.arrive_at_end(pe)
             world.wait_any(pe, [end], deadline)
+            world.check_replicated(pe)
         except BaseException as err:
             world.fail(pe, err)
             raise

@@ -25,9 +25,11 @@ from .world import World
 class InterpreterSession:
     """Runs one kernel on simulated devices, with NVSHMEM semantics (see InterpretOptions)."""
 
-    def __init__(self, kernel: KernelIR, options: InterpretOptions | None = None):
+    def __init__(self, kernel: KernelIR, options: InterpretOptions | None = None,
+                 replicated_outputs: tuple[int, ...] = ()):
         self.kernel = verify_kernel(kernel)
         self.options = options if options is not None else InterpretOptions()
+        self.replicated_outputs = replicated_outputs  # outputs every PE must end with bit for bit equal
         self._lock = threading.Lock()
         self._calls: dict[tuple[Hashable, int], int] = {}
         self._worlds: dict[tuple[Hashable, int], World] = {}
@@ -68,7 +70,8 @@ class InterpreterSession:
             key = (team, index)
             world = self._worlds.get(key)
             if world is None:
-                world = self._worlds[key] = World(self.kernel, self.options, team, index)
+                world = self._worlds[key] = World(self.kernel, self.options, team, index,
+                                                      self.replicated_outputs)
             return key, world
 
     def live_launches(self) -> int:

@@ -47,8 +47,10 @@ RAISER = -1  # World.fail's default culprit: the PE that raised
 class World:
     """The rendezvous and simulated NVSHMEM of one launch (launch `index` of team `team`)."""
 
-    def __init__(self, kernel: KernelIR, options: InterpretOptions, team: object, index: int):
+    def __init__(self, kernel: KernelIR, options: InterpretOptions, team: object, index: int,
+                 replicated_outputs: tuple[int, ...] = ()):
         self.kernel, self.options, self.team, self.index = kernel, options, team, index
+        self.replicated_outputs = replicated_outputs
         self.num_pes = kernel.num_pes
         self.blocks: list[Block] = list(itertools.product(*(range(g) for g in kernel.grid)))
         self.lock = threading.RLock()  # re-entrant: `fail` may run inside a locked wait
@@ -266,6 +268,22 @@ class World:
 
     def barrier_all(self, pe: int, block: Block, stmt: BarrierAll) -> BarrierWait:
         return self._arrive(self.barrier, pe, block, stmt)
+
+    def check_replicated(self, pe: int) -> None:
+        """Outputs the kernel declared the same on every PE (`ts.kernel(replicated=)`): this PE's,
+        bit for bit, against PE 0's. Called once every PE has ended (their outputs are final)."""
+        for i in self.replicated_outputs:
+            buf = self.kernel.outputs[i]
+            mine, first = self.memory.outputs(pe)[i], self.memory.outputs(0)[i]
+            bits = np.dtype(f"u{buf.dtype.itemsize}")
+            differ = np.flatnonzero(mine.view(bits) != first.view(bits))
+            if differ.size:
+                at = tuple(int(x) for x in np.unravel_index(differ[0], buf.shape))
+                raise KernelRuntimeError(
+                    f"kernel {self.kernel.name}: output {buf.name} is declared replicated (ts.kernel(replicated=...)) "
+                    f"but PE {pe} and PE 0 hold different values at {differ.size} of its {buf.size} elements, "
+                    f"first at index {at}: {mine[at]!r} on PE {pe}, {first[at]!r} on PE 0"
+                )
 
     def arrive_at_end(self, pe: int) -> BarrierWait:
         """The implicit quiet + barrier at the end of the kernel (end-of-kernel consistency)."""

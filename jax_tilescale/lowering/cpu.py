@@ -44,7 +44,7 @@ def lower_interpret(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Seque
     # PEs of one launch in several processes would wait for each other until the timeout: refuse at once.
     check_interpreter_launch(call.kernel.name, _jax_compat.lowering_mesh(ctx), call.kernel.mesh_axes)
     options = call.interpret if isinstance(call.interpret, InterpretOptions) else InterpretOptions()
-    runner = InterpretedCall(InterpreterSession(call.kernel, options))
+    runner = InterpretedCall(InterpreterSession(call.kernel, options, call.replicated))
     return _jax_compat.emit_host_callback(ctx, runner, [pe_info, *args])
 
 

@@ -32,6 +32,7 @@ class CallSpec:
     mesh_axis_names: tuple[str, ...]  # every manual axis of the enclosing shard_map, mesh order
     interpret: bool | InterpretOptions | None
     wait_timeout_s: float | None = None  # the GPU's wait timeout (KernelSpec.wait_timeout_s)
+    replicated: tuple[int, ...] = ()  # outputs the same on every PE (KernelSpec.replicated)
 
 
 tilescale_call_p = Primitive("tilescale_call")
@@ -42,8 +43,9 @@ tilescale_call_p.multiple_results = True
 def _abstract_eval(pe_info: Any, *args: Any, call: CallSpec) -> list[jax.core.ShapedArray]:
     """The declared outputs, typed as varying over the kernel's mesh axes and every axis an input
     varies over (shard_map's check_vma): each device computes its own result, so `out_specs=P()`
-    on it is refused as for any per-device value. `pe_info` does not count: it only names the
-    device, and a team's outputs depend on its inputs alone."""
+    on it is refused as for any per-device value. Outputs declared replicated (`ts.kernel(replicated=)`)
+    are the same on every PE, so they vary only over the other axes the inputs vary over. `pe_info`
+    does not count: it only names the device, and a team's outputs depend on its inputs alone."""
     k = call.kernel
     if len(args) != len(k.inputs):
         raise KernelTraceError(f"kernel {k.name} takes {len(k.inputs)} inputs, got {len(args)}", k.loc)
@@ -57,7 +59,9 @@ def _abstract_eval(pe_info: Any, *args: Any, call: CallSpec) -> list[jax.core.Sh
     varying: frozenset[str] = frozenset()
     if _jax_compat.check_vma_enabled():
         varying = frozenset(k.mesh_axes).union(*(_jax_compat.varying_axes(a) for a in args))
-    return [_jax_compat.shaped_array(b.shape, b.dtype, varying) for b in k.outputs]
+    same = varying - frozenset(k.mesh_axes)
+    return [_jax_compat.shaped_array(b.shape, b.dtype, same if i in call.replicated else varying)
+            for i, b in enumerate(k.outputs)]
 
 
 @tilescale_call_p.def_impl

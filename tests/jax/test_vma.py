@@ -90,3 +90,49 @@ def test_check_vma_false_still_works() -> None:
     x, placed = data(mesh, P("x"), seed=4)
     f = jax.jit(jax.shard_map(shift_kernel(), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     np.testing.assert_array_equal(np.asarray(f(placed)), np.roll(x, ROWS, axis=0))
+
+
+def gather_kernel(replicated, poison_pe: int | None = None) -> ts.TileKernel:
+    """A ring all-gather: every PE ends with every shard, so its output is the same on every PE
+    (unless `poison_pe` writes one element of its own differently)."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((ROWS * 4, COLS), jnp.float32), grid=(4,), replicated=replicated)
+    def gather(a, out):
+        src = T.program_id(0)
+        T.putmem_block(out[T.ds(T.get_pe() * ROWS, ROWS), :], a, pe=src)
+        if poison_pe is not None:
+            T.barrier_all()
+            if T.get_pe() == poison_pe:
+                if src == 0:
+                    out[0, 0] = -1.0
+
+    return gather
+
+
+def test_replicated_outputs_take_a_replicated_out_spec_with_check_vma() -> None:
+    mesh = mesh_of((4,), ("x",))
+    x, placed = data(mesh, P("x"), seed=4)
+    f = jax.jit(jax.shard_map(gather_kernel(True), mesh=mesh, in_specs=P("x"), out_specs=P()))
+    np.testing.assert_array_equal(np.asarray(f(placed)), x)
+    # jax.lax.all_gather's own result is typed varying in JAX 0.10, hence check_vma=False for the reference only.
+    xla = jax.jit(jax.shard_map(lambda a: jax.lax.all_gather(a, "x", tiled=True), mesh=mesh, in_specs=P("x"),
+                                out_specs=P(), check_vma=False))
+    np.testing.assert_array_equal(np.asarray(f(placed)), np.asarray(xla(placed)))
+    # Not declared replicated: the same kernel's output is per device, and P() is refused.
+    assert "replicated across mesh axis 'x'" in refusal(
+        jax.jit(jax.shard_map(gather_kernel(False), mesh=mesh, in_specs=P("x"), out_specs=P())), placed)
+
+
+def test_a_broken_replication_promise_is_reported_by_the_interpreter() -> None:
+    mesh = mesh_of((4,), ("x",))
+    _, placed = data(mesh, P("x"), seed=5)
+    f = jax.jit(jax.shard_map(gather_kernel([0], poison_pe=2), mesh=mesh, in_specs=P("x"), out_specs=P()))
+    with pytest.raises(ts.KernelRuntimeError, match=r"declared replicated .* PE 2 and PE 0 hold different values "
+                       r"at 1 of its 128 elements, first at index \(0, 0\)"):
+        jax.block_until_ready(f(placed))
+
+
+@pytest.mark.parametrize("bad", [[1], [-1], ["0"], [True]])
+def test_replicated_names_existing_outputs(bad) -> None:
+    with pytest.raises(ts.KernelTraceError, match=r"replicated must be True, False or output indices in 0\.\.0"):
+        gather_kernel(bad)
