@@ -30,7 +30,7 @@ def test_simple_shift_matches_ppermute(npes, dtype):
 @pytest.mark.parametrize("npes", [2, 4, 8])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_allgather_matches_all_gather(npes, dtype):
-    assert allgather.check(mesh_of(npes), m_per_pe=128, n=32, dtype=dtype, seed=10 + npes)
+    assert allgather.check(mesh_of(npes), m=128, n=32, dtype=dtype, seed=10 + npes)
 
 
 def test_shift_result_is_really_shifted():
