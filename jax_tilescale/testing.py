@@ -356,6 +356,7 @@ def _parse(check: Callable[..., Any], mesh: MeshChoice, defaults: Mapping[str, A
                         help="; ".join(f"{k}: axes {v.axes}, {v.needs}" for k, v in mesh.items()))
     else:
         ap.set_defaults(mesh=None)
+        ap.epilog = "Runs on one device." if mesh is None else f"Needs {mesh.needs} (mesh axes {mesh.axes})."
     ap.add_argument("--cpu-devices", type=int, default=None,
                     help=f"simulated CPU devices when there is no GPU (default {_platform.DEFAULT_CPU_DEVICES}, or "
                     "XLA_FLAGS' --xla_force_host_platform_device_count when set)")

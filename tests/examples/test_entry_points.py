@@ -104,6 +104,8 @@ def test_main_mesh_choices_and_refusals(capsys):
     code, out, err = exit_status(capsys, a_check, mesh=ts.platform.square(), argv=[])
     assert code == ts.testing.EXIT_CANNOT_RUN and out == ""
     assert "needs a square number of devices, at least 4 (a p x p mesh, p >= 2); this run has 8" in err
+    code, out, _ = exit_status(capsys, a_check, mesh=ts.platform.square(), argv=["--help"])
+    assert code == 0 and "Needs a square number of devices, at least 4" in out and "--cpu-devices" in out
 
 
 def test_main_without_a_mesh_fills_defaults_for_the_platform(capsys):
