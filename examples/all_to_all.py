@@ -6,20 +6,19 @@ all npes segments meant for it have arrived, then copies its receive buffer out.
 segments are packed in source-PE order; rows past them are zero.
 
 Where PE p's segment lands on PE q (`recv_offsets[q]`: the rows that PEs before p send to q) is
-computed in JAX from the all-gathered splits, as a MoE layer's dispatch step does. Checked
-against jax.lax.all_to_all on the segments padded to `tokens` rows, then packed. On GPUs:
+computed in JAX from the all-gathered splits, as a MoE layer's dispatch step does (that
+`jax.lax.all_gather` is an XLA collective: this example cannot run as two PEs sharing one GPU).
+Checked against jax.lax.all_to_all on the segments padded to `tokens` rows, then packed, on random
+tokens and random splits. Needs at least 2 devices. On GPUs:
 `python -m jax_tilescale.launch -n 2 examples/all_to_all.py`; with no GPU:
 `python examples/all_to_all.py` (interpreter).
 """
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -65,9 +64,8 @@ def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dt
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False))
 
 
-def xla_reference_fn(mesh: jax.sharding.Mesh, tokens: int):
+def lax_body(npes: int, tokens: int):
     """jax.lax.all_to_all on the segments padded to `tokens` rows, then packed in source order."""
-    npes = mesh.size
 
     def body(send, splits):
         cumsum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(splits).astype(jnp.int32)])
@@ -84,7 +82,7 @@ def xla_reference_fn(mesh: jax.sharding.Mesh, tokens: int):
         out = jnp.zeros((npes * tokens + 1, send.shape[1]), send.dtype)
         return out.at[dest.reshape(-1)].set(got.reshape(npes * tokens, -1))[:-1]
 
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False))
+    return body
 
 
 # --- check + entry point ----------------------------------------------------------------------
@@ -95,32 +93,17 @@ def random_splits(rng: np.random.Generator, npes: int, tokens: int) -> np.ndarra
     return np.stack([np.bincount(d, minlength=npes) for d in dest]).astype(np.int32)
 
 
-def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: str = "bfloat16", seed: int = 0) -> bool:
-    """Runs the kernel on random tokens and random splits and compares with the jax.lax reference."""
-    npes = mesh.size
+def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: str = "bfloat16",
+          seed: int = 0) -> ts.testing.Verdict:
+    """The kernel on random tokens and random splits vs the jax.lax.all_to_all reference (on the host)."""
     rng = np.random.default_rng(seed)
-    splits = random_splits(rng, npes, tokens)
-    x = jax.random.normal(jax.random.key(seed), (npes * tokens, hidden), jnp.float32).astype(dtype)
-    x = jax.device_put(x, NamedSharding(mesh, P("x")))
-    s = jax.device_put(splits.reshape(-1), NamedSharding(mesh, P("x")))
-    got = dispatch_fn(mesh, tokens, hidden, jnp.dtype(dtype))(x, s)
-    return ts.testing.allclose(got, xla_reference_fn(mesh, tokens)(x, s))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--tokens", type=int, default=64, help="tokens (rows) per PE")
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--dtype", default="bfloat16")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    ok = check(mesh, a.tokens, a.hidden, a.dtype)
-    ts.testing.report("all_to_all", platform, {
-        f"{mesh.size} PEs, {a.tokens}x{a.hidden} {a.dtype} tokens per PE, random splits, "
-        f"every element equal to the jax.lax.all_to_all reference": ok,
-    })
+    splits = random_splits(rng, mesh.size, tokens).reshape(-1)
+    x = ts.testing.random_array(rng, (mesh.size * tokens, hidden), dtype)
+    got = dispatch_fn(mesh, tokens, hidden, jnp.dtype(dtype))(ts.testing.place(x, mesh, P("x")),
+                                                             ts.testing.place(splits, mesh, P("x")))
+    want = ts.testing.lax_on_host(lax_body(mesh.size, tokens), mesh, (P("x"), P("x")), P("x"))(x, splits)
+    return ts.testing.compare(got, want, "random splits: every element equal to the jax.lax.all_to_all reference")
 
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh=ts.platform.line(min_devices=2), option_help={"tokens": "tokens (rows) per PE"})

@@ -1,17 +1,17 @@
 """Ring all-gather, as in TileScale's example: block (bx, by) puts rows bx of this PE's shard
 into the output of PE (me + by) % npes, so every PE ends with every shard (its own included).
 
-Checked against `jax.lax.all_gather`. On GPUs: `python -m jax_tilescale.launch -n 2
+Both kernels (`--kernel push`, `pull` or `both`) are checked against `jax.lax.all_gather` on
+random data. Needs at least 2 devices. On GPUs: `python -m jax_tilescale.launch -n 2
 examples/allgather.py`; with no GPU: `python examples/allgather.py` (interpreter).
 """
 
 from __future__ import annotations
 
-import argparse
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -60,34 +60,28 @@ def gather_fn(mesh: jax.sharding.Mesh, m_per_pe: int, n: int, dtype: jnp.dtype, 
 
 
 def xla_gather_fn(mesh: jax.sharding.Mesh):
-    return jax.jit(jax.shard_map(lambda a: jax.lax.all_gather(a, "x", tiled=True), mesh=mesh, in_specs=P("x"),
-                                 out_specs=P(None), check_vma=False))
+    """jax.lax.all_gather on the devices (an XLA collective: benchmarks and GPU tests compare with it)."""
+    return jax.jit(jax.shard_map(gather_reference, mesh=mesh, in_specs=P("x"), out_specs=P(None), check_vma=False))
+
+
+def gather_reference(shard: jax.Array) -> jax.Array:
+    return jax.lax.all_gather(shard, "x", tiled=True)
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(mesh: jax.sharding.Mesh, m_per_pe: int = 256, n: int = 128, dtype: str = "float16", seed: int = 0,
-          pull: bool = False) -> bool:
-    """Runs the kernel on random data over mesh axis "x" and compares with jax.lax.all_gather."""
-    x = jax.random.normal(jax.random.key(seed), (mesh.size * m_per_pe, n), jnp.float32).astype(dtype)
-    x = jax.device_put(x, NamedSharding(mesh, P("x")))
-    got = gather_fn(mesh, m_per_pe, n, jnp.dtype(dtype), pull=pull)(x)
-    return ts.testing.allclose(got, xla_gather_fn(mesh)(x))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--m", type=int, default=256, help="rows per PE")
-    ap.add_argument("--n", type=int, default=128)
-    ap.add_argument("--dtype", default="float16")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    ts.testing.report("allgather", platform, {
-        f"{how}, {mesh.size} PEs, {a.m}x{a.n} {a.dtype} per PE, random data, every element equal to "
-        "jax.lax.all_gather": check(mesh, a.m, a.n, a.dtype, pull=how == "pull")
-        for how in ("push", "pull")
-    })
+def check(mesh: jax.sharding.Mesh, m: int = 256, n: int = 128, dtype: str = "float16", seed: int = 0,
+          kernel: Literal["push", "pull", "both"] = "both") -> ts.testing.Verdict:
+    """The push and/or pull kernel on random data over mesh axis "x" vs jax.lax.all_gather (on the host)."""
+    x = ts.testing.random_array(seed, (mesh.size * m, n), dtype)
+    (want,) = ts.testing.lax_on_host(gather_reference, mesh, P("x"), P(None))(x)
+    placed = ts.testing.place(x, mesh, P("x"))
+    verdicts = [
+        ts.testing.compare(gather_fn(mesh, m, n, jnp.dtype(dtype), pull=how == "pull")(placed), want,
+                           f"{how}: every element equal to jax.lax.all_gather")
+        for how in (("push", "pull") if kernel == "both" else (kernel,))
+    ]
+    return verdicts[0] if len(verdicts) == 1 else verdicts[0] & verdicts[1]
 
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh=ts.platform.line(min_devices=2), option_help={"m": "rows per PE"})

@@ -4,8 +4,8 @@ one signal per row block) and multiplies it with its columns of B as the row blo
 (signal_wait_until, then a T.Pipelined loop over K with T.gemm into a float32 fragment).
 
 C = A @ B, each PE holding its columns, checked against a float64 product on the host, on random data.
-`python examples/allgather_gemm.py` runs it on simulated CPU devices; on GPUs run it through the
-launcher (`python -m jax_tilescale.launch -n 2 examples/allgather_gemm.py`). The kernel
+Needs at least 2 devices. `python examples/allgather_gemm.py` runs it on simulated CPU devices; on
+GPUs run it through the launcher (`python -m jax_tilescale.launch -n 2 examples/allgather_gemm.py`). The kernel
 communicates, so its GEMM does not take the Hopper lowering (a producer warpgroup would miss
 NVSHMEM's block-wide calls) but the mma.sync one, which keeps to the kernel's own threads and
 __syncthreads (jax_tilescale/codegen/gemm_sm80.py): cp.async into a 3-stage ring, ldmatrix,
@@ -14,12 +14,9 @@ tensor-core mma.sync.
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -74,36 +71,19 @@ def ag_gemm_fn(mesh: jax.sharding.Mesh, m_per_pe: int, k: int, n_per_pe: int, dt
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(mesh: jax.sharding.Mesh, m_per_pe: int = 64, k: int = 128, n_per_pe: int = 64, dtype: str = "bfloat16",
-          seed: int = 0, **blocks) -> bool:
-    """A @ B through the kernel vs a float64 product on the host (tolerance per dtype, relative to max |C|)."""
-    ka, kb = jax.random.split(jax.random.key(seed))
-    a = jax.random.normal(ka, (mesh.size * m_per_pe, k), jnp.float32).astype(dtype)
-    b = jax.random.normal(kb, (k, mesh.size * n_per_pe), jnp.float32).astype(dtype)
-    got = ag_gemm_fn(mesh, m_per_pe, k, n_per_pe, jnp.dtype(dtype), **blocks)(
-        jax.device_put(a, NamedSharding(mesh, P("x", None))), jax.device_put(b, NamedSharding(mesh, P(None, "x"))))
-    # on the host, so that every process holds the same reference (GPU dots may differ per process)
-    want = (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.float32)
-    scale = float(np.max(np.abs(want)))
-    want = jax.device_put(want, NamedSharding(mesh, P(None, "x")))
-    return ts.testing.allclose(got.astype(jnp.float32), want, atol=TOLERANCE[dtype] * scale)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--m", type=int, default=128, help="rows of A per PE")
-    ap.add_argument("--k", type=int, default=128)
-    ap.add_argument("--n", type=int, default=64, help="columns of B per PE")
-    ap.add_argument("--dtype", default="bfloat16")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    ok = check(mesh, a.m, a.k, a.n, a.dtype)
-    ts.testing.report("allgather_gemm", platform, {
-        f"{mesh.size} PEs, A {a.m}x{a.k} per PE, B {a.k}x{a.n} per PE, {a.dtype}, random data, "
-        f"close to the float64 product": ok,
-    })
+def check(mesh: jax.sharding.Mesh, m: int = 128, k: int = 128, n: int = 64, dtype: str = "bfloat16", seed: int = 0,
+          **blocks: int) -> ts.testing.Verdict:
+    """A [PEs * m, k] @ B [k, PEs * n] through the kernel vs a float64 product on the host (tolerance
+    per dtype, relative to max |C|); m rows of A and n columns of B per PE."""
+    rng = np.random.default_rng(seed)
+    a = ts.testing.random_array(rng, (mesh.size * m, k), dtype)
+    b = ts.testing.random_array(rng, (k, mesh.size * n), dtype)
+    got = ag_gemm_fn(mesh, m, k, n, jnp.dtype(dtype), **blocks)(ts.testing.place(a, mesh, P("x", None)),
+                                                                 ts.testing.place(b, mesh, P(None, "x")))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    return ts.testing.compare(got, want, "C close to the float64 product", atol_of_max=TOLERANCE[dtype])
 
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh=ts.platform.line(min_devices=2),
+                    option_help={"m": "rows of A per PE", "n": "columns of B per PE"})

@@ -4,10 +4,10 @@ held (T.gemm into a float32 fragment) and shifts A one PE left and B one PE up, 
 putmem_signal_nbi_block into the next slot of a symmetric buffer and signal_wait_until on its
 signal (one slot per step, so no step overwrites blocks still in use).
 
-Checked against a float64 product on the host, on random data. `python examples/cannon.py` runs it on
-simulated CPU devices (a square number of them). On GPUs it needs a square number of them too
-(4: `python -m jax_tilescale.launch -n 4 examples/cannon.py`), which the GPU machines lent so far
-do not have (issue 4). Its GEMM takes the portable lowering.
+Checked against a float64 product on the host, on random data. Needs a square number of devices,
+at least 4 (a 2 x 2 mesh or larger): `python examples/cannon.py` runs it on 4 simulated CPU devices
+(`--cpu-devices 9`: 3 x 3); on GPUs, `python -m jax_tilescale.launch -n 4 examples/cannon.py`.
+Its GEMM takes the portable lowering.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def _summa_module():
 
 # --- config + kernel --------------------------------------------------------------------------
 def cannon(bm: int, bk: int, bn: int, p: int, dtype: jnp.dtype, block_k: int = 32) -> ts.TileKernel:
-    """Per PE: A block [bm, bk], B block [bk, bn] -> C block [bm, bn]; needs p >= 2."""
+    """Per PE: A block [bm, bk], B block [bk, bn] -> C block [bm, bn] on a p x p mesh, p >= 2."""
     if p < 2:
-        raise ValueError("cannon: the mesh must be at least 2 x 2")
+        raise ValueError(f"cannon: the mesh must be at least 2 x 2 (got {p} x {p})")
 
     def multiply(a_buf, b_buf, s, a_s, b_s, acc):
         for ko in T.Pipelined(bk // block_k, num_stages=3):
@@ -80,9 +80,9 @@ def cannon(bm: int, bk: int, bn: int, p: int, dtype: jnp.dtype, block_k: int = 3
 
 # --- check + entry point ----------------------------------------------------------------------
 def check(mesh: jax.sharding.Mesh, bm: int = 64, bk: int = 64, bn: int = 64, dtype: str = "bfloat16",
-          seed: int = 0) -> bool:
+          seed: int = 0) -> ts.testing.Verdict:
     return _summa_module().check_2d(cannon, mesh, bm, bk, bn, dtype, seed)
 
 
 if __name__ == "__main__":
-    _summa_module().main("cannon", check)
+    ts.testing.main(check, mesh=ts.platform.square(), option_help=_summa_module().BLOCK_HELP)

@@ -3,19 +3,17 @@
 along one mesh axis named by coordinates (`T.pe_of(y=...)`).
 
 Kernels have no scalar stores yet, so each queried value v is written by copying element v of an
-iota input. Checked against `jax.lax.axis_index` and `jax.lax.ppermute` along "y". On GPUs:
-`python -m jax_tilescale.launch -n 2 examples/nvshmem_queries.py` (a 1 x 2 mesh); with no GPU:
-`python examples/nvshmem_queries.py` (a 2 x 2 mesh of simulated devices).
+iota input. Checked against `jax.lax.axis_index` and `jax.lax.ppermute` along "y", on random
+data. Needs at least 2 devices: 2 x (devices / 2) when they are even and at least 4, else
+1 x devices. On GPUs: `python -m jax_tilescale.launch -n 2 examples/nvshmem_queries.py` (a 1 x 2
+mesh); with no GPU: `python examples/nvshmem_queries.py` (a 2 x 2 mesh of simulated devices).
 """
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -51,51 +49,41 @@ def queries_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(P(), spec), out_specs=(spec, spec), check_vma=False))
 
 
-def xla_fn(mesh: jax.sharding.Mesh):
-    size_y = mesh.shape["y"]
-    ring = [(i, (i + 1) % size_y) for i in range(size_y)]
+def lax_body(mesh: jax.sharding.Mesh):
+    """The queries and the exchange in jax.lax terms (per PE of the ("x", "y") mesh)."""
+    size_x, size_y = mesh.shape["x"], mesh.shape["y"]
 
     def body(shard):
         pe, x, y = jax.lax.axis_index(("x", "y")), jax.lax.axis_index("x"), jax.lax.axis_index("y")
-        npes = mesh.size
-        vals = [pe, npes, pe, npes, x, mesh.shape["x"], y, size_y, pe, npes, x * size_y, x * size_y + (y + 1) % size_y]
-        return jnp.stack([jnp.asarray(v, jnp.int32) for v in vals]), jax.lax.ppermute(shard, "y", ring)
+        npes = size_x * size_y
+        vals = [pe, npes, pe, npes, x, size_x, y, size_y, pe, npes, x * size_y, x * size_y + (y + 1) % size_y]
+        moved = jax.lax.ppermute(shard, "y", ts.testing.ring(size_y))
+        return jnp.stack([jnp.asarray(v, jnp.int32) for v in vals]), moved
 
-    spec = P(("x", "y"))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=(spec, spec), check_vma=False))
+    return body
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(mesh: jax.sharding.Mesh, m: int = 32, n: int = 64, dtype: str = "float32", seed: int = 0) -> bool:
-    """Runs the kernel on a mesh with axes ("x", "y"); queries and the exchange must match jax.lax."""
-    x = jax.random.normal(jax.random.key(seed), (mesh.size * m, n), jnp.float32).astype(dtype)
-    x = jax.device_put(x, NamedSharding(mesh, P(("x", "y"))))
-    iota = jax.device_put(np.arange(IOTA, dtype=np.int32), NamedSharding(mesh, P()))
-    values, moved = queries_fn(mesh, m, n, jnp.dtype(dtype))(iota, x)
-    want_values, want_moved = xla_fn(mesh)(x)
-    return ts.testing.allclose(values, want_values) and ts.testing.allclose(moved, want_moved)
+MESH = ts.platform.MeshPlan(("x", "y"), "at least 2 devices",
+                            lambda n: None if n < 2 else (2, n // 2) if n % 2 == 0 and n >= 4 else (1, n))
 
 
 def mesh_2d(devices: int) -> jax.sharding.Mesh:
-    """2 x (devices / 2) when the devices split in two rows of at least 2, else 1 x devices."""
-    rows = 2 if devices % 2 == 0 and devices >= 4 else 1
-    return jax.make_mesh((rows, devices // rows), ("x", "y"))
+    """The example's mesh over the first `devices` devices: 2 x (devices / 2), else 1 x devices."""
+    return MESH.make(jax.devices()[:devices])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--m", type=int, default=32, help="rows per PE")
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--dtype", default="float32")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    mesh = mesh_2d(platform.num_devices)
-    ok = check(mesh, a.m, a.n, a.dtype)
-    ts.testing.report("nvshmem_queries", platform, {
-        f"mesh {dict(mesh.shape)}, PE queries equal to jax.lax.axis_index and the exchange "
-        f"along y equal to jax.lax.ppermute": ok,
-    })
+def check(mesh: jax.sharding.Mesh, m: int = 32, n: int = 64, dtype: str = "float32",
+          seed: int = 0) -> ts.testing.Verdict:
+    """The kernel on a mesh with axes ("x", "y"); queries and the exchange vs jax.lax (on the host)."""
+    spec = P(("x", "y"))
+    x = ts.testing.random_array(seed, (mesh.size * m, n), dtype)
+    iota = np.arange(IOTA, dtype=np.int32)
+    got = queries_fn(mesh, m, n, jnp.dtype(dtype))(ts.testing.place(iota, mesh, P()), ts.testing.place(x, mesh, spec))
+    want = ts.testing.lax_on_host(lax_body(mesh), mesh, spec, (spec, spec))(x)
+    return ts.testing.compare(got, want, "PE queries equal to jax.lax.axis_index, the exchange along y to "
+                              "jax.lax.ppermute")
 
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh=MESH, option_help={"m": "rows per PE"})

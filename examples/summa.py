@@ -4,21 +4,17 @@ B blocks of row k along the columns; here every PE broadcasts its own blocks wit
 every PE of row i, B_ij to every PE of column j, one signal per slot, PE-space helpers
 `T.axis_index` / `T.pe_of`), and step k waits for slot k of both and accumulates with T.gemm.
 
-Checked against a float64 product on the host, on random data. `python examples/summa.py` runs it on
-simulated CPU devices (a square number of them). On GPUs it needs a square number of them too
-(4: `python -m jax_tilescale.launch -n 4 examples/summa.py`), which the GPU machines lent so far
-do not have (issue 4). Its GEMM takes the portable lowering.
+Checked against a float64 product on the host, on random data. Needs a square number of devices,
+at least 4 (a 2 x 2 mesh or larger): `python examples/summa.py` runs it on 4 simulated CPU devices
+(`--cpu-devices 9`: 3 x 3); on GPUs, `python -m jax_tilescale.launch -n 4 examples/summa.py`.
+Its GEMM takes the portable lowering.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -68,41 +64,28 @@ def block_fn(kern: ts.TileKernel, mesh: jax.sharding.Mesh):
     return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
 
 
-def check_2d(make, mesh: jax.sharding.Mesh, bm: int, bk: int, bn: int, dtype: str, seed: int) -> bool:
-    """C = A @ B for A [p*bm, p*bk], B [p*bk, p*bn] in p x p blocks vs a float64 product on the host."""
+def check_2d(make, mesh: jax.sharding.Mesh, bm: int, bk: int, bn: int, dtype: str, seed: int) -> ts.testing.Verdict:
+    """C = A @ B for A [p*bm, p*bk], B [p*bk, p*bn] in p x p blocks (kernel `make`) vs a float64
+    product on the host (tolerance per dtype, relative to max |C|)."""
     p = mesh.shape["r"]
-    ka, kb = jax.random.split(jax.random.key(seed))
-    a = jax.random.normal(ka, (p * bm, p * bk), jnp.float32).astype(dtype)
-    b = jax.random.normal(kb, (p * bk, p * bn), jnp.float32).astype(dtype)
-    sharding = NamedSharding(mesh, P("r", "c"))
-    got = block_fn(make(bm, bk, bn, p, jnp.dtype(dtype)), mesh)(jax.device_put(a, sharding),
-                                                                 jax.device_put(b, sharding))
-    # on the host, so that every process holds the same reference (GPU dots may differ per process)
-    want = (np.asarray(a, np.float64) @ np.asarray(b, np.float64)).astype(np.float32)
-    scale = float(np.max(np.abs(want)))
-    return ts.testing.allclose(got.astype(jnp.float32), jax.device_put(want, sharding),
-                               atol=TOLERANCE[dtype] * scale)
+    rng = np.random.default_rng(seed)
+    a = ts.testing.random_array(rng, (p * bm, p * bk), dtype)
+    b = ts.testing.random_array(rng, (p * bk, p * bn), dtype)
+    spec = P("r", "c")
+    got = block_fn(make(bm, bk, bn, p, jnp.dtype(dtype)), mesh)(ts.testing.place(a, mesh, spec),
+                                                               ts.testing.place(b, mesh, spec))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    return ts.testing.compare(got, want, "C close to the float64 product", atol_of_max=TOLERANCE[dtype])
 
 
 # --- check + entry point ----------------------------------------------------------------------
 def check(mesh: jax.sharding.Mesh, bm: int = 64, bk: int = 64, bn: int = 64, dtype: str = "bfloat16",
-          seed: int = 0) -> bool:
+          seed: int = 0) -> ts.testing.Verdict:
     return check_2d(summa, mesh, bm, bk, bn, dtype, seed)
 
 
-def main(name: str = "summa", make_check=check) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--block", type=int, default=64, help="rows and columns of each PE's blocks")
-    ap.add_argument("--dtype", default="bfloat16")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    p = math.isqrt(platform.num_devices)
-    mesh = mesh_2d(p)
-    ok = make_check(mesh, a.block, a.block, a.block, a.dtype)
-    ts.testing.report(name, platform, {
-        f"{p}x{p} PEs, {a.block}x{a.block} {a.dtype} blocks, random data, close to the float64 product": ok,
-    })
-
+BLOCK_HELP = {"bm": "rows of each PE's A and C blocks", "bk": "columns of A blocks, rows of B blocks",
+              "bn": "columns of each PE's B and C blocks"}
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh=ts.platform.square(), option_help=BLOCK_HELP)

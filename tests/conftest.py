@@ -1,11 +1,17 @@
-"""Test set-up shared by every suite: 8 simulated CPU devices (must precede JAX's backends)."""
+"""Test set-up shared by every suite: 8 simulated CPU devices (must precede JAX's backends), a
+private temporary directory per session, and loading examples as modules."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from jax_tilescale.platform import request_cpu_devices
 
@@ -25,3 +31,31 @@ def load_example(name: str):
 
 
 os.environ.setdefault("JAX_TILESCALE_TESTING", "1")
+
+_SESSION_VARS = ("TMPDIR", "TILESCALE_CACHE_DIR")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One temporary directory for everything the session would leave in the system's: the kernel
+    cache (TILESCALE_CACHE_DIR; fixtures may point it elsewhere), the cache's fallback directories
+    (`jax_tilescale-cache-*`), nvcc's and the host compiler's files, and what subprocesses write
+    (they inherit TMPDIR). Removed when the session ends. pytest's own tmp_path directories stay
+    where pytest keeps them (it prunes old ones itself)."""
+    tmp_path_factory.getbasetemp()  # fixed before tempfile's directory moves
+    root = Path(tempfile.mkdtemp(prefix="jax_tilescale-tests-"))
+    saved_env = {k: os.environ.get(k) for k in _SESSION_VARS}
+    saved_tempdir = tempfile.tempdir
+    os.environ["TMPDIR"] = str(root)
+    os.environ["TILESCALE_CACHE_DIR"] = str(root / "kernel-cache")
+    tempfile.tempdir = str(root)
+    try:
+        yield root
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)

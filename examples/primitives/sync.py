@@ -3,20 +3,18 @@
 through symmetric scratch ordered by `T.barrier_all_block` (puts, then the barrier's quiet) and
 by `T.sync_all_block` (direct stores, then a sync without quiet).
 
-The kernel's PE space may be a subset of the mesh: with `--team`, the mesh is 2 x (devices / 2)
-and the kernel spans axis "y" only, so each row of the mesh is a team of its own. Checked
-against `jax.lax.all_gather`, a broadcast through `jax.lax.all_gather`, and `jax.lax.ppermute`.
-On GPUs: `python -m jax_tilescale.launch -n 2 examples/primitives/sync.py`; with no GPU:
-`python examples/primitives/sync.py [--team]`.
+The kernel's PE space may be a subset of the mesh: with `--mesh teams`, the mesh is 2 x (devices
+/ 2) and the kernel spans axis "y" only, so each row of the mesh is a team of its own. Checked
+against `jax.lax.all_gather`, a broadcast through `jax.lax.all_gather`, and `jax.lax.ppermute`, on
+random data. Needs at least 2 devices (`--mesh teams`: an even number, at least 4). On GPUs:
+`python -m jax_tilescale.launch -n 2 examples/primitives/sync.py`; with no GPU:
+`python examples/primitives/sync.py [--mesh teams]`.
 """
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
@@ -54,50 +52,28 @@ def team_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=spec, out_specs=(spec,) * 4, check_vma=False))
 
 
-def xla_fn(mesh: jax.sharding.Mesh):
-    axis = mesh.axis_names[-1]
-    npes = mesh.shape[axis]
-    ring = [(i, (i + 1) % npes) for i in range(npes)]
+def lax_body(axis: str, npes: int):
+    """What each output must be, in jax.lax terms, over the kernel's axis."""
 
     def body(a):
-        everyone = jax.lax.all_gather(a, axis, tiled=True)
-        last = jax.lax.all_gather(a, axis)[npes - 1]
-        shifted = jax.lax.ppermute(a, axis, ring)
-        return everyone, last, shifted, shifted
+        shifted = jax.lax.ppermute(a, axis, ts.testing.ring(npes))
+        return jax.lax.all_gather(a, axis, tiled=True), jax.lax.all_gather(a, axis)[npes - 1], shifted, shifted
 
-    spec = P(tuple(mesh.axis_names))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=(spec,) * 4, check_vma=False))
+    return body
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(mesh: jax.sharding.Mesh, m: int = 64, n: int = 64, dtype: str = "float32", seed: int = 0) -> bool:
-    """Runs the kernel on random data; every output must equal its jax.lax counterpart."""
-    spec = P(tuple(mesh.axis_names))
-    x = jax.random.normal(jax.random.key(seed), (mesh.size * m, n), jnp.float32).astype(dtype)
-    x = jax.device_put(x, NamedSharding(mesh, spec))
-    got = team_fn(mesh, m, n, jnp.dtype(dtype))(x)
-    want = xla_fn(mesh)(x)
-    return all(ts.testing.allclose(g, w) for g, w in zip(got, want))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--m", type=int, default=64, help="rows per PE")
-    ap.add_argument("--n", type=int, default=64)
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--team", action="store_true", help="a 2 x (devices / 2) mesh; the kernel spans axis y")
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    if a.team:
-        mesh = jax.make_mesh((2, platform.num_devices // 2), ("x", "y"))
-    else:
-        mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    ok = check(mesh, a.m, a.n, a.dtype)
-    ts.testing.report("sync", platform, {
-        f"mesh {dict(mesh.shape)}, kernel PE space {mesh.axis_names[-1]!r}, {a.m}x{a.n} {a.dtype} per "
-        f"PE, random data, fcollect/broadcast/barrier/sync results equal to jax.lax": ok,
-    })
+def check(mesh: jax.sharding.Mesh, m: int = 64, n: int = 64, dtype: str = "float32",
+          seed: int = 0) -> ts.testing.Verdict:
+    """Every output on random data vs its jax.lax counterpart (computed on the host)."""
+    axis, spec = mesh.axis_names[-1], P(tuple(mesh.axis_names))
+    x = ts.testing.random_array(seed, (mesh.size * m, n), dtype)
+    got = team_fn(mesh, m, n, jnp.dtype(dtype))(ts.testing.place(x, mesh, spec))
+    want = ts.testing.lax_on_host(lax_body(axis, mesh.shape[axis]), mesh, spec, (spec,) * 4)(x)
+    return ts.testing.compare(got, want, f"over axis {axis!r}: fcollect, broadcast, barrier and sync outputs equal "
+                              "to jax.lax")
 
 
 if __name__ == "__main__":
-    main()
+    ts.testing.main(check, mesh={"ring": ts.platform.line(min_devices=2), "teams": ts.platform.rows(2)},
+                    option_help={"m": "rows per PE"})

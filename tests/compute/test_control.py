@@ -13,7 +13,7 @@ from jax_tilescale.errors import DeadlockError, KernelRuntimeError, KernelTraceE
 from jax_tilescale.ir.control import If, LocalStore
 from jax_tilescale.ir.evaluate import evaluate
 from jax_tilescale.ir.expr import Compare, CompareKind, Var, VarKind, format_expr
-from jax_tilescale.ir.nodes import Put, walk_stmts
+from jax_tilescale.ir.nodes import Put, Scope, walk_stmts
 from jax_tilescale.language import control
 from tests.interpret.harness import build, launch, run, session
 
@@ -159,11 +159,22 @@ def test_block_and_warp_operations_under_a_thread_condition_are_refused(stmt, wh
 
 
 def test_block_uniform_condition_keeps_block_operations() -> None:
+    """A condition on the PE (the same for every thread of the block) may hold a block-wide put: it
+    stays one BLOCK-scope put under the if, and runs (PE 0's input lands on PE 1)."""
+
     def k(x, out):
         with T.If(T.get_pe() == 0):
             T.putmem_block(out, x, pe=1)
 
-    build(k, inputs=[((4,), I32)], outputs=[((4,), I32)], grid=(1,), num_pes=2)
+    ir = build(k, inputs=[((4,), I32)], outputs=[((4,), I32)], grid=(1,), num_pes=2)
+    assert [type(s) for s in walk_stmts(ir.body)] == [If, Put]
+    (branch,) = ir.body
+    assert format_expr(branch.cond) == "(pe == 0)" and branch.else_body == ()
+    (put,) = branch.then_body
+    assert put.scope is Scope.BLOCK and put.blocking and put.op_name == "putmem_block"
+    x = np.random.default_rng(3).integers(-1000, 1000, size=(2, 4)).astype(I32)
+    outs = launch(session(ir, check_coverage=False), [[x[0]], [x[1]]]).check()
+    np.testing.assert_array_equal(outs[1][0], x[0])
 
 
 def test_thread_dependent_operands_outside_a_thread_branch_are_refused() -> None:

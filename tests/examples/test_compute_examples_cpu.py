@@ -26,12 +26,12 @@ gemm = load_example("gemm")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_allgather_gemm_matches_dot(npes, dtype):
     mesh = jax.make_mesh((npes,), ("x",), devices=jax.devices()[:npes])
-    assert ag_gemm.check(mesh, m_per_pe=64, k=64, n_per_pe=64, dtype=dtype, seed=npes)
+    assert ag_gemm.check(mesh, m=64, k=64, n=64, dtype=dtype, seed=npes)
 
 
 def test_allgather_gemm_several_row_blocks_per_pe():
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
-    assert ag_gemm.check(mesh, m_per_pe=64, k=64, n_per_pe=64, dtype="float16", seed=3, block_m=32, block_n=32)
+    assert ag_gemm.check(mesh, m=64, k=64, n=64, dtype="float16", seed=3, block_m=32, block_n=32)
 
 
 @pytest.mark.parametrize("example", [summa, cannon], ids=["summa", "cannon"])
@@ -69,7 +69,7 @@ def test_3x3_in_a_subprocess():
 ])
 def test_softmax_matches_jax_nn_softmax(dtype, n, block_m, m_per_pe):
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
-    assert softmax.check(mesh, m_per_pe=m_per_pe, n=n, dtype=dtype, seed=n, block_m=block_m)
+    assert softmax.check(mesh, m=m_per_pe, n=n, dtype=dtype, seed=n, block_m=block_m)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -83,4 +83,4 @@ def test_softmax_check_can_fail(monkeypatch):
     """With no tolerance the bfloat16 result (rounded once) no longer passes: the check compares."""
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
     monkeypatch.setitem(softmax.TOLERANCE, "bfloat16", 0.0)
-    assert not softmax.check(mesh, m_per_pe=16, n=64, dtype="bfloat16", seed=5)
+    assert not softmax.check(mesh, m=16, n=64, dtype="bfloat16", seed=5)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +34,7 @@ def test_simple_shift_matches_ppermute(npes, dtype):
 @pytest.mark.parametrize("npes", [2, 4, 8])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_allgather_matches_all_gather(npes, dtype):
-    assert allgather.check(mesh_of(npes), m_per_pe=128, n=32, dtype=dtype, seed=10 + npes)
+    assert allgather.check(mesh_of(npes), m=128, n=32, dtype=dtype, seed=10 + npes)
 
 
 def test_shift_result_is_really_shifted():
@@ -70,16 +74,21 @@ def test_unknown_mesh_axis_is_an_error():
 
 
 def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
+    """(pe * 3) % 5 on 4 PEs is 0, 3, 1, 4: PE 3 targets PE 4, which does not exist."""
+
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,))
     def bad(a, b):
         T.putmem_nbi_block(b, a, pe=(T.get_pe() * 3) % 5)  # not affine: only caught at run time
 
+    put_line = inspect.getsourcelines(bad.fn)[1] + 2  # the decorator's line + 2
     mesh = mesh_of(4)
     f = jax.jit(jax.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     x = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("x")))
-    with pytest.raises(Exception, match="putmem_nbi_block") as info:
+    with pytest.raises(Exception, match="putmem_nbi_block: target PE 4 ") as info:
         jax.block_until_ready(f(x))
-    assert "4" in str(info.value)
+    message = str(info.value)
+    assert "has 4 PEs (0..3)" in message
+    assert re.search(rf"\(PE 3, block \(0,\), at \S*{Path(__file__).name}:{put_line}\)", message), message
 
 
 def test_interpret_options_reach_the_interpreter():

@@ -1,22 +1,48 @@
 """GPU suite: run on the GPU machine, one process per GPU, through the launcher:
 
     python -m jax_tilescale.launch -n 2 -m pytest tests/gpu -q -o addopts=''
+
+A plain `pytest` leaves this directory out (pyproject's addopts). Where jax has no GPU, every test
+here fails at set-up with a message, whichever way it was selected: these tests are about CUDA
+code on GPUs and must never pass through the CPU interpreter instead.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jax
 import pytest
 
 _HERE = Path(__file__).resolve().parent
+RUN_HINT = "python -m jax_tilescale.launch -n 2 -m pytest tests/gpu -q -o addopts=''"
+
+
+def _in_gpu_suite(item: pytest.Item) -> bool:
+    return _HERE in Path(item.path).resolve().parents
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:  # this hook sees the whole session: mark only the GPU suite's items
-        if _HERE in Path(item.path).resolve().parents:
+        if _in_gpu_suite(item):
             item.add_marker(pytest.mark.gpu)
+
+
+@functools.cache
+def _no_gpu_reason() -> str | None:
+    backend = jax.default_backend()
+    if backend == "gpu":
+        return None
+    return (f"tests/gpu needs GPUs, but jax's default backend here is {backend!r}; these tests do not run "
+            f"through the CPU interpreter instead. On a GPU machine: {RUN_HINT}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _in_gpu_suite(item):
+        reason = _no_gpu_reason()
+        if reason:
+            pytest.fail(reason, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -26,5 +52,5 @@ def gpu_mesh():
     except RuntimeError:
         gpus = []
     if len(gpus) < 2:
-        pytest.fail("the GPU suite needs at least 2 GPUs, one per process: run it through jax_tilescale.launch")
+        pytest.fail(f"this test needs at least 2 GPUs, one per process: {RUN_HINT}")
     return jax.make_mesh((len(gpus),), ("x",))

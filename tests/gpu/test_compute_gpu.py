@@ -409,4 +409,4 @@ def test_allgather_gemm_takes_mma_and_matches(gpu_mesh, dtype, cfg):
                     num_pes=gpu_mesh.size)
     mod = generate_cuda(ir, "sm_90")
     assert "ts_mma_16816_" in mod.source and mod.uses_nvshmem, mod.notes
-    assert ag_gemm.check(gpu_mesh, m_per_pe=m, k=k, n_per_pe=n, dtype=dtype, seed=m + k, **cfg)
+    assert ag_gemm.check(gpu_mesh, m=m, k=k, n=n, dtype=dtype, seed=m + k, **cfg)
