@@ -79,12 +79,12 @@ def reduce_scatter_fn(mesh: jax.sharding.Mesh, m: int, n: int, block_m: int = 64
     """The jitted kernel over mesh axis "x": global input [npes * npes * m, n] (each PE's shard
     [npes * m, n]), global output [npes * m, n]."""
     kern = ring_reduce_scatter(m, n, mesh.size, block_m)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 
 
 def xla_reduce_scatter_fn(mesh: jax.sharding.Mesh):
     return jax.jit(jax.shard_map(lambda a: jax.lax.psum_scatter(a, "x", scatter_dimension=0, tiled=True),
-                                 mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+                                 mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 
 
 def check(mesh: jax.sharding.Mesh, m: int, n: int = N, block_m: int = 64, seed: int = 0) -> tuple[bool, object]:

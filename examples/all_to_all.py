@@ -61,7 +61,7 @@ def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dt
         cumsum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(splits).astype(jnp.int32)])
         return kern(send, cumsum, recv_offsets)
 
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x"), check_vma=False))
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")))
 
 
 def lax_body(npes: int, tokens: int):

@@ -23,7 +23,7 @@ def allgather(m_per_pe: int, n: int, npes: int, dtype: jnp.dtype, block_m: int =
     """Output [npes * m_per_pe, n] on every PE; grid = (row blocks, target PEs)."""
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((npes * m_per_pe, n), dtype), grid=(m_per_pe // block_m, npes),
-               threads=128)
+               threads=128, replicated=True)
     def ring_allgather(shard, gathered):
         bx, by = T.program_id(0), T.program_id(1)
         me, npes_ = T.get_pe(), T.get_pe_num()
@@ -42,7 +42,7 @@ def allgather_pull(m_per_pe: int, n: int, npes: int, dtype: jnp.dtype, block_m: 
     """
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((npes * m_per_pe, n), dtype), grid=(m_per_pe // block_m, npes),
-               threads=128)
+               threads=128, replicated=True)
     def ring_allgather_pull(shard, gathered):
         bx, by = T.program_id(0), T.program_id(1)
         src = (T.get_pe() + by) % T.get_pe_num()
@@ -56,11 +56,12 @@ def gather_fn(mesh: jax.sharding.Mesh, m_per_pe: int, n: int, dtype: jnp.dtype, 
               pull: bool = False):
     """The jitted all-gather over mesh axis "x" (input sharded by rows, output replicated)."""
     kern = (allgather_pull if pull else allgather)(m_per_pe, n, mesh.size, dtype, block_m)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P(None), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P(None)))
 
 
 def xla_gather_fn(mesh: jax.sharding.Mesh):
     """jax.lax.all_gather on the devices (an XLA collective: benchmarks and GPU tests compare with it)."""
+    # JAX types all_gather's result as varying over "x" (0.10, 0.11), so out_specs=P(None) needs check_vma=False here.
     return jax.jit(jax.shard_map(gather_reference, mesh=mesh, in_specs=P("x"), out_specs=P(None), check_vma=False))
 
 

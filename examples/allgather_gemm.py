@@ -66,8 +66,7 @@ def allgather_gemm(m_per_pe: int, k: int, n_per_pe: int, npes: int, dtype: jnp.d
 
 def ag_gemm_fn(mesh: jax.sharding.Mesh, m_per_pe: int, k: int, n_per_pe: int, dtype: jnp.dtype, **blocks):
     kern = allgather_gemm(m_per_pe, k, n_per_pe, mesh.size, dtype, **blocks)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(P("x", None), P(None, "x")), out_specs=P(None, "x"),
-                                 check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(P("x", None), P(None, "x")), out_specs=P(None, "x")))
 
 
 # --- check + entry point ----------------------------------------------------------------------

@@ -46,7 +46,7 @@ def queries(m: int, n: int, dtype: jnp.dtype) -> ts.TileKernel:
 def queries_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     spec = P(("x", "y"))
     kern = queries(m, n, dtype)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(P(), spec), out_specs=(spec, spec), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(P(), spec), out_specs=(spec, spec)))
 
 
 def lax_body(mesh: jax.sharding.Mesh):

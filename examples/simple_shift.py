@@ -30,7 +30,7 @@ def simple_shift(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.Tile
 def shift_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     """The jitted shift over mesh axis "x" (rows sharded by PE)."""
     kern = simple_shift(m, n, jnp.dtype(dtype))
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 
 
 # --- check + entry point ----------------------------------------------------------------------

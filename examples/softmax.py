@@ -58,7 +58,7 @@ def softmax_ir(m: int, n: int, dtype: jnp.dtype, block_m: int = 8):
 
 def softmax_fn(mesh: jax.sharding.Mesh, m_per_pe: int, n: int, dtype: jnp.dtype, **blocks):
     kern = softmax(m_per_pe, n, jnp.dtype(dtype), **blocks)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None)))
 
 
 # --- check + entry point ----------------------------------------------------------------------

@@ -61,7 +61,7 @@ def mesh_2d(p: int) -> jax.sharding.Mesh:
 
 def block_fn(kern: ts.TileKernel, mesh: jax.sharding.Mesh):
     spec = P("r", "c")
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=(spec, spec), out_specs=spec))
 
 
 def check_2d(make, mesh: jax.sharding.Mesh, bm: int, bk: int, bn: int, dtype: str, seed: int) -> ts.testing.Verdict:

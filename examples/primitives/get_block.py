@@ -43,7 +43,7 @@ def pull(m: int, n: int, dtype: jnp.dtype, block_m: int = 32) -> ts.TileKernel:
 
 def pull_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     kern = pull(m, n, dtype)
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P("x")), check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=(P("x"), P("x"))))
 
 
 # --- check + entry point ----------------------------------------------------------------------

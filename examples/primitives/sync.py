@@ -49,7 +49,7 @@ def team_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
     axis = mesh.axis_names[-1]
     kern = team_ops(m, n, mesh.shape[axis], dtype, axis)
     spec = P(tuple(mesh.axis_names))
-    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=spec, out_specs=(spec,) * 4, check_vma=False))
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=spec, out_specs=(spec,) * 4))
 
 
 def lax_body(axis: str, npes: int):

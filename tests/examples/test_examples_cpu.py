@@ -41,7 +41,7 @@ def test_shift_result_is_really_shifted():
     """Independent of the lax reference: block of PE i lands on PE i+1."""
     mesh = mesh_of(4)
     f = jax.jit(jax.shard_map(shift.simple_shift(64, 8, jnp.float32), mesh=mesh, in_specs=P("x"),
-                              out_specs=P("x"), check_vma=False))
+                              out_specs=P("x")))
     x = np.random.default_rng(0).standard_normal((4 * 64, 8)).astype(np.float32)
     out = np.asarray(f(jax.device_put(x, NamedSharding(mesh, P("x")))))
     np.testing.assert_array_equal(out, np.roll(x.reshape(4, 64, 8), 1, axis=0).reshape(-1, 8))
@@ -52,7 +52,7 @@ def test_kernel_over_one_axis_of_a_2d_mesh():
     mesh = jax.make_mesh((2, 4), ("r", "x"), devices=jax.devices()[:8])
     kern = shift.simple_shift(64, 8, jnp.float32)
     kern_x = ts.kernel(kern.fn, out_shape=jax.ShapeDtypeStruct((64, 8), jnp.float32), grid=(1,), mesh_axes=("x",))
-    f = jax.jit(jax.shard_map(kern_x, mesh=mesh, in_specs=P(("r", "x")), out_specs=P(("r", "x")), check_vma=False))
+    f = jax.jit(jax.shard_map(kern_x, mesh=mesh, in_specs=P(("r", "x")), out_specs=P(("r", "x"))))
     x = np.random.default_rng(1).standard_normal((8 * 64, 8)).astype(np.float32)
     out = np.asarray(f(jax.device_put(x, NamedSharding(mesh, P(("r", "x"))))))
     want = np.roll(x.reshape(2, 4, 64, 8), 1, axis=1).reshape(-1, 8)
@@ -68,7 +68,7 @@ def test_kernel_with_mesh_axes_outside_shard_map_is_an_error():
 def test_unknown_mesh_axis_is_an_error():
     k = ts.kernel(lambda a, b: None, out_shape=jax.ShapeDtypeStruct((8,), jnp.float32), grid=(1,), mesh_axes="y")
     mesh = mesh_of(2)
-    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     with pytest.raises(ts.KernelTraceError, match=r"\['y'\] are not axes"):
         f(jax.device_put(jnp.ones((16,), jnp.float32), NamedSharding(mesh, P("x"))))
 
@@ -82,7 +82,7 @@ def test_dynamic_pe_out_of_range_is_reported_with_pe_and_op():
 
     put_line = inspect.getsourcelines(bad.fn)[1] + 2  # the decorator's line + 2
     mesh = mesh_of(4)
-    f = jax.jit(jax.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(jax.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.device_put(jnp.arange(32, dtype=jnp.float32), NamedSharding(mesh, P("x")))
     with pytest.raises(Exception, match="putmem_nbi_block: target PE 4 ") as info:
         jax.block_until_ready(f(x))
@@ -102,8 +102,7 @@ def test_interpret_options_reach_the_interpreter():
     out = jax.ShapeDtypeStruct((64, 8), jnp.float32)
     checked = ts.kernel(racy, out_shape=out, grid=(2,))
     with pytest.raises(Exception, match="data race"):
-        jax.block_until_ready(jax.jit(jax.shard_map(checked, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                                    check_vma=False))(x))
+        jax.block_until_ready(jax.jit(jax.shard_map(checked, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x))
     unchecked = ts.kernel(racy, out_shape=out, grid=(2,), interpret=ts.InterpretOptions(detect_races=False))
-    got = jax.jit(jax.shard_map(unchecked, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+    got = jax.jit(jax.shard_map(unchecked, mesh=mesh, in_specs=P("x"), out_specs=P("x")))(x)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(x))

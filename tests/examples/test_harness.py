@@ -16,7 +16,8 @@ testing = ts.testing
 
 
 def device_shard_map(body, mesh, in_specs, out_specs, *arrays):
-    """The same body under a real jax.shard_map on the simulated devices (XLA's collectives)."""
+    """The same body under a real jax.shard_map on the simulated devices (XLA's collectives; JAX types
+    all_gather's result as varying, so a replicated out_spec for it needs check_vma=False)."""
     specs = in_specs if isinstance(in_specs, tuple) else (in_specs,)
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False))
     out = f(*(jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(arrays, specs)))

@@ -109,8 +109,7 @@ def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
     def too_big_for_the_heap(src, dst):
         T.putmem_nbi_block(dst[0:64, :], src, pe=(T.get_pe() + 1) % T.get_pe_num())
 
-    f = jax.jit(jax.shard_map(too_big_for_the_heap, mesh=gpu_mesh, in_specs=P("x"), out_specs=P("x"),
-                              check_vma=False))
+    f = jax.jit(jax.shard_map(too_big_for_the_heap, mesh=gpu_mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.device_put(jnp.ones((gpu_mesh.size * 64, n), jnp.float32), NamedSharding(gpu_mesh, P("x")))
     from jax_tilescale import _ffi
 

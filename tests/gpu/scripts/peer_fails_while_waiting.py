@@ -37,7 +37,7 @@ def wait_for_rank_one(src, dst):
     T.signal_wait_until(sig, T.Cmp.EQ, 1)  # rank 1 would set it; it fails instead
 
 
-f = jax.jit(jax.shard_map(wait_for_rank_one, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+f = jax.jit(jax.shard_map(wait_for_rank_one, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 x = jax.device_put(jnp.ones((mesh.size * 64, 128), jnp.float32), NamedSharding(mesh, P("x")))
 compiled = f.lower(x).compile()  # compiled ahead: rank 0 then only launches
 if jax.process_index() == 1:

@@ -64,7 +64,7 @@ SIGNAL_LINE, WORD_LINE = _line("SIGNAL_LINE:"), _line("WORD_LINE:")
 
 
 def call(k):
-    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(jax.shard_map(k, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     x = jax.device_put(jnp.arange(npes * 64 * 128, dtype=jnp.float32).reshape(npes * 64, 128),
                        NamedSharding(mesh, P("x")))
     return f, x
