@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check of jax_tilescale, for the lent 2 x H200 machine (offline, Python 3.12, jax 0.11.2,
+# The GPU check of jax_tilescale, for the lent H200 machines (offline, Python 3.12, jax 0.11.2,
 # NVSHMEM 3.4.5). From the repository root, with the nvshmem4py-cu13 wheel in .whl/:
 #
 #   bash tools/gpu_test.sh            # build, install, GPU tests, examples, two "nodes" on one machine
 #   bash tools/gpu_test.sh bench      # ... then the benchmarks
 #   STEPS="gpu_tests two_nodes" bash tools/gpu_test.sh   # only some steps (names as in the summary)
+#
+# With one GPU, the suite runs in two passes: the single-GPU tests (tests/gpu/test_compute_gpu.py, ...)
+# as one process, and everything that needs two PEs as two processes sharing GPU 0 under MPS
+# (../shared/notes/two_pes_one_gpu.md; TILESCALE_PES_SHARE_GPU=1 makes tests that need an XLA
+# collective, which NCCL refuses there, skip with that reason). With two or more GPUs: one process per GPU.
 #
 # Logs go to $OUT (or /tmp/ts_gpu); a summary table is printed last.
 set -uo pipefail
@@ -70,17 +75,62 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+
+# Two PEs (processes) on GPU 0 under MPS: two launcher "nodes" of one rank each, both seeing only GPU 0.
+# shared_two_pes PORT TIMEOUT ARGS...: ARGS as for the launcher (a script, or -m module ...).
+mps_started=0
+start_mps() {
+  [ "$mps_started" = 1 ] && return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && mps_started=1
+}
+stop_mps() { [ "$mps_started" = 1 ] && echo quit | nvidia-cuda-mps-control; mps_started=0; }
+trap stop_mps EXIT
+shared_two_pes() {
+  local port=$1 limit=$2; shift 2
+  start_mps || return 1
+  local -a env2=(NODES=2 GPUS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" CUDA_VISIBLE_DEVICES=0
+                 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 NVSHMEM_SYMMETRIC_SIZE=2G
+                 TILESCALE_PES_SHARE_GPU=1)
+  env "${env2[@]}" NODE_RANK=1 python3 -m jax_tilescale.launch --timeout "$limit" "$@" > "$LOG/pe1.out" 2>&1 &
+  local pid1=$!
+  env "${env2[@]}" NODE_RANK=0 python3 -m jax_tilescale.launch --timeout "$limit" "$@" 2>&1 | sed -u 's/^/[pe 0] /'
+  local rc0=${PIPESTATUS[0]}
+  wait "$pid1"; local rc1=$?
+  sed 's/^/[pe 1] /' "$LOG/pe1.out"
+  echo "pe 0 exit $rc0, pe 1 exit $rc1"
+  [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+}
+
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 step build python3 -m pip install -q --no-build-isolation --no-deps -e . || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
 python3 -c "import jax_tilescale._ffi as m; print('ffi extension:', m.__file__)"
+step python312_checks python3 -m pytest -q -p no:cacheprovider tests/ir/test_truth_test.py tests/runtime/test_abi.py \
+  tests/jax/test_jax_compat.py
 step codegen_smoke python3 -m pytest -q tests/codegen/test_gpu_smoke.py -o addopts=""
-step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -q -o addopts="" -p no:cacheprovider
-step simple_shift python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/simple_shift.py --m 4096 --n 1024
-step allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather.py --m 4096 --n 1024
+SINGLE_GPU_TESTS="tests/gpu/test_compute_gpu.py tests/gpu/test_cumsum_gpu.py"
+step gpu_tests_1pe python3 -m jax_tilescale.launch -n 1 --timeout 540 -m pytest $SINGLE_GPU_TESTS -q -o addopts="" \
+  -p no:cacheprovider
 step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
-step thread_signal python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/primitives/thread_signal.py
-step allgather_gemm python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/allgather_gemm.py --m 256 --k 256 --n 128
+if [ "$NGPU" -ge 2 ]; then
+  step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -q -o addopts="" \
+    -p no:cacheprovider --deselect tests/gpu/test_compute_gpu.py --deselect tests/gpu/test_cumsum_gpu.py
+  for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
+            "allgather_gemm.py --m 256 --k 256 --n 128" "all_to_all.py"; do
+    step "ex_${ex%%.py*}" python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/$ex
+  done
+else  # one GPU: what needs two PEs runs as two processes on it
+  step gpu_tests_2pe shared_two_pes 29611 540 -m pytest tests/gpu -q -o addopts="" -p no:cacheprovider \
+    --deselect tests/gpu/test_compute_gpu.py --deselect tests/gpu/test_cumsum_gpu.py
+  port=29621
+  for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
+            "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \
+            "primitives/sync.py"; do
+    name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" 300 examples/$ex; port=$((port + 2))
+  done
+fi
 if [ "$NGPU" -ge 4 ]; then  # 2x2 meshes (issue 4): one PE per GPU
   step summa python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/summa.py
   step cannon python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/cannon.py
@@ -96,10 +146,10 @@ fi
 if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py
 fi
-if [ "${1:-}" = bench ] && want bench_wait_timeout; then
+if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then
   step bench_wait_timeout python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/wait_timeout_cost.py
 fi
-if [ "${1:-}" = bench ] && want bench_allgather; then
+if [ "${1:-}" = bench ] && want bench_allgather && [ "$NGPU" -ge 2 ]; then
   step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py
   grep -A20 "all-gather," "$LOG/bench_allgather.log" | sed 's/^\[rank 0\] //' | grep -v '^\[rank' || true
 fi

@@ -21,12 +21,12 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import _jax_compat
 from ..errors import LaunchError
+from . import watchdog as _watchdog
+from .process import distributed_client, env_seconds, node_id, rank_and_world
 
 INIT_TIMEOUT_VAR = "TILESCALE_INIT_TIMEOUT"
 HEARTBEAT_TIMEOUT_VAR = "TILESCALE_HEARTBEAT_TIMEOUT"
-NODE_ID_VAR = "TILESCALE_NODE_ID"
 DEFAULT_INIT_TIMEOUT_S = 120.0
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30
 INIT_TIMEOUT_STATUS = 3  # exit status of a process that could not join the job in time
@@ -41,25 +41,6 @@ class ProcessLayout(NamedTuple):
     local_rank: int  # index among the processes of this node (global-rank order)
     world_size: int  # jax.process_count()
     local_size: int  # processes on this node
-
-
-def env_seconds(name: str, default: float) -> float:
-    """A positive number of seconds from the environment, else `default`; a bad value is a LaunchError."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise LaunchError(f"{name}={raw!r} must be a positive number of seconds")
-    return value
-
-
-def node_id() -> str:
-    """This process's node: $TILESCALE_NODE_ID (set by the launcher), else the host name."""
-    return os.environ.get(NODE_ID_VAR) or socket.gethostname()
 
 
 # --- starting jax.distributed --------------------------------------------------------------------
@@ -115,8 +96,6 @@ def initialize(
         )
     finally:
         alarm.cancel()
-    from . import watchdog as _watchdog
-
     # Nothing here may start XLA's backends (jax.process_index() would): the script may still configure them.
     client = distributed_client()
     if client is None:
@@ -182,22 +161,6 @@ class _InitAlarm:
 _lock = threading.Lock()
 _layout: ProcessLayout | None = None
 _published: set[int] = set()
-
-
-def distributed_client() -> Any:
-    """jax.distributed's client (key-value store), or None in a single-process run."""
-    return _jax_compat.distributed_client()
-
-
-def rank_and_world() -> tuple[int, int]:
-    """(jax.process_index(), jax.process_count()), from jax.distributed's state when it is up, so that asking
-    does not start XLA's backends."""
-    started = _jax_compat.distributed_rank_and_world()
-    if started is not None:
-        return started
-    import jax
-
-    return jax.process_index(), jax.process_count()
 
 
 def _publish_node(client: Any, rank: int) -> None:

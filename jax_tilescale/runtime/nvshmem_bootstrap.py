@@ -20,6 +20,7 @@ from .. import _jax_compat
 from ..errors import LaunchError
 from . import watchdog
 from .distributed import process_layout
+from .ffi_registry import load_extension
 
 # NVLink multicast must stay off on the machines we run on (it can take a shared host's GPUs down).
 _ENV_DEFAULTS = {"NVSHMEM_DISABLE_NVLS": "1", "NCCL_NVLS_ENABLE": "0"}
@@ -98,11 +99,11 @@ def finalize() -> None:
         if _info is None:
             return
         try:
-            from jax_tilescale import _ffi  # type: ignore[attr-defined]
-        except ImportError:
-            _ffi = None
-        if _ffi is not None:
-            _ffi.release_workspace()
+            ffi = load_extension()
+        except LaunchError:
+            ffi = None
+        if ffi is not None:
+            ffi.release_workspace()
         import nvshmem.core
 
         nvshmem.core.finalize()

@@ -26,8 +26,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import PEER_FAILED_STATUS
-from .distributed import distributed_client, env_seconds
 from .poller import Poller
+from .process import distributed_client, env_seconds, rank_and_world
 
 ENABLE_VAR = "TILESCALE_WATCHDOG"
 POLL_VAR = "TILESCALE_WATCHDOG_POLL"
@@ -45,8 +45,6 @@ def enabled() -> bool:
 
 
 def _rank() -> int:
-    from .distributed import rank_and_world
-
     return rank_and_world()[0]
 
 

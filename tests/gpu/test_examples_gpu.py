@@ -1,4 +1,6 @@
-"""The examples on real GPUs (NVSHMEM), compared element by element with jax.lax collectives."""
+"""The examples on real GPUs (NVSHMEM), compared element by element with jax.lax collectives
+(evaluated on the host, so that two PEs sharing one GPU can run them too), and once alongside
+XLA's own collectives on the devices."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+import jax_tilescale as ts
 from tests.conftest import load_example
 
 shift = load_example("simple_shift")
@@ -23,15 +26,16 @@ def test_simple_shift(gpu_mesh, dtype, m, n):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("m,n,block_m", [(64, 64, 64), (1024, 512, 128)])
-def test_allgather(gpu_mesh, dtype, m, n, block_m):
-    x = jax.random.normal(jax.random.key(m), (gpu_mesh.size * m, n), jnp.float32).astype(dtype)
-    x = jax.device_put(x, NamedSharding(gpu_mesh, P("x")))
-    got = allgather.gather_fn(gpu_mesh, m, n, jnp.dtype(dtype), block_m)(x)
-    want = allgather.xla_gather_fn(gpu_mesh)(x)
-    for g, w in zip(got.addressable_shards, want.addressable_shards):
-        np.testing.assert_array_equal(np.asarray(g.data), np.asarray(w.data))
+@pytest.mark.parametrize("pull", [False, True])
+def test_allgather(gpu_mesh, dtype, m, n, block_m, pull):
+    x = ts.testing.random_array(m + pull, (gpu_mesh.size * m, n), dtype)
+    (want,) = ts.testing.lax_on_host(allgather.gather_reference, gpu_mesh, P("x"), P(None))(x)
+    placed = ts.testing.place(x, gpu_mesh, P("x"))
+    got = allgather.gather_fn(gpu_mesh, m, n, jnp.dtype(dtype), block_m, pull=pull)(placed)
+    assert ts.testing.compare(got, want, "every element equal to jax.lax.all_gather")
 
 
+@pytest.mark.own_gpu
 def test_repeated_calls_and_xla_collective_alongside(gpu_mesh):
     """Many calls in one jitted program, interleaved with XLA's own psum: nothing stale, no hang."""
     m, n = 256, 256

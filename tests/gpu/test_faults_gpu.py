@@ -56,6 +56,7 @@ _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "NODES", "GPUS"
                 "JAX_COORDINATOR_ADDRESS")
 
 
+@pytest.mark.own_gpu
 def test_a_wait_nobody_satisfies_raises_a_named_error_and_the_job_goes_on(gpu_mesh):
     # Its own job (rank 0 launches it on two of the GPUs; every rank waits for the verdict), so that if the
     # timeout failed to end a wait, only that job would hang, bounded by its --timeout.
@@ -88,6 +89,7 @@ def test_a_wait_nobody_satisfies_raises_a_named_error_and_the_job_goes_on(gpu_me
     assert verdicts[0] == "ok", verdicts[0]
 
 
+@pytest.mark.own_gpu
 def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
     # NVSHMEM grows its heap on demand under CUDA VMM (seen 2026-11-30: a 10 GB workspace ran with
     # NVSHMEM_SYMMETRIC_SIZE=8G), so the heap runs out only with the GPU memory outside XLA's pool; past it,

@@ -14,14 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jax_tilescale"
 NAME = PACKAGE.name
 
-# Cycles that other work removes; any other cycle fails.
-ALLOWED_CYCLES = {
-    # runtime/ is the "jaxint" helper's (issue 12): the watchdog and the distributed start import each other.
-    frozenset({"jax_tilescale.runtime.distributed", "jax_tilescale.runtime.watchdog"}),
-    # kernel.py and runtime/ are the "jaxint" helper's (issue 12, kernel.py split into lowering modules).
-    frozenset({"jax_tilescale", "jax_tilescale.kernel", "jax_tilescale.runtime",
-               "jax_tilescale.runtime.nvshmem_bootstrap"}),
-}
+# Cycles that are allowed: none.
+ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
 def _modules() -> dict[str, Path]:
