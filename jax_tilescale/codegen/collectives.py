@@ -20,7 +20,8 @@ from ..ir.expr import PE_VAR
 from ..ir.nodes import BarrierAll, Broadcast, Fcollect, Region, TeamBarrier
 from .body import EMIT
 from .comm import target_pe, transfer_call
-from .common import Ctx, c_string, indent, scoped
+from .common import c_string, indent, scoped
+from .context import Ctx
 from .expr_printer import PE_VAR_NAME, WHERE_NAME, c_int64
 
 PE_BARRIER = "ts_pe_bar"  # TsTeamBarrier* of barrier_all / sync_all (declared in the prologue)

@@ -28,7 +28,6 @@ from ..ir.nodes import (
 )
 from .body import EMIT
 from .common import (
-    Ctx,
     c_string,
     comment,
     copy_loop_parts,
@@ -39,6 +38,7 @@ from .common import (
     scoped,
     word_pointer,
 )
+from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, c_int64
 from .regions import walk_pair
 

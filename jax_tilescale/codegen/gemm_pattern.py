@@ -15,8 +15,8 @@ import numpy as np
 
 from ..ir.expr import Const, affine_form
 from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, Loop, Region, Stmt
-from .common import Ctx
 from .compute import typed_base
+from .context import Ctx
 from .expr_printer import c_expr, c_identifier
 from .regions import element_offset, row_major_strides
 from .tile_ops import storage_type

@@ -57,7 +57,8 @@ import numpy as np
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
-from .common import INDENT, WARP, Ctx
+from .common import INDENT, WARP
+from .context import Ctx, Frame
 from .expr_printer import c_expr, var_name
 from .gemm_pattern import acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
 from .regions import BASE_ALIGN, element_offset, row_major_strides
@@ -176,19 +177,23 @@ class MmaLoop:
 
 @dataclass
 class Sm80Plan:
-    """What the mma.sync lowering owns in one kernel; `emit` is asked first by every compute rule."""
+    """What the mma.sync lowering owns in one kernel (a `context.GemmPlan`)."""
 
     loops: list[MmaLoop]
     tilings: dict[Buffer, WarpTiling]  # accumulator fragment -> its warp tiling
     threads: int
+    arch: str
     notes: list[str] = field(default_factory=list)  # rings shortened to fit in shared memory
 
-    # ---- facts for the layout (the interface gemm_sm90.Sm90Plan gives layout.plan_layout) ----
-
     @property
-    def acc_slabs(self) -> dict[Buffer, WarpTiling]:
-        """The fragments kept in registers (layout.py's name for them)."""
-        return self.tilings
+    def frame(self) -> Frame:
+        """The kernel's own threads, synchronised with `__syncthreads` (cp.async groups, no mbarriers)."""
+        return Frame(self.threads)
+
+    # ---- facts for the layout ----
+
+    def register_buffers(self) -> frozenset[Buffer]:
+        return frozenset(self.tilings)
 
     def stage_buffers(self) -> dict[Buffer, int]:
         """Shared tiles -> bytes of all their stages (the largest ring when loops share a tile)."""
@@ -203,11 +208,29 @@ class Sm80Plan:
 
     # ---- code ----
 
+    def device_headers(self) -> tuple[str, ...]:
+        return ("tilescale_sm80.cuh",)
+
+    def declarations(self) -> list[str]:
+        return []
+
+    def kernel_params(self) -> str:
+        return ""
+
+    def tensor_map_fields(self) -> tuple[int, ...]:
+        return ()
+
+    def setup(self, ctx: Ctx) -> list[str]:
+        return []
+
+    def producer(self, ctx: Ctx) -> list[str]:
+        return []
+
     def accumulators(self) -> list[str]:
         """Declarations at the kernel's top scope: the fragments live across the statements."""
         return [f"float {acc_name(b)}[{t.mi}][{t.nj}][4] = {{}};" for b, t in self.tilings.items()]
 
-    def emit(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
+    def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
         """Lines for `stmt` when this plan owns it (a planned loop, or a statement on a register
         fragment), else None."""
         if isinstance(stmt, Loop):
@@ -650,4 +673,4 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm80Plan | None, lis
     notes = [f"loop at {gl.loop.loc}: {gl.stages} stages instead of {gl.loop.num_stages} (the shared memory of {arch})"
              for gl in loops if gl.stages < (gl.loop.num_stages or 1)]
     tilings = {gl.acc: warp_tiling(gl.m, gl.n, threads // WARP) for gl in loops}
-    return Sm80Plan(loops, tilings, threads, notes), reasons  # type: ignore[arg-type]
+    return Sm80Plan(loops, tilings, threads, arch, notes), reasons  # type: ignore[arg-type]

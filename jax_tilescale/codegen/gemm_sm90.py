@@ -47,13 +47,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
-from .common import INDENT, Ctx, c_string, indent
+from .common import INDENT, c_string, indent
+from .context import Ctx, Frame
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
 from .tile_ops import float_literal, storage_type
@@ -144,7 +146,8 @@ class TmaStore:
 
 @dataclass
 class Sm90Plan:
-    """What the Hopper lowering owns in one kernel; `emit` is asked first by every compute rule."""
+    """What the Hopper lowering owns in one kernel (a `context.GemmPlan`), and the warp-specialised
+    frame around the kernel's statements."""
 
     loops: list[GemmLoop]
     consumers: int  # consumer warpgroups (the kernel's threads / 128)
@@ -154,6 +157,8 @@ class Sm90Plan:
     ptx_type: str
     cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
     stores: dict[Copy, TmaStore] = field(default_factory=dict)  # accumulator copies done by TMA store
+    notes: list[str] = field(default_factory=list)
+    arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
 
     # ---- facts for the layout and the kernel frame ----
 
@@ -162,13 +167,18 @@ class Sm90Plan:
         return self.consumers * WARPGROUP
 
     @property
-    def total_threads(self) -> int:
-        return self.user_threads + WARPGROUP
-
-    @property
     def consumer_regs(self) -> int:
         per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
         return min(240, per_thread // 8 * 8)
+
+    @property
+    def frame(self) -> Frame:
+        """A producer warpgroup on top of the kernel's threads; `setmaxnreg` moves registers from it
+        to the consumers."""
+        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster)
+
+    def register_buffers(self) -> frozenset[Buffer]:
+        return frozenset(self.acc_slabs)
 
     def stage_buffers(self) -> dict[Buffer, int]:
         """Shared tiles -> bytes of all their stages."""
@@ -181,15 +191,33 @@ class Sm90Plan:
     def barrier_words(self) -> int:
         return sum(2 * gl.stages for gl in self.loops)
 
+    def tensor_map_fields(self) -> tuple[int, ...]:
+        fields = tuple(v for spec in self.tensor_maps for v in spec.encode())
+        assert len(fields) == TENSOR_MAP_FIELDS * len(self.tensor_maps)
+        return fields
+
     def _loop_of(self, loop: Loop) -> GemmLoop | None:
         return next((gl for gl in self.loops if gl.loop is loop), None)
 
     # ---- code ----
 
-    def helpers(self) -> list[str]:
-        """Device functions the kernel calls (the wgmma wrappers it needs)."""
+    def device_headers(self) -> tuple[str, ...]:
+        return ("tilescale_sm90.cuh",)
+
+    def declarations(self) -> list[str]:
+        """The wgmma wrappers the kernel calls, and the tensor maps' parameter type."""
         wanted = sorted({(gl.n, self._a_mn(gl), self._b_mn(gl)) for gl in self.loops})
-        return [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+        helpers = [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+        return [
+            *"\n\n".join(helpers).splitlines(),
+            "",
+            "struct alignas(64) TsTensorMap { unsigned long long opaque[16]; };  // a CUtensorMap",
+            f"struct TsTensorMaps {{ TsTensorMap m[{max(1, len(self.tensor_maps))}]; }};",
+            "",
+        ]
+
+    def kernel_params(self) -> str:
+        return ", const __grid_constant__ TsTensorMaps ts_maps"
 
     @staticmethod
     def _a_mn(gl: GemmLoop) -> bool:
@@ -199,8 +227,9 @@ class Sm90Plan:
     def _b_mn(gl: GemmLoop) -> bool:
         return not gl.gemm.transpose_b
 
-    def barrier_init(self, barrier_ptr: str) -> list[str]:
-        lines = [f"uint64_t* const ts_bars = reinterpret_cast<uint64_t*>({barrier_ptr});"]
+    def setup(self, ctx: Ctx) -> list[str]:
+        """The loops' full and empty mbarriers, initialised before the block splits."""
+        lines = [f"uint64_t* const ts_bars = reinterpret_cast<uint64_t*>(ts_smem + {ctx.layout.mbarrier_offset});"]
         word = 0
         for gl in self.loops:
             lines.append(f"uint64_t* const {gl.full()} = ts_bars + {word};")
@@ -213,6 +242,7 @@ class Sm90Plan:
             releases = self.consumers * 4 * (2 if gl.multicast else 1)  # every consumer warp of the pair
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
             lines.append(f"{INDENT}}}")
+        # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first
         meet = "ts_cluster_sync();" if self.cluster > 1 else "__syncthreads();"
         lines += [f"{INDENT}ts_mbar_init_fence();", "}", meet]
@@ -220,7 +250,7 @@ class Sm90Plan:
 
     def producer(self, ctx: Ctx) -> list[str]:
         """The TMA thread's program: every planned loop's copies, in kernel order."""
-        lines: list[str] = []
+        lines = [f"for (int ts_t = 0; ts_t < {len(self.tensor_maps)}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"]
         for gl in self.loops:
             i = var_name(gl.loop.var)
             s = f"ts_s{gl.index}"
@@ -253,7 +283,7 @@ class Sm90Plan:
     def accumulators(self) -> list[str]:
         return [f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()]
 
-    def emit(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
+    def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
         """Lines for `stmt` when this plan owns it (a planned loop, or a statement on a register
         fragment), else None."""
         if isinstance(stmt, Loop):

@@ -56,7 +56,8 @@ from ..ir.values import (
 )
 from ..ir.verify_base import var_ranges
 from .body import EMIT, EmitKind
-from .common import INDENT, Ctx, indent, index_type
+from .common import INDENT, indent, index_type
+from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .regions import row_major_strides
 
