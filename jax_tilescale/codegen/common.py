@@ -149,11 +149,19 @@ def copy_loop(ctx: Ctx, src: Region, dst: Region, clip_dims: tuple[int, ...] = (
     return setup + loop
 
 
-def scoped(scope: Scope, lines: list[str]) -> list[str]:
-    """`lines` run by the threads of `scope`: all (BLOCK), warp 0 (WARP) or thread 0 (THREAD).
-    Everything the guarded lines need is computed before, by all threads (checks that fail call
-    ts_fail, which is block-uniform)."""
+def thread0(ctx: Ctx, lines: list[str]) -> list[str]:
+    """`lines` issued by thread 0 of the block; in a thread-dependent branch (`ctx.thread_branch`)
+    by each thread that took it."""
+    guard = "{  // this thread" if ctx.thread_branch else "if (threadIdx.x == 0) {"
+    return [guard, *indent(lines), "}"]
+
+
+def scoped(ctx: Ctx, scope: Scope, lines: list[str]) -> list[str]:
+    """`lines` run by the threads of `scope`: all (BLOCK), warp 0 (WARP) or thread 0 (THREAD,
+    `thread0`). Everything the guarded lines need is computed before, by all threads (checks that
+    fail call ts_fail, which is block-uniform)."""
     if scope is Scope.BLOCK:
         return lines
-    guard = "threadIdx.x < 32" if scope is Scope.WARP else "threadIdx.x == 0"
-    return [f"if ({guard}) {{", *indent(lines), "}"]
+    if scope is Scope.THREAD:
+        return thread0(ctx, lines)
+    return ["if (threadIdx.x < 32) {", *indent(lines), "}"]

@@ -70,7 +70,7 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
     return [
         f"{t}* const ts_dst = {typed_base(ctx, buf, s.loc)};",
         *_region_loop(s.dst, f"ts_dst[ts_off] = {conv};", lanes=f"{ctx.kernel.threads}u"),
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -82,8 +82,8 @@ def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
     if s.src.buffer.dtype == s.dst.buffer.dtype:
         # One barrier after every copy: it orders shared-memory writes before later reads, and
         # reads before later overwrites, for whatever statement comes next.
-        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), "__syncthreads();"]
-    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), "__syncthreads();"]
+        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), *ctx.block_sync()]
+    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), *ctx.block_sync()]
 
 
 def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = ()) -> list[str]:
@@ -157,5 +157,5 @@ def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
         f"{INDENT}}}",
         f"{INDENT}ts_c[ts_co] = ts_from_float<{tc}>(ts_acc);",
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]

@@ -52,6 +52,12 @@ class Frame:
         """`__launch_bounds__`'s arguments (a warp-specialised block wants one block per SM)."""
         return f"{self.total_threads}, 1" if self.warp_specialised else f"{self.total_threads}"
 
+    def block_sync(self) -> str:
+        """The barrier of the threads that run the kernel's statements: the whole block, or in a
+        warp-specialised frame named barrier 1 over the kernel's own threads (`__syncthreads`
+        would wait for the producer too)."""
+        return f"ts_named_sync(1, {self.user_threads});" if self.warp_specialised else "__syncthreads();"
+
 
 class GemmPlan(PlanMemory, Protocol):
     """What the code generator may ask of a tensor-core GEMM plan (see the module doc); what the
@@ -102,6 +108,10 @@ class Ctx:
     layout: Layout
     pointers: dict[Buffer, str]  # C name of each buffer's `unsigned char*` base
     plan: GemmPlan | None = None
+    # Inside a thread-dependent `if` (codegen/control.py): each thread that took the branch runs
+    # the statements' per-thread code, without block barriers, which the threads outside would
+    # never reach.
+    thread_branch: bool = False
 
     @property
     def num_blocks(self) -> int:
@@ -110,3 +120,11 @@ class Ctx:
     @property
     def frame(self) -> Frame:
         return self.plan.frame if self.plan is not None else Frame(self.kernel.threads)
+
+    def block_sync(self, note: str = "") -> list[str]:
+        """The block barrier of a statement (the frame's), `note` saying why; none in a thread
+        branch (the barrier after the `if` does its job)."""
+        if self.thread_branch:
+            return []
+        sync = self.frame.block_sync()
+        return [f"{sync}  // {note}" if note else sync]

@@ -218,9 +218,6 @@ def _frame_body(ctx: Ctx, body: list) -> list:
     if not frame.warp_specialised:
         return [*plan.setup(ctx), *plan.accumulators(), *body]
     user = frame.user_threads
-    # The consumers meet among themselves; __syncthreads would wait for the producer too.
-    body = [line.replace("__syncthreads()", f"ts_named_sync(1, {user})") if isinstance(line, str) else line
-            for line in body]
     cluster = ["const uint32_t ts_crank = ts_cluster_rank();  // this block's rank in its cluster pair"]
     return [
         *(cluster if frame.cluster > 1 else []),

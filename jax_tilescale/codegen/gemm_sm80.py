@@ -57,7 +57,7 @@ import numpy as np
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
-from .common import INDENT, WARP
+from .common import INDENT, WARP, indent
 from .context import Ctx, Frame
 from .expr_printer import c_expr, var_name
 from .gemm_pattern import acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
@@ -275,7 +275,7 @@ class Sm80Plan:
         return [
             *setup,
             *self._for_each_pair(s.src.buffer, store),
-            "__syncthreads();  // like every block-level copy: later statements may read what it wrote",
+            *ctx.block_sync("like every block-level copy: later statements may read what it wrote"),
         ]
 
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
@@ -283,7 +283,7 @@ class Sm80Plan:
         return [
             *setup,
             *self._for_each_pair(s.dst.buffer, load),
-            "__syncthreads();  // every thread has read the source before anyone overwrites it",
+            *ctx.block_sync("every thread has read the source before anyone overwrites it"),
         ]
 
     # ---- the planned loop ----
@@ -319,10 +319,10 @@ class Sm80Plan:
                 f"{INDENT}ts_load(ts_it, 0);",
                 f"{INDENT}ts_cp_async_commit();",
                 f"{INDENT}ts_cp_async_wait<0>();",
-                f"{INDENT}__syncthreads();",
+                *indent(ctx.block_sync()),
                 f"{INDENT}const uint32_t ts_a_st = ts_sa, ts_b_st = ts_sb;",
                 *(INDENT + line for line in compute),
-                f"{INDENT}__syncthreads();  // every warp is done with the tiles before they are refilled",
+                *indent(ctx.block_sync("every warp is done with the tiles before they are refilled")),
                 "}",
             ]
             return lines
@@ -335,7 +335,7 @@ class Sm80Plan:
             "#pragma unroll 1",
             f"for (int ts_it = 0; ts_it < {ext}; ++ts_it) {{",
             f"{INDENT}ts_cp_async_wait<{stages - 2}>();  // this thread's copies of iteration ts_it have landed",
-            f"{INDENT}__syncthreads();  // everyone's have; and every warp is done with stage ts_wr",
+            *indent(ctx.block_sync("everyone's have; and every warp is done with stage ts_wr")),
             f"{INDENT}if (ts_it + {stages - 1} < {ext}) ts_load(ts_it + {stages - 1}, ts_wr);",
             f"{INDENT}ts_cp_async_commit();",
             f"{INDENT}ts_wr = ts_wr + 1 == {stages} ? 0 : ts_wr + 1;",
@@ -345,7 +345,7 @@ class Sm80Plan:
             *(INDENT + line for line in compute),
             "}",
             "ts_cp_async_wait<0>();",
-            "__syncthreads();  // the ring is free for the next loop (or the next run of this one)",
+            *ctx.block_sync("the ring is free for the next loop (or the next run of this one)"),
         ]
         return lines
 

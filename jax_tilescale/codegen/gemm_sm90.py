@@ -365,7 +365,7 @@ class Sm90Plan:
             thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
                       f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
         return [
-            f"ts_named_sync(1, {self.user_threads});  // every consumer's tensor-core reads of the ring are done",
+            *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
             f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
             f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
             "+ (threadIdx.x % 32) / 4;  // the thread's first row",
@@ -375,7 +375,7 @@ class Sm90Plan:
                 f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
             ]),
             "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
-            f"ts_named_sync(1, {self.user_threads});",
+            *ctx.block_sync(),
             "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
             *indent(stores),
             f"{INDENT}ts_bulk_commit();",
@@ -386,7 +386,7 @@ class Sm90Plan:
     def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
         setup, load = fragment_load(s, ctx)
         return [
-            f"ts_named_sync(1, {self.user_threads});  // earlier writes of the source by other threads",
+            *ctx.block_sync("earlier writes of the source by other threads"),
             *setup,
             *self._for_each_pair(s.dst.buffer, load),
         ]
