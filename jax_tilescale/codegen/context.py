@@ -11,7 +11,9 @@ plan only what `GemmPlan` states and never tests its class:
   `stage_buffers`, `barrier_words`);
 - `cuda.generate_cuda` asks what the kernel around the statements needs: `arch`, `frame`,
   `device_headers`, `declarations`, `kernel_params`, `tensor_map_fields`, `setup`,
-  `accumulators`, `producer` and `notes`.
+  `accumulators` and `producer`; `gemm_select` passes its `notes` on;
+- every rule that ends a statement with a block barrier emits `Ctx.block_sync()`, which the
+  frame decides.
 
 They live here with `Ctx` because a rule's context names its plan and a plan's lines take the
 context.
