@@ -5,7 +5,10 @@
 - ITERATION `rule(stmt, printer) -> lines`: what one thread does for the statement in one
   iteration of a `T.Parallel` body (the statements that may stand there; tile_ops.py).
 The rules live in compute.py, comm.py, collectives.py, control.py and tile_ops.py; codegen/cuda.py
-(the entry) imports them all. A rule whose statement holds nested statements (a loop, an if)
+(the entry) imports them all. Before the table, `emit_stmt` asks the kernel's GEMM plan
+(`ctx.plan`, context.GemmPlan) once whether the statement is its own (a loop it lowers with tensor
+cores, a statement on a fragment it keeps in registers); then the plan's lines replace the rule's.
+A rule whose statement holds nested statements (a loop, an if)
 emits them with `emit_body`, so nested statements get the same treatment as top-level ones: a
 comment with the statement, a `#line` directive pointing at the user's source, and the
 `ts_where` string that run-time error messages print.
@@ -20,7 +23,8 @@ from typing import Any
 from ..ir.nodes import SourceLoc, Stmt
 from ..ir.printer import format_stmt
 from ..ir.rules import RuleTable
-from .common import Ctx, c_string, comment, indent
+from .common import c_string, comment, indent
+from .context import Ctx
 from .expr_printer import WHERE_NAME
 
 
@@ -49,7 +53,9 @@ def line_directive(loc: SourceLoc) -> str | None:
 
 
 def emit_stmt(stmt: Stmt, ctx: Ctx, label: str) -> list:
-    body = EMIT.lookup(stmt)(stmt, ctx)
+    body = ctx.plan.lines(stmt, ctx) if ctx.plan is not None else None
+    if body is None:
+        body = EMIT.lookup(stmt)(stmt, ctx)
     if any(WHERE_NAME in line for line in body if isinstance(line, str)):  # the user's line, for errors
         body = [f"const char* const {WHERE_NAME} = {c_string(str(stmt.loc))};", *body]
     text = format_stmt(stmt)

@@ -20,7 +20,8 @@ from ..ir.expr import PE_VAR
 from ..ir.nodes import BarrierAll, Broadcast, Fcollect, Region, TeamBarrier
 from .body import EMIT
 from .comm import target_pe, transfer_call
-from .common import Ctx, c_string, indent, scoped
+from .common import c_string, indent, scoped
+from .context import Ctx
 from .expr_printer import PE_VAR_NAME, WHERE_NAME, c_int64
 
 PE_BARRIER = "ts_pe_bar"  # TsTeamBarrier* of barrier_all / sync_all (declared in the prologue)
@@ -42,11 +43,11 @@ def _team_barrier_call(barrier: str, op: str) -> str:
     return f"ts_team_barrier({barrier}, args.pe_map, args.npes, {_wait_site(op + ' (team barrier: every PE)')});"
 
 
-def _team_arrive(barrier: str, op: str) -> list[str]:
+def _team_arrive(ctx: Ctx, barrier: str, op: str) -> list[str]:
     return [
-        "__syncthreads();",
+        *ctx.block_sync(),
         f"if (threadIdx.x == 0) {_team_barrier_call(barrier, op)}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -56,7 +57,7 @@ def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
     op = f"T.{s.op_name}"
     pe_meet = _team_barrier_call(PE_BARRIER, op)
     if ctx.layout.barrier_offset is None:  # a single block: the block barrier is the grid barrier
-        return [*lines, "__syncthreads();", f"if (threadIdx.x == 0) {pe_meet}", "__syncthreads();"]
+        return [*lines, *ctx.block_sync(), f"if (threadIdx.x == 0) {pe_meet}", *ctx.block_sync()]
     # The PE's blocks meet, block 0 meets the other PEs, and the blocks meet again to learn it.
     grid_op = f"{op} (grid barrier: every block of this PE)"
     meet = f"ts_grid_barrier(ts_bar_count, ts_bar_gen, {ctx.num_blocks}u, {_wait_site(grid_op)});"
@@ -73,7 +74,7 @@ def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
 @EMIT.register(TeamBarrier)
 def emit_team_barrier(s: TeamBarrier, ctx: Ctx) -> list[str]:
     # Every thread completes its own puts: warp-scope calls may follow block-wide puts.
-    return [*_complete(s.quiet), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*_complete(s.quiet), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 def _rows_of_this_pe(dst: Region, src: Region) -> Region:
@@ -87,7 +88,7 @@ def _put_to_every_pe(ctx: Ctx, s: Broadcast | Fcollect, dst: Region) -> list[str
     setup, issue = transfer_call(
         ctx, base="putmem", dst=dst, src=s.src, scope=s.scope, blocking=False, target="args.pe_map[ts_q]"
     )
-    return [*setup, "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {", *indent(scoped(s.scope, issue)), "}"]
+    return [*setup, "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {", *indent(scoped(ctx, s.scope, issue)), "}"]
 
 
 @EMIT.register(Broadcast)
@@ -95,10 +96,10 @@ def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
     root_check = target_pe(s.root, s.op_name, var="ts_root_nv", what="root")
     lines = [f"const int64_t ts_root = {c_int64(s.root)};", root_check, "(void)ts_root_nv;"]
     lines += [f"if ({PE_VAR_NAME} == ts_root) {{", *indent(_put_to_every_pe(ctx, s, s.dst)), "}"]
-    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*lines, *_complete(True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 @EMIT.register(Fcollect)
 def emit_fcollect(s: Fcollect, ctx: Ctx) -> list[str]:
     lines = _put_to_every_pe(ctx, s, _rows_of_this_pe(s.dst, s.src))
-    return [*lines, *_complete(True), *_team_arrive(TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*lines, *_complete(True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]

@@ -28,7 +28,6 @@ from ..ir.nodes import (
 )
 from .body import EMIT
 from .common import (
-    Ctx,
     c_string,
     comment,
     copy_loop_parts,
@@ -37,8 +36,10 @@ from .common import (
     linear,
     region_address,
     scoped,
+    thread0,
     word_pointer,
 )
+from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, c_int64
 from .regions import walk_pair
 
@@ -126,10 +127,10 @@ def transfer_call(
         # The signal must land after every row: each thread orders its own puts (fence), the
         # threads of the scope meet, then one of them signals the same PE.
         ptr, value, op = signal
-        meet = {Scope.BLOCK: ["__syncthreads();"], Scope.WARP: ["__syncwarp();"], Scope.THREAD: []}[scope]
+        meet = {Scope.BLOCK: ctx.block_sync(), Scope.WARP: ["__syncwarp();"], Scope.THREAD: []}[scope]
         call = f"nvshmemx_signal_op({ptr}, {value}, {SIGNAL_OP_NAMES[op]}, {target});"
         issue += ["nvshmem_fence();", *meet]
-        issue += [call] if scope is Scope.THREAD else ["if (threadIdx.x == 0) {", f"  {call}", "}"]
+        issue += [call] if scope is Scope.THREAD else thread0(ctx, [call])
     return [comment(f"{rows} runs of {run * itemsize} bytes"), *pointers], issue
 
 
@@ -144,10 +145,10 @@ def _dynamic_bytes(s: Put | Get) -> list[str]:
     ]
 
 
-def _finish(scope: Scope, src: Region) -> list[str]:
+def _finish(ctx: Ctx, scope: Scope, src: Region) -> list[str]:
     """After a scoped transfer: the block moves on together (and may then overwrite a source
     tile). A block-wide transfer from global memory needs no barrier."""
-    return ["__syncthreads();"] if scope is not Scope.BLOCK or src.buffer.kind is BufferKind.SHARED else []
+    return ctx.block_sync() if scope is not Scope.BLOCK or src.buffer.kind is BufferKind.SHARED else []
 
 
 @EMIT.register(Put)
@@ -166,7 +167,7 @@ def emit_put(s: Put, ctx: Ctx) -> list[str]:
         ctx, base="putmem", dst=s.dst, src=s.src, scope=s.scope, blocking=s.blocking, target="ts_target",
         nbytes=nbytes, signal=signal,
     )
-    return lines + setup + scoped(s.scope, issue) + _finish(s.scope, s.src)
+    return lines + setup + scoped(ctx, s.scope, issue) + _finish(ctx, s.scope, s.src)
 
 
 @EMIT.register(Get)
@@ -181,7 +182,7 @@ def emit_get(s: Get, ctx: Ctx) -> list[str]:
         nbytes=nbytes,
     )
     # The data lands in local memory that the other threads may read next (blocking form).
-    return lines + setup + scoped(s.scope, issue) + ["__syncthreads();"]
+    return lines + setup + scoped(ctx, s.scope, issue) + ctx.block_sync()
 
 
 def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
@@ -202,12 +203,12 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
     remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
     lanes = 32 if s.scope is Scope.WARP else None
     setup, loop = copy_loop_parts(ctx, s.src, s.dst, lanes=lanes, **remote)
-    lines += setup + scoped(s.scope, loop)
+    lines += setup + scoped(ctx, s.scope, loop)
     if s.direction is Direction.PUT:
         # Complete when the statement ends: the stores are visible system-wide before any later
         # signal or barrier of this block.
         lines.append("__threadfence_system();")
-    return [*lines, "__syncthreads();"]
+    return [*lines, *ctx.block_sync()]
 
 
 def wait_call(cmp: Cmp, ctype: str, word: str, value: str, *, op: str, peer: str = "-1", sleep: bool,
@@ -228,13 +229,10 @@ def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
-        "if (threadIdx.x == 0) {",
-        f"  {call}",
         # The fence makes the data the signal announces visible before the barrier hands
         # control to the rest of the block.
-        "  __threadfence();",
-        "}",
-        "__syncthreads();",
+        *thread0(ctx, [call, "__threadfence();"]),
+        *ctx.block_sync(),
     ]
 
 
@@ -244,10 +242,8 @@ def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
         target_pe(s.pe, s.op_name),
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
-        "if (threadIdx.x == 0) {",
-        f"  nvshmemx_signal_op(ts_sig, ts_sig_value, {SIGNAL_OP_NAMES[s.op]}, ts_target);",
-        "}",
-        "__syncthreads();",
+        *thread0(ctx, [f"nvshmemx_signal_op(ts_sig, ts_sig_value, {SIGNAL_OP_NAMES[s.op]}, ts_target);"]),
+        *ctx.block_sync(),
     ]
 
 
@@ -265,10 +261,8 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     lines += [
         f"const {ctype}* const ts_word = {word_pointer(ctx, s.word, ctype, base)};",
         f"const {ctype} ts_value = ({ctype})({c_expr(s.value)});",
-        "if (threadIdx.x == 0) {",
-        f"  {call}",
-        "}",
-        "__syncthreads();",
+        *thread0(ctx, [call]),
+        *ctx.block_sync(),
     ]
     return lines
 
@@ -276,11 +270,11 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
 @EMIT.register(Quiet)
 def emit_quiet(s: Quiet, ctx: Ctx) -> list[str]:
     # Quiet is per thread (each thread's share of a block put); the barrier makes it the block's.
-    return ["nvshmem_quiet();", "__syncthreads();"]
+    return ["nvshmem_quiet();", *ctx.block_sync()]
 
 
 @EMIT.register(Fence)
 def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
     # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
     # any thread of the block issues after it (signal_op is issued by thread 0).
-    return ["nvshmem_fence();", "__syncthreads();"]
+    return ["nvshmem_fence();", *ctx.block_sync()]

@@ -1,16 +1,15 @@
-"""What every statement rule of the code generator shares: the context, C spelling helpers,
-addresses of regions, and the element loop of a region pair (copies and peer copies)."""
+"""What every statement rule of the code generator shares: C spelling helpers, addresses of
+regions, who issues a statement, and the element loop of a region pair (copies and peer copies).
+The context the rules receive is `context.Ctx`."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 from ..ir.expr import Const, Expr
-from ..ir.nodes import Buffer, KernelIR, Region, Scope
+from ..ir.nodes import Buffer, Region, Scope
+from .context import Ctx
 from .expr_printer import c_expr, c_identifier
-from .layout import Layout
 from .regions import Dim, clipped_side, element_offset, walk_pair
 
 INDENT = "  "
@@ -18,23 +17,7 @@ WARP = 32
 # Same-size types that move bytes (copies never convert, so the element type does not matter).
 MOVE_TYPES = {1: "uint8_t", 2: "uint16_t", 4: "uint32_t", 8: "uint2", 16: "uint4"}
 
-__all__ = ["INDENT", "MOVE_TYPES", "WARP", "Ctx", "c_identifier"]
-
-
-@dataclass(frozen=True)
-class Ctx:
-    """What statement rules need besides the statement."""
-
-    kernel: KernelIR
-    layout: Layout
-    pointers: dict[Buffer, str]  # C name of each buffer's `unsigned char*` base
-    # The Hopper GEMM plan (`gemm_sm90.Sm90Plan`) when the kernel has warp-specialised GEMM loops:
-    # it owns the register fragments and the loops it lowers.
-    plan: Any = None
-
-    @property
-    def num_blocks(self) -> int:
-        return math.prod(self.kernel.grid)
+__all__ = ["INDENT", "MOVE_TYPES", "WARP", "c_identifier"]
 
 
 def c_string(text: str) -> str:
@@ -166,11 +149,19 @@ def copy_loop(ctx: Ctx, src: Region, dst: Region, clip_dims: tuple[int, ...] = (
     return setup + loop
 
 
-def scoped(scope: Scope, lines: list[str]) -> list[str]:
-    """`lines` run by the threads of `scope`: all (BLOCK), warp 0 (WARP) or thread 0 (THREAD).
-    Everything the guarded lines need is computed before, by all threads (checks that fail call
-    ts_fail, which is block-uniform)."""
+def thread0(ctx: Ctx, lines: list[str]) -> list[str]:
+    """`lines` issued by thread 0 of the block; in a thread-dependent branch (`ctx.thread_branch`)
+    by each thread that took it."""
+    guard = "{  // this thread" if ctx.thread_branch else "if (threadIdx.x == 0) {"
+    return [guard, *indent(lines), "}"]
+
+
+def scoped(ctx: Ctx, scope: Scope, lines: list[str]) -> list[str]:
+    """`lines` run by the threads of `scope`: all (BLOCK), warp 0 (WARP) or thread 0 (THREAD,
+    `thread0`). Everything the guarded lines need is computed before, by all threads (checks that
+    fail call ts_fail, which is block-uniform)."""
     if scope is Scope.BLOCK:
         return lines
-    guard = "threadIdx.x < 32" if scope is Scope.WARP else "threadIdx.x == 0"
-    return [f"if ({guard}) {{", *indent(lines), "}"]
+    if scope is Scope.THREAD:
+        return thread0(ctx, lines)
+    return ["if (threadIdx.x < 32) {", *indent(lines), "}"]

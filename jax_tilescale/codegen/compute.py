@@ -2,9 +2,8 @@
 portable gemm (one thread per output element, fp32 accumulation).
 
 These run on every GPU and for every shape the verifier accepts; they are the reference
-lowering. `gemm_sm90` replaces whole `T.Pipelined` GEMM loops with tensor-core code where the
-shapes allow (and then owns their register fragments); every rule here first asks the plan
-whether a statement is its own.
+lowering. A tensor-core GEMM plan (`gemm_sm90`, `gemm_sm80`) replaces whole GEMM loops where the
+shapes allow, and then owns their register fragments: `body.emit_stmt` asks it before these rules.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ import numpy as np
 from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
 from .body import EMIT, emit_body
-from .common import INDENT, Ctx, clip_guard, copy_loop, decompose, indent, index_type
+from .common import INDENT, clip_guard, copy_loop, decompose, indent, index_type
+from .context import Ctx
 from .expr_printer import c_expr, var_name
 from .regions import clipped_side, element_offset, merged_dims, row_major_strides
 from .tile_ops import float_literal, storage_type
@@ -27,19 +27,11 @@ def typed_base(ctx: Ctx, buf: Buffer, loc) -> str:
     return f"reinterpret_cast<{t}*>({ctx.pointers[buf]})"
 
 
-def _plan_rule(ctx: Ctx, stmt) -> list[str] | None:
-    plan = ctx.plan
-    return None if plan is None else plan.emit(stmt, ctx)
-
-
 # ---- loops -------------------------------------------------------------------------------------
 
 
 @EMIT.register(Loop)
 def emit_loop(s: Loop, ctx: Ctx) -> list[str]:
-    own = _plan_rule(ctx, s)
-    if own is not None:
-        return own
     i = var_name(s.var)
     return [f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{", *indent(emit_body(s.body, ctx)), "}"]
 
@@ -67,9 +59,6 @@ def _region_loop(region: Region, body: str, *, lanes: str) -> list[str]:
 
 @EMIT.register(Fill)
 def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
-    own = _plan_rule(ctx, s)
-    if own is not None:
-        return own
     buf = s.dst.buffer
     t = storage_type(buf.dtype, s.loc)
     if buf.dtype.kind in "iu":
@@ -81,7 +70,7 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
     return [
         f"{t}* const ts_dst = {typed_base(ctx, buf, s.loc)};",
         *_region_loop(s.dst, f"ts_dst[ts_off] = {conv};", lanes=f"{ctx.kernel.threads}u"),
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -90,14 +79,11 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 
 @EMIT.register(Copy)
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
-    own = _plan_rule(ctx, s)
-    if own is not None:  # a GEMM plan's accumulator copy (the plans guard clipped windows themselves)
-        return own
     if s.src.buffer.dtype == s.dst.buffer.dtype:
         # One barrier after every copy: it orders shared-memory writes before later reads, and
         # reads before later overwrites, for whatever statement comes next.
-        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), "__syncthreads();"]
-    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), "__syncthreads();"]
+        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), *ctx.block_sync()]
+    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), *ctx.block_sync()]
 
 
 def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = ()) -> list[str]:
@@ -148,9 +134,6 @@ def _matrix_strides(region: Region, loc) -> tuple[int, int]:
 
 @EMIT.register(Gemm)
 def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
-    own = _plan_rule(ctx, s)
-    if own is not None:
-        return own
     m, n = s.c.sizes[-2:]
     k = s.a.sizes[-2] if s.transpose_a else s.a.sizes[-1]
     (a_r, a_c), (b_r, b_c), (c_r, c_c) = (_matrix_strides(r, s.loc) for r in (s.a, s.b, s.c))
@@ -174,5 +157,5 @@ def emit_gemm(s: Gemm, ctx: Ctx) -> list[str]:
         f"{INDENT}}}",
         f"{INDENT}ts_c[ts_co] = ts_from_float<{tc}>(ts_acc);",
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]

@@ -10,14 +10,14 @@
   (`if flag[0] > 0:`) is printed as codegen/tile_ops.py prints values; every thread evaluates it,
   and they agree: the interpreter reads it once for the block and reports a read that races with
   a write, the only way threads could see different values.
-- A thread-dependent `if` is a C `if` around the statements' per-thread code, then one
-  `__syncthreads()`: the block continues together after it, which is the interpreter's meaning
-  (the block runs the if to completion before its next statement). The per-thread code of a
-  statement is its block-level code with the "thread 0 issues" guard removed (each thread of the
-  branch issues it) and without its `__syncthreads()` (the threads outside the branch never come;
-  the barrier after the if does that job). The verifier admits only statements whose block-level
-  code has that shape (thread-scope transfers, signals, waits, quiet, fence, register stores);
-  `per_thread` checks it and refuses anything else.
+- A thread-dependent `if` is a C `if` around the statements' per-thread code, then one block
+  barrier: the block continues together after it, which is the interpreter's meaning (the block
+  runs the if to completion before its next statement). The branches are emitted with
+  `ctx.thread_branch` set, which makes the rules emit per-thread code: what thread 0 would issue
+  for the block (`common.thread0`) each thread of the branch issues, and `ctx.block_sync()` is
+  no barrier (the threads outside the branch never come; the barrier after the if does that job).
+  The verifier admits only statements whose code has that shape (thread-scope transfers,
+  signals, waits, quiet, fence, register stores); `check_per_thread` refuses anything else.
 - Run-time checks (`ts_fail`) in a thread-dependent branch fail in some threads only: kernels with
   such branches define ts_fail's wait (TS_FAIL_SYNC) as a pause instead of a block barrier, so
   a failing thread stops the kernel instead of waiting for threads that never come
@@ -28,18 +28,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import KernelTraceError
 from ..ir.buffers import BufferKind
 from ..ir.control import If, LocalStore, local_buffers, thread_dependent
 from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select, Var, VarKind
 from ..ir.nodes import BarrierAll, KernelIR, walk_stmts
 from .body import EMIT, emit_body
-from .common import Ctx
+from .context import Ctx
 from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_identifier, c_int64, const_literal
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 THREAD_VAR_NAME = "ts_tx"
-_GUARD = "if (threadIdx.x == 0) {"
 _LOGIC_C = {LogicKind.AND: "&", LogicKind.OR: "|", LogicKind.LAND: "&&", LogicKind.LOR: "||"}
 _C_INT_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
                 "uint16": "uint16_t", "uint32": "uint32_t"}
@@ -104,27 +105,17 @@ def header_defines(kernel: KernelIR) -> list[str]:
     ]
 
 
-def per_thread(lines: list, s: If) -> list:
-    """A statement list's block-level code made per-thread (see the module doc): the thread-0
-    guards opened, the block barriers dropped. Anything else that needs other threads is an
-    internal error (the verifier should have refused the statement)."""
-    out = []
+def check_per_thread(lines: list, s: If) -> None:
+    """The per-thread code of a thread-dependent branch (see the module doc) must not need other
+    threads: a barrier, a thread-index guard or a team or grid barrier there is an internal error
+    (the verifier should have refused the statement)."""
     for line in lines:
-        if not isinstance(line, str):
-            out.append(line)
-            continue
-        text = line.strip()
-        if text == "__syncthreads();":
-            continue
-        if text == _GUARD:
-            line = line.replace(_GUARD, "{  // this thread")
-        elif "__sync" in text or "threadIdx" in text or "ts_team_barrier" in text or "ts_grid_barrier" in text:
+        text = line.strip() if isinstance(line, str) else ""
+        if "__sync" in text or "threadIdx" in text or "ts_team_barrier" in text or "ts_grid_barrier" in text:
             raise KernelTraceError(
                 f"internal: the CUDA code of a statement in the thread-dependent `if` needs other threads: {text}",
                 s.loc,
             )
-        out.append(line)
-    return out
 
 
 def _indent(lines: list) -> list:
@@ -141,14 +132,15 @@ def emit_if(s: If, ctx: Ctx) -> list:
                 inner.loc,
             )
     divergent = thread_dependent(s.cond)
-    then_lines, else_lines = emit_body(s.then_body, ctx), emit_body(s.else_body, ctx)
+    inner = replace(ctx, thread_branch=True) if divergent else ctx
+    then_lines, else_lines = emit_body(s.then_body, inner), emit_body(s.else_body, inner)
     if divergent:
-        then_lines, else_lines = per_thread(then_lines, s), per_thread(else_lines, s)
+        check_per_thread(then_lines + else_lines, s)
     printer = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
     lines = [f"if ({condition(s.cond, printer, s.loc)}) {{", *_indent(then_lines)]
     lines += ["} else {", *_indent(else_lines), "}"] if else_lines else ["}"]
-    if divergent:  # the block goes on together (dropped in an enclosing thread-dependent if)
-        lines.append("__syncthreads();")
+    if divergent:  # the block goes on together (none in an enclosing thread-dependent if)
+        lines += ctx.block_sync()
     return lines
 
 

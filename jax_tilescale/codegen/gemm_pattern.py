@@ -1,48 +1,65 @@
-"""What the two tensor-core GEMM plans (`gemm_sm90`, `gemm_sm80`) share: the shape of the loop
-they take over and small facts about fragments and regions.
+"""What the two tensor-core GEMM plans (`gemm_sm90`, `gemm_sm80`) share in planning: the shape of
+the loop they take over, what they record of it, and which other uses of its fragment they lower.
 
 The loop is TileLang's GEMM step: its body is exactly two copies of tiles into buffers and one
 `T.gemm` of those two tiles into a whole float32 2-D fragment. Each plan then checks what its
-instructions need on top (tile shapes, alignment, where the tiles come from).
+instructions need on top (tile shapes, alignment, where the tiles come from). Their shared
+emission is gemm_emit.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..ir.expr import Const, affine_form
-from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, Loop, Region, Stmt
-from .common import Ctx
-from .compute import typed_base
-from .expr_printer import c_expr, c_identifier
-from .regions import element_offset, row_major_strides
-from .tile_ops import storage_type
+from ..ir.expr import Const
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, Loop, Region, Stmt
 
-# 16-bit and 32-bit element types -> (the C pair type, the function that packs two floats into it)
-PAIR_TYPES = {
-    "__nv_bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn"),
-    "__half": ("__half2", "__floats2half2_rn"),
-    "float": ("float2", "make_float2"),
-}
+T = TypeVar("T", bound="StagedTile")
 
 
-def acc_name(buf: Buffer) -> str:
-    """The C name of a fragment the plans keep in registers."""
-    return f"ts_acc_{c_identifier(buf.name)}"
+@dataclass(frozen=True)
+class StagedTile:
+    """A shared tile a planned loop fills each iteration: `rows` x `cols`, `cols` contiguous (as
+    in its global source), one copy per ring stage."""
+
+    buffer: Buffer
+    copy: Copy
+    rows: int
+    cols: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.rows * self.cols * self.buffer.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class PlannedLoop:
+    """A GEMM loop a plan took: `index` in the plan, its tiles, the gemm into fragment `acc`
+    (M x N, K per iteration), and the ring depth."""
+
+    loop: Loop
+    index: int
+    a: StagedTile
+    b: StagedTile
+    gemm: Gemm
+    acc: Buffer
+    m: int
+    n: int
+    k: int
+    stages: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a.stage_bytes + self.b.stage_bytes
 
 
 def whole(region: Region) -> bool:
     """Whether `region` is its whole buffer."""
     return region.sizes == region.buffer.shape and all(s == Const(0) for s in region.starts)
-
-
-def even(offset) -> bool:
-    """Whether an element offset is provably even (pair stores need 2-element alignment)."""
-    form = affine_form(offset)
-    return form is not None and form[1] % 2 == 0 and all(c % 2 == 0 for c in form[0].values())
 
 
 def buffers_of(s: Stmt) -> set[Buffer]:
@@ -67,10 +84,21 @@ def buffers_of(s: Stmt) -> set[Buffer]:
     return out
 
 
-def match_gemm_step(loop: Loop, input_types: Mapping, unit: str) -> tuple[Gemm, dict[Buffer, Copy]] | str:
-    """(the gemm, tile -> the copy that fills it) when `loop`'s body is `copy, copy, gemm` of
-    those two tiles into a whole 2-D float32 fragment with inputs in `input_types`; else why not
-    (`unit` names the instruction in the message)."""
+class GemmStep(NamedTuple, Generic[T]):
+    """A matched GEMM step: the gemm, its A and B tiles (as the plan records them), M, N, K."""
+
+    gemm: Gemm
+    a: T
+    b: T
+    m: int
+    n: int
+    k: int
+
+
+def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[[Copy], T | str]) -> GemmStep[T] | str:
+    """The step when `loop`'s body is `copy, copy, gemm` of those two tiles into a whole 2-D
+    float32 fragment with inputs in `input_types`, `tile(copy)` accepts both copies (A's first) and
+    the tiles multiply; else why not (`unit` names the instruction in the message)."""
     body = loop.body
     if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
         return "the body is not `copy, copy, gemm`"
@@ -86,88 +114,27 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str) -> tuple[Gemm, 
     acc = g.c.buffer
     if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
         return "C is not a 2-D float32 fragment"
-    return g, copies
+    a, b = tile(copies[g.a.buffer]), tile(copies[g.b.buffer])
+    if isinstance(a, str):
+        return a
+    if isinstance(b, str):
+        return b
+    # Tiles as stored: a transposed operand swaps its dimensions.
+    m, k = (a.cols, a.rows) if g.transpose_a else (a.rows, a.cols)
+    k2, n = (b.cols, b.rows) if g.transpose_b else (b.rows, b.cols)
+    if k != k2 or acc.shape != (m, n):
+        return "the tile shapes do not multiply"
+    return GemmStep(g, a, b, m, n, k)
 
 
-# `pair(e)` of a fragment copy: the lines that move one thread's pair of accumulators at fragment
-# (ts_row, ts_col + j), j = 0, 1; `e(j)` spells the C index of the pair's element j (`[m][i + j]`).
-PairLines = Callable[[Callable[[int], str]], list[str]]
-
-
-def fragment_store(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
-    """A register fragment copied into its (global or shared) window, for a plan's pair loops: the
-    set-up lines (the room left in a clipped window, the window's pointer `ts_dst`) and `pair(e)`.
-    Pairs of 16- or 32-bit elements in contiguous rows go in one aligned store; elements past the
-    end of a clipped window are skipped."""
-    buf, dst = s.src.buffer, s.dst
-    t = storage_type(dst.buffer.dtype, s.loc)
-    r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
-    name = acc_name(buf)
-    setup, inside = _pair_guard(s)
-    pair = PAIR_TYPES.get(t)
-    if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
-        # Clipped, a pair is inside or outside as a whole: the row length and the pair's first
-        # column in the buffer are both even.
-        ctype, make = pair
-
-        def store(e: Callable[[int], str]) -> list[str]:
-            return [_guarded(f"*reinterpret_cast<{ctype}*>(ts_dst + (int64_t)ts_row * {r_stride} + ts_col) = "
-                             f"{make}({name}{e(0)}, {name}{e(1)});", inside(0))]
-    else:
-        def store(e: Callable[[int], str]) -> list[str]:
-            return [_guarded(f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
-                             f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
-    pointer = f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};"
-    return [*setup, pointer], store
-
-
-def fragment_load(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
-    """A window copied into a register fragment, for a plan's pair loops: the set-up lines (as in
-    `fragment_store`, the pointer `ts_src`) and `pair(e)`; elements past the end of a clipped
-    window read as zero."""
-    buf, src = s.dst.buffer, s.src
-    t = storage_type(src.buffer.dtype, s.loc)
-    r_stride, c_stride = row_major_strides(src.buffer.shape)[-2:]
-    name = acc_name(buf)
-    setup, inside = _pair_guard(s)
-
-    def load(e: Callable[[int], str]) -> list[str]:
-        lines = []
-        for j in (0, 1):
-            value = f"ts_to_float<{t}>(ts_src[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}])"
-            cond = inside(j)
-            lines.append(f"{name}{e(j)} = {f'({cond}) ? {value} : 0.0f' if cond else value};")
-        return lines
-
-    pointer = f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};"
-    return [*setup, pointer], load
-
-
-def _guarded(line: str, cond: str) -> str:
-    return f"if ({cond}) {line}" if cond else line
-
-
-def _pair_guard(s: Copy) -> tuple[list[str], Callable[[int], str]]:
-    """For a copy between a register fragment and a window that may pass the end of its global
-    buffer (`Copy.clip_dims`): set-up lines and `inside(j)`, the C condition that fragment element
-    (ts_row, ts_col + j) lies inside the buffer ("" for an unclipped copy)."""
-    if not s.clip_dims:
-        return [], lambda j: ""
-    region = s.global_side
-    rank = len(region.sizes)
-    setup, leading = [], []
-    for d in s.clip_dims:
-        limit = f"(int64_t)({region.buffer.shape[d]}) - (int64_t)({c_expr(region.starts[d])})"
-        setup.append(f"const int64_t ts_room{d} = {limit};  // elements of dimension {d} left in the buffer")
-        if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
-            leading.append(f"ts_room{d} > 0")
-
-    def inside(j: int) -> str:
-        terms = list(leading)
-        if rank - 2 in s.clip_dims:
-            terms.append(f"ts_row < ts_room{rank - 2}")
-        if rank - 1 in s.clip_dims:
-            terms.append(f"ts_col{f' + {j}' if j else ''} < ts_room{rank - 1}")
-        return " && ".join(terms)
-
-    return setup, inside
+def fragment_use_ok(s: Stmt, registers: set[Buffer]) -> bool:
+    """Whether `s`, which names a fragment the plan keeps in `registers`, uses it the way the
+    plans lower (gemm_emit.TensorCorePlan.lines): a fill of the whole fragment, or a copy of the
+    whole fragment to or from a window of its shape (in the window's last two dimensions) that is
+    not a register fragment too."""
+    if isinstance(s, Fill):
+        return whole(s.dst)
+    if not isinstance(s, Copy) or (s.src.buffer in registers) == (s.dst.buffer in registers):
+        return False
+    frag, window = (s.src, s.dst) if s.src.buffer in registers else (s.dst, s.src)
+    return whole(frag) and len(window.sizes) >= 2 and window.sizes[-2:] == frag.sizes

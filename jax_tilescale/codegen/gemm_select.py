@@ -13,10 +13,10 @@ gemm_lowering=)`, else $TILESCALE_GEMM_LOWERING (read here only, when a kernel i
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ..ir.nodes import KernelIR
 from . import gemm_sm80, gemm_sm90
+from .context import GemmPlan
 
 LOWERING_VAR = "TILESCALE_GEMM_LOWERING"
 LOWERINGS = ("auto", "sm90", "mma", "portable")
@@ -32,10 +32,11 @@ def requested_lowering(value: str | None = None) -> str:
     return choice
 
 
-def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tuple[Any, list[str]]:
-    """(plan, notes): a `gemm_sm90.Sm90Plan`, a `gemm_sm80.Sm80Plan` or None (portable), and one
-    line per GEMM loop that did not take the chosen lowering (or took it with changes), each
-    saying which path it took and why."""
+def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tuple[GemmPlan | None, list[str]]:
+    """(plan, notes): the kernel's one GEMM plan (a `gemm_sm90.Sm90Plan` or a `gemm_sm80.Sm80Plan`;
+    the rest of the code generator asks only what `context.GemmPlan` states) or None (portable),
+    and one line per GEMM loop that did not take the chosen lowering (or took it with changes),
+    each saying which path it took and why."""
     choice = requested_lowering(lowering)
     if choice == "portable":
         return None, []

@@ -51,17 +51,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-
-import numpy as np
+from typing import ClassVar
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
-from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
-from .common import INDENT, WARP, Ctx
+from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, KernelIR, Loop, Stmt, walk_stmts
+from .common import INDENT, WARP, indent
+from .context import Ctx, Frame
 from .expr_printer import c_expr, var_name
-from .gemm_pattern import acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
+from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
+from .gemm_pattern import (
+    PlannedLoop,
+    StagedTile,
+    buffers_of,
+    fragment_use_ok,
+    match_gemm_step,
+    whole,
+)
 from .regions import BASE_ALIGN, element_offset, row_major_strides
-from .tile_ops import float_literal
 from .wgmma import WGMMA_INPUT_TYPES
 
 MMA_INPUT_TYPES = WGMMA_INPUT_TYPES  # fp16 -> "f16", bf16 -> "bf16": the same for mma.sync
@@ -81,14 +88,10 @@ def arch_number(arch: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class Tile:
+class Tile(StagedTile):
     """A shared tile fed by cp.async and read by ldmatrix: `rows` x `cols` 16-bit elements, `cols`
     contiguous (as in its global source), swizzled in 16-byte chunks (module docstring)."""
 
-    buffer: Buffer
-    copy: Copy
-    rows: int
-    cols: int
     src_row_stride: int  # elements between the source's rows
 
     @property
@@ -107,10 +110,6 @@ class Tile:
     @property
     def shift(self) -> int:
         return {8: 0, 4: 1, 2: 2}[self.swizzle]
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.rows * self.pitch
 
     def xor_of_row(self, row: str) -> str:
         """C expression of the chunk XOR for a row (only row % 8 matters)."""
@@ -156,116 +155,57 @@ def warp_tiling(m: int, n: int, warps: int) -> WarpTiling | None:
 
 
 @dataclass(frozen=True)
-class MmaLoop:
-    loop: Loop
-    index: int
+class MmaLoop(PlannedLoop):
     a: Tile
     b: Tile
-    gemm: Gemm
-    acc: Buffer
-    m: int
-    n: int
-    k: int
-    stages: int
     ptx_type: str
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a.stage_bytes + self.b.stage_bytes
 
 
 @dataclass
-class Sm80Plan:
-    """What the mma.sync lowering owns in one kernel; `emit` is asked first by every compute rule."""
+class Sm80Plan(TensorCorePlan):
+    """What the mma.sync lowering owns in one kernel: its loops, and the register fragments they
+    accumulate into (gemm_emit.TensorCorePlan lowers the fragments' other statements)."""
 
     loops: list[MmaLoop]
     tilings: dict[Buffer, WarpTiling]  # accumulator fragment -> its warp tiling
     threads: int
+    arch: str
     notes: list[str] = field(default_factory=list)  # rings shortened to fit in shared memory
-
-    # ---- facts for the layout (the interface gemm_sm90.Sm90Plan gives layout.plan_layout) ----
+    # Like every block-level copy, a fragment copy ends with the block meeting.
+    STORE_SYNC: ClassVar = (None, "like every block-level copy: later statements may read what it wrote")
+    LOAD_SYNC: ClassVar = (None, "every thread has read the source before anyone overwrites it")
 
     @property
-    def acc_slabs(self) -> dict[Buffer, WarpTiling]:
-        """The fragments kept in registers (layout.py's name for them)."""
-        return self.tilings
+    def frame(self) -> Frame:
+        """The kernel's own threads, synchronised with `__syncthreads` (cp.async groups, no mbarriers)."""
+        return Frame(self.threads)
 
-    def stage_buffers(self) -> dict[Buffer, int]:
-        """Shared tiles -> bytes of all their stages (the largest ring when loops share a tile)."""
-        out: dict[Buffer, int] = {}
-        for gl in self.loops:
-            for t in (gl.a, gl.b):
-                out[t.buffer] = max(out.get(t.buffer, 0), t.stage_bytes * gl.stages)
-        return out
+    def register_buffers(self) -> frozenset[Buffer]:
+        return frozenset(self.tilings)
 
-    def barrier_words(self) -> int:
-        return 0  # cp.async groups and __syncthreads: no mbarriers
-
-    # ---- code ----
+    def device_headers(self) -> tuple[str, ...]:
+        return ("tilescale_sm80.cuh",)
 
     def accumulators(self) -> list[str]:
         """Declarations at the kernel's top scope: the fragments live across the statements."""
         return [f"float {acc_name(b)}[{t.mi}][{t.nj}][4] = {{}};" for b, t in self.tilings.items()]
 
-    def emit(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
-        """Lines for `stmt` when this plan owns it (a planned loop, or a statement on a register
-        fragment), else None."""
-        if isinstance(stmt, Loop):
-            gl = next((g for g in self.loops if g.loop is stmt), None)
-            return None if gl is None else self._loop(gl, ctx)
-        if isinstance(stmt, Fill) and stmt.dst.buffer in self.tilings:
-            name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
-            return self._for_each_pair(stmt.dst.buffer, lambda e: [f"{name}{e(0)} = {v};", f"{name}{e(1)} = {v};"])
-        if isinstance(stmt, Copy) and stmt.src.buffer in self.tilings:
-            return self._acc_store(stmt, ctx)
-        if isinstance(stmt, Copy) and stmt.dst.buffer in self.tilings:
-            return self._acc_load(stmt, ctx)
-        return None
-
-    # ---- the fragment outside the loops ----
-
-    def _for_each_pair(self, buf: Buffer, body) -> list[str]:
-        """`body(e)` for each pair of this thread's accumulators, `e(j)` spelling the index of
-        element j of the pair: fragment row `ts_row`, columns `ts_col` and `ts_col + 1`; fully
-        unrolled so the array stays in registers."""
+    def pair_walk(self, buf: Buffer) -> PairWalk:
+        """mma.sync's m16n8 layout: warp w's piece, thread t of it holding rows t/4 (+8) of each
+        16 x 8 block, columns 2 (t % 4) + {0, 1}."""
         t = self.tilings[buf]
-        return [
-            "const int ts_warp = threadIdx.x / 32, ts_lane = threadIdx.x % 32;",
-            f"const int ts_row0 = (ts_warp / {t.warps_n}) * {t.tile_m} + ts_lane / 4;",
-            f"const int ts_col0 = (ts_warp % {t.warps_n}) * {t.tile_n} + (ts_lane % 4) * 2;",
-            "#pragma unroll",
-            f"for (int ts_mi = 0; ts_mi < {t.mi}; ++ts_mi) {{",
-            f"{INDENT}#pragma unroll",
-            f"{INDENT}for (int ts_nj = 0; ts_nj < {t.nj}; ++ts_nj) {{",
-            f"{INDENT * 2}#pragma unroll",
-            f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
-            f"{INDENT * 3}const int ts_row = ts_row0 + ts_mi * 16 + ts_h * 8, ts_col = ts_col0 + ts_nj * 8;",
-            f"{INDENT * 3}(void)ts_row; (void)ts_col;",
-            *(INDENT * 3 + line for line in body(lambda j: f"[ts_mi][ts_nj][ts_h * 2 + {j}]")),
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
-        ]
-
-    def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
-        setup, store = fragment_store(s, ctx)
-        return [
-            *setup,
-            *self._for_each_pair(s.src.buffer, store),
-            "__syncthreads();  // like every block-level copy: later statements may read what it wrote",
-        ]
-
-    def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
-        setup, load = fragment_load(s, ctx)
-        return [
-            *setup,
-            *self._for_each_pair(s.dst.buffer, load),
-            "__syncthreads();  // every thread has read the source before anyone overwrites it",
-        ]
+        return PairWalk(
+            ("const int ts_warp = threadIdx.x / 32, ts_lane = threadIdx.x % 32;",
+             f"const int ts_row0 = (ts_warp / {t.warps_n}) * {t.tile_m} + ts_lane / 4;",
+             f"const int ts_col0 = (ts_warp % {t.warps_n}) * {t.tile_n} + (ts_lane % 4) * 2;"),
+            ("ts_mi", t.mi), ("ts_nj", t.nj),
+            ("const int ts_row = ts_row0 + ts_mi * 16 + ts_h * 8, ts_col = ts_col0 + ts_nj * 8;",),
+            lambda j: f"[ts_mi][ts_nj][ts_h * 2 + {j}]",
+        )
 
     # ---- the planned loop ----
 
-    def _loop(self, gl: MmaLoop, ctx: Ctx) -> list[str]:
+    def loop_lines(self, gl: MmaLoop, ctx: Ctx) -> list[str]:  # type: ignore[override]
         w = self.tilings[gl.acc]
         stages, ext = gl.stages, gl.loop.extent
         lines = [
@@ -296,10 +236,10 @@ class Sm80Plan:
                 f"{INDENT}ts_load(ts_it, 0);",
                 f"{INDENT}ts_cp_async_commit();",
                 f"{INDENT}ts_cp_async_wait<0>();",
-                f"{INDENT}__syncthreads();",
+                *indent(ctx.block_sync()),
                 f"{INDENT}const uint32_t ts_a_st = ts_sa, ts_b_st = ts_sb;",
                 *(INDENT + line for line in compute),
-                f"{INDENT}__syncthreads();  // every warp is done with the tiles before they are refilled",
+                *indent(ctx.block_sync("every warp is done with the tiles before they are refilled")),
                 "}",
             ]
             return lines
@@ -312,7 +252,7 @@ class Sm80Plan:
             "#pragma unroll 1",
             f"for (int ts_it = 0; ts_it < {ext}; ++ts_it) {{",
             f"{INDENT}ts_cp_async_wait<{stages - 2}>();  // this thread's copies of iteration ts_it have landed",
-            f"{INDENT}__syncthreads();  // everyone's have; and every warp is done with stage ts_wr",
+            *indent(ctx.block_sync("everyone's have; and every warp is done with stage ts_wr")),
             f"{INDENT}if (ts_it + {stages - 1} < {ext}) ts_load(ts_it + {stages - 1}, ts_wr);",
             f"{INDENT}ts_cp_async_commit();",
             f"{INDENT}ts_wr = ts_wr + 1 == {stages} ? 0 : ts_wr + 1;",
@@ -322,7 +262,7 @@ class Sm80Plan:
             *(INDENT + line for line in compute),
             "}",
             "ts_cp_async_wait<0>();",
-            "__syncthreads();  // the ring is free for the next loop (or the next run of this one)",
+            *ctx.block_sync("the ring is free for the next loop (or the next run of this one)"),
         ]
         return lines
 
@@ -531,28 +471,17 @@ def _tile(copy: Copy, threads: int) -> Tile | str:
 
 
 def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:
-    matched = match_gemm_step(loop, MMA_INPUT_TYPES, "mma.sync")
-    if isinstance(matched, str):
-        return matched
-    g, copies = matched
-    dt, acc = g.a.buffer.dtype, g.c.buffer
-    a = _tile(copies[g.a.buffer], threads)
-    b = _tile(copies[g.b.buffer], threads)
-    for t in (a, b):
-        if isinstance(t, str):
-            return t
-    assert isinstance(a, Tile) and isinstance(b, Tile)
-    m, k = (a.cols, a.rows) if g.transpose_a else (a.rows, a.cols)
-    k2, n = (b.cols, b.rows) if g.transpose_b else (b.rows, b.cols)
-    if k != k2 or acc.shape != (m, n):
-        return "the tile shapes do not multiply"
+    step = match_gemm_step(loop, MMA_INPUT_TYPES, "mma.sync", lambda copy: _tile(copy, threads))
+    if isinstance(step, str):
+        return step
+    g, a, b, m, n, k = step
     if m % 16 or n % 16 or k % 16:
         return f"M x N x K = {m} x {n} x {k} is not made of 16 x 16 x 16 pieces"
     if warp_tiling(m, n, threads // WARP) is None:
         return (f"no grid of {threads // WARP} warps cuts the {m} x {n} tile into multiples of 16 x 16 with at "
                 f"most {MAX_ACC_PER_THREAD} accumulators per thread")
     stages = max(1, loop.num_stages or 1)
-    return MmaLoop(loop, index, a, b, g, acc, m, n, k, stages, MMA_INPUT_TYPES[dt])
+    return MmaLoop(loop, index, a, b, g, g.c.buffer, m, n, k, stages, MMA_INPUT_TYPES[g.a.buffer.dtype])
 
 
 def _candidates(body: tuple[Stmt, ...], uniform: bool = True):
@@ -569,6 +498,7 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
     """Loops (by index) whose tiles or accumulator another statement uses in a way the plan does
     not lower, and why."""
     owned = {id(gl.loop) for gl in loops} | {id(s) for gl in loops for s in gl.loop.body}
+    registers = {gl.acc for gl in loops}
     drop: set[int] = set()
     reasons: list[str] = []
     for s in stmts:
@@ -579,33 +509,22 @@ def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str
             if touched & {gl.a.buffer, gl.b.buffer}:
                 drop.add(gl.index)
                 reasons.append(f"loop at {gl.loop.loc}: {s.op_name} at {s.loc} uses a pipelined tile outside its loop")
-            elif gl.acc in touched and not _fragment_use_ok(s, gl.acc):
+            elif gl.acc in touched and (_clipped_leading(s) or not fragment_use_ok(s, registers)):
                 drop.add(gl.index)
                 reasons.append(f"loop at {gl.loop.loc}: {s.op_name} at {s.loc} uses the accumulator other than "
                                "clear/fill/whole copy")
     return drop, reasons
 
 
-def _fragment_use_ok(s: Stmt, acc: Buffer) -> bool:
-    if isinstance(s, Copy):
-        side = s.dst if s.src.buffer is acc else s.src
-        if any(d < len(side.sizes) - 2 for d in s.clip_dims):
-            return False  # a window clipped along a leading dimension: this plan keeps to matrix windows
-    if isinstance(s, Fill):
-        return whole(s.dst)
-    if isinstance(s, Copy) and s.src.buffer is acc:
-        return whole(s.src) and len(s.dst.sizes) >= 2 and s.dst.sizes[-2:] == s.src.sizes and s.dst.buffer is not acc
-    if isinstance(s, Copy) and s.dst.buffer is acc:
-        return whole(s.dst) and len(s.src.sizes) >= 2 and s.src.sizes[-2:] == s.dst.sizes
-    return False
+def _clipped_leading(s: Stmt) -> bool:
+    """A fragment copy whose window is clipped along a leading dimension: this plan keeps to
+    matrix windows (the Hopper plan takes them)."""
+    return isinstance(s, Copy) and bool(s.clip_dims) and any(d < len(s.global_side.sizes) - 2 for d in s.clip_dims)
 
 
 def _shared_bytes(kernel: KernelIR, loops: list[MmaLoop]) -> int:
     """The dynamic shared memory layout.py will ask for (its rounding, upper bound)."""
-    staged: dict[Buffer, int] = {}
-    for gl in loops:
-        for t in (gl.a, gl.b):
-            staged[t.buffer] = max(staged.get(t.buffer, 0), t.stage_bytes * gl.stages)
+    staged = stage_bytes(loops)
     accs = {gl.acc for gl in loops}
     total = sum(-(-n // SMEM_ALIGN) * SMEM_ALIGN for n in staged.values())
     total += sum(-(-b.nbytes // 128) * 128 for b in kernel.allocs
@@ -650,4 +569,4 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm80Plan | None, lis
     notes = [f"loop at {gl.loop.loc}: {gl.stages} stages instead of {gl.loop.num_stages} (the shared memory of {arch})"
              for gl in loops if gl.stages < (gl.loop.num_stages or 1)]
     tilings = {gl.acc: warp_tiling(gl.m, gl.n, threads // WARP) for gl in loops}
-    return Sm80Plan(loops, tilings, threads, notes), reasons  # type: ignore[arg-type]
+    return Sm80Plan(loops, tilings, threads, arch, notes), reasons  # type: ignore[arg-type]

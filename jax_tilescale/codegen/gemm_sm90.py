@@ -28,7 +28,7 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
 - ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
   part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
-  element's row and column with the room left in the buffer (`gemm_pattern.fragment_store` / `fragment_load`).
+  element's row and column with the room left in the buffer (`gemm_emit.fragment_store` / `fragment_load`).
 
 The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
 tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
@@ -47,16 +47,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
-from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, KernelIR, Loop, Stmt, walk_stmts
-from .common import INDENT, Ctx, c_string, indent
+from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR, Loop, walk_stmts
+from .common import INDENT, c_string, indent
+from .context import Ctx, Frame
 from .expr_printer import WHERE_NAME, c_expr, var_name
-from .gemm_pattern import PAIR_TYPES, acc_name, buffers_of, fragment_load, fragment_store, match_gemm_step, whole
-from .tile_ops import float_literal, storage_type
+from .gemm_emit import PAIR_TYPES, PairWalk, TensorCorePlan, acc_name
+from .gemm_pattern import PlannedLoop, StagedTile, buffers_of, fragment_use_ok, match_gemm_step, whole
+from .tile_ops import storage_type
 from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
 
 WARPGROUP = 128
@@ -87,18 +90,10 @@ class TensorMapSpec:
 
 
 @dataclass(frozen=True)
-class Operand:
+class Operand(StagedTile):
     """A shared tile fed by TMA and read by wgmma: `rows` x `cols`, `cols` contiguous."""
 
-    buffer: Buffer
-    copy: Copy
-    rows: int
-    cols: int
     map_index: int
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.rows * self.cols * self.buffer.dtype.itemsize
 
     @property
     def atoms(self) -> int:
@@ -106,22 +101,10 @@ class Operand:
 
 
 @dataclass(frozen=True)
-class GemmLoop:
-    loop: Loop
-    index: int
+class GemmLoop(PlannedLoop):
     a: Operand
     b: Operand
-    gemm: Gemm
-    acc: Buffer
-    m: int
-    n: int
-    k: int
-    stages: int
     multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a.stage_bytes + self.b.stage_bytes
 
     def full(self) -> str:
         return f"ts_full{self.index}"
@@ -143,8 +126,10 @@ class TmaStore:
 
 
 @dataclass
-class Sm90Plan:
-    """What the Hopper lowering owns in one kernel; `emit` is asked first by every compute rule."""
+class Sm90Plan(TensorCorePlan):
+    """What the Hopper lowering owns in one kernel: its loops, the register fragments they
+    accumulate into (gemm_emit.TensorCorePlan lowers the fragments' other statements), and the
+    warp-specialised frame around the kernel's statements."""
 
     loops: list[GemmLoop]
     consumers: int  # consumer warpgroups (the kernel's threads / 128)
@@ -154,6 +139,10 @@ class Sm90Plan:
     ptx_type: str
     cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
     stores: dict[Copy, TmaStore] = field(default_factory=dict)  # accumulator copies done by TMA store
+    notes: list[str] = field(default_factory=list)
+    arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
+    # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
+    LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
 
     # ---- facts for the layout and the kernel frame ----
 
@@ -162,34 +151,46 @@ class Sm90Plan:
         return self.consumers * WARPGROUP
 
     @property
-    def total_threads(self) -> int:
-        return self.user_threads + WARPGROUP
-
-    @property
     def consumer_regs(self) -> int:
         per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
         return min(240, per_thread // 8 * 8)
 
-    def stage_buffers(self) -> dict[Buffer, int]:
-        """Shared tiles -> bytes of all their stages."""
-        out: dict[Buffer, int] = {}
-        for gl in self.loops:
-            for op in (gl.a, gl.b):
-                out[op.buffer] = op.stage_bytes * gl.stages
-        return out
+    @property
+    def frame(self) -> Frame:
+        """A producer warpgroup on top of the kernel's threads; `setmaxnreg` moves registers from it
+        to the consumers."""
+        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster)
+
+    def register_buffers(self) -> frozenset[Buffer]:
+        return frozenset(self.acc_slabs)
 
     def barrier_words(self) -> int:
         return sum(2 * gl.stages for gl in self.loops)
 
-    def _loop_of(self, loop: Loop) -> GemmLoop | None:
-        return next((gl for gl in self.loops if gl.loop is loop), None)
+    def tensor_map_fields(self) -> tuple[int, ...]:
+        fields = tuple(v for spec in self.tensor_maps for v in spec.encode())
+        assert len(fields) == TENSOR_MAP_FIELDS * len(self.tensor_maps)
+        return fields
 
     # ---- code ----
 
-    def helpers(self) -> list[str]:
-        """Device functions the kernel calls (the wgmma wrappers it needs)."""
+    def device_headers(self) -> tuple[str, ...]:
+        return ("tilescale_sm90.cuh",)
+
+    def declarations(self) -> list[str]:
+        """The wgmma wrappers the kernel calls, and the tensor maps' parameter type."""
         wanted = sorted({(gl.n, self._a_mn(gl), self._b_mn(gl)) for gl in self.loops})
-        return [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+        helpers = [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+        return [
+            *"\n\n".join(helpers).splitlines(),
+            "",
+            "struct alignas(64) TsTensorMap { unsigned long long opaque[16]; };  // a CUtensorMap",
+            f"struct TsTensorMaps {{ TsTensorMap m[{max(1, len(self.tensor_maps))}]; }};",
+            "",
+        ]
+
+    def kernel_params(self) -> str:
+        return ", const __grid_constant__ TsTensorMaps ts_maps"
 
     @staticmethod
     def _a_mn(gl: GemmLoop) -> bool:
@@ -199,8 +200,9 @@ class Sm90Plan:
     def _b_mn(gl: GemmLoop) -> bool:
         return not gl.gemm.transpose_b
 
-    def barrier_init(self, barrier_ptr: str) -> list[str]:
-        lines = [f"uint64_t* const ts_bars = reinterpret_cast<uint64_t*>({barrier_ptr});"]
+    def setup(self, ctx: Ctx) -> list[str]:
+        """The loops' full and empty mbarriers, initialised before the block splits."""
+        lines = [f"uint64_t* const ts_bars = reinterpret_cast<uint64_t*>(ts_smem + {ctx.layout.mbarrier_offset});"]
         word = 0
         for gl in self.loops:
             lines.append(f"uint64_t* const {gl.full()} = ts_bars + {word};")
@@ -213,6 +215,7 @@ class Sm90Plan:
             releases = self.consumers * 4 * (2 if gl.multicast else 1)  # every consumer warp of the pair
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
             lines.append(f"{INDENT}}}")
+        # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first
         meet = "ts_cluster_sync();" if self.cluster > 1 else "__syncthreads();"
         lines += [f"{INDENT}ts_mbar_init_fence();", "}", meet]
@@ -220,7 +223,7 @@ class Sm90Plan:
 
     def producer(self, ctx: Ctx) -> list[str]:
         """The TMA thread's program: every planned loop's copies, in kernel order."""
-        lines: list[str] = []
+        lines = [f"for (int ts_t = 0; ts_t < {len(self.tensor_maps)}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"]
         for gl in self.loops:
             i = var_name(gl.loop.var)
             s = f"ts_s{gl.index}"
@@ -253,60 +256,22 @@ class Sm90Plan:
     def accumulators(self) -> list[str]:
         return [f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()]
 
-    def emit(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
-        """Lines for `stmt` when this plan owns it (a planned loop, or a statement on a register
-        fragment), else None."""
-        if isinstance(stmt, Loop):
-            gl = self._loop_of(stmt)
-            return None if gl is None else self._consumer_loop(gl, ctx)
-        if isinstance(stmt, Fill) and stmt.dst.buffer in self.acc_slabs:
-            name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
-            return self._for_each_pair(stmt.dst.buffer, lambda e: [f"{name}{e(0)} = {v};", f"{name}{e(1)} = {v};"])
-        if isinstance(stmt, Copy) and stmt in self.stores:
-            return self._tma_store(stmt, self.stores[stmt], ctx)
-        if isinstance(stmt, Copy) and stmt.src.buffer in self.acc_slabs:
-            return self._acc_store(stmt, ctx)
-        if isinstance(stmt, Copy) and stmt.dst.buffer in self.acc_slabs:
-            return self._acc_load(stmt, ctx)
-        return None
-
-    def _for_each_pair(self, buf: Buffer, body) -> list[str]:
-        """`body(e)` for each pair of this thread's accumulators, `e(j)` spelling the index of
-        element j of the pair: fragment row `ts_row`, columns `ts_col` and `ts_col + 1` (wgmma's
-        m64nNk16 layout), fully unrolled so the array stays in registers."""
+    def pair_walk(self, buf: Buffer) -> PairWalk:
+        """wgmma's m64nNk16 layout: slab `ts_m` of this warpgroup, 8-column group `ts_j`, half `ts_h`."""
         slabs = self.acc_slabs[buf]
-        return [
-            f"const int ts_wg = threadIdx.x / {WARPGROUP}, ts_warp = (threadIdx.x % {WARPGROUP}) / 32, "
-            "ts_lane = threadIdx.x % 32;",
-            "(void)ts_wg; (void)ts_warp; (void)ts_lane;",
-            *self._pair_loops(buf, [
-                f"const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
-                "const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;",
-                "(void)ts_row; (void)ts_col;",
-                *body(lambda j: f"[ts_m][ts_j * 4 + ts_h * 2 + {j}]"),
-            ]),
-        ]
+        return PairWalk(
+            (f"const int ts_wg = threadIdx.x / {WARPGROUP}, ts_warp = (threadIdx.x % {WARPGROUP}) / 32, "
+             "ts_lane = threadIdx.x % 32;",
+             "(void)ts_wg; (void)ts_warp; (void)ts_lane;"),
+            ("ts_m", slabs), ("ts_j", self.acc_n[buf] // 8),
+            (f"const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
+             "const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;"),
+            lambda j: f"[ts_m][ts_j * 4 + ts_h * 2 + {j}]",
+        )
 
-    def _pair_loops(self, buf: Buffer, inner: list[str]) -> list[str]:
-        """`inner` inside this thread's unrolled loops over its accumulator pairs of `buf`: slab
-        `ts_m`, 8-column group `ts_j`, half `ts_h` (rows +0 / +8); the pair is
-        [ts_m][ts_j * 4 + ts_h * 2 + {0, 1}]."""
-        return [
-            "#pragma unroll",
-            f"for (int ts_m = 0; ts_m < {self.acc_slabs[buf]}; ++ts_m) {{",
-            f"{INDENT}#pragma unroll",
-            f"{INDENT}for (int ts_j = 0; ts_j < {self.acc_n[buf] // 8}; ++ts_j) {{",
-            f"{INDENT * 2}#pragma unroll",
-            f"{INDENT * 2}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
-            *indent(inner, 3),
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
-        ]
-
-    def _acc_store(self, s: Copy, ctx: Ctx) -> list[str]:
-        setup, store = fragment_store(s, ctx)
-        return [*setup, *self._for_each_pair(s.src.buffer, store)]
+    def store_lines(self, s: Copy, ctx: Ctx) -> list[str]:
+        st = self.stores.get(s)
+        return super().store_lines(s, ctx) if st is None else self._tma_store(s, st, ctx)
 
     def _tma_store(self, s: Copy, st: TmaStore, ctx: Ctx) -> list[str]:
         """Accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
@@ -335,17 +300,17 @@ class Sm90Plan:
             thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
                       f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
         return [
-            f"ts_named_sync(1, {self.user_threads});  // every consumer's tensor-core reads of the ring are done",
+            *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
             f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
             f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
             "+ (threadIdx.x % 32) / 4;  // the thread's first row",
             f"const uint32_t ts_t = {thread}",
-            *self._pair_loops(s.src.buffer, [
+            *self.pair_walk(s.src.buffer).loops([
                 f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
                 f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
             ]),
             "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
-            f"ts_named_sync(1, {self.user_threads});",
+            *ctx.block_sync(),
             "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
             *indent(stores),
             f"{INDENT}ts_bulk_commit();",
@@ -353,15 +318,8 @@ class Sm90Plan:
             "}",
         ]
 
-    def _acc_load(self, s: Copy, ctx: Ctx) -> list[str]:
-        setup, load = fragment_load(s, ctx)
-        return [
-            f"ts_named_sync(1, {self.user_threads});  // earlier writes of the source by other threads",
-            *setup,
-            *self._for_each_pair(s.dst.buffer, load),
-        ]
-
-    def _consumer_loop(self, gl: GemmLoop, ctx: Ctx) -> list[str]:
+    def loop_lines(self, gl: GemmLoop, ctx: Ctx) -> list[str]:  # type: ignore[override]
+        """Wait for the stage, issue its wgmma asynchronously, keep one stage in flight, release the previous."""
         i = var_name(gl.loop.var)
         acc = acc_name(gl.acc)
         slabs = self.acc_slabs[gl.acc]
@@ -441,29 +399,18 @@ def _operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], 
 def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int) -> GemmLoop | str:
     if loop.num_stages is None:
         return "not a T.Pipelined loop"
-    matched = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma")
-    if isinstance(matched, str):
-        return matched
-    g, copies = matched
-    dt, acc = g.a.buffer.dtype, g.c.buffer
-    ptx = WGMMA_INPUT_TYPES[dt]
-    a = _operand(copies[g.a.buffer], kernel.params, maps, ptx)
-    b = _operand(copies[g.b.buffer], kernel.params, maps, ptx)
-    for op in (a, b):
-        if isinstance(op, str):
-            return op
-    assert isinstance(a, Operand) and isinstance(b, Operand)
-    m, k = (a.cols, a.rows) if g.transpose_a else (a.rows, a.cols)
-    k2, n = (b.cols, b.rows) if g.transpose_b else (b.rows, b.cols)
-    if k != k2 or acc.shape != (m, n):
-        return "the tile shapes do not multiply"
+    step = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma",
+                           lambda copy: _operand(copy, kernel.params, maps, WGMMA_INPUT_TYPES[copy.dst.buffer.dtype]))
+    if isinstance(step, str):
+        return step
+    g, a, b, m, n, k = step
     if m % (64 * consumers):
         return f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
     if n > 256 or n % 8:
         return f"N tile {n} is not a multiple of 8 up to 256"
     if k % 16:
         return f"K tile {k} is not a multiple of 16"
-    return GemmLoop(loop, index, a, b, g, acc, m, n, k, loop.num_stages)
+    return GemmLoop(loop, index, a, b, g, g.c.buffer, m, n, k, loop.num_stages)
 
 
 def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, list[str]]:
@@ -505,14 +452,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         touched = buffers_of(s)
         if touched & tiles:
             return None, [*reasons, f"{s.op_name} at {s.loc} uses a pipelined tile outside its loop"]
-        if touched & accs:
-            ok = (isinstance(s, Fill) and whole(s.dst)) or (
-                isinstance(s, Copy) and ((s.src.buffer in accs and whole(s.src) and len(s.dst.sizes) >= 2
-                                          and s.dst.sizes[-2:] == s.src.sizes)
-                                         or (s.dst.buffer in accs and whole(s.dst) and len(s.src.sizes) >= 2
-                                             and s.src.sizes[-2:] == s.dst.sizes)))
-            if not ok:
-                return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
+        if touched & accs and not fragment_use_ok(s, accs):
+            return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
     loops = [_with_multicast(gl, kernel) for gl in loops]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:

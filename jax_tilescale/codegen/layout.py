@@ -20,7 +20,7 @@ collective made by another block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from ..errors import KernelTraceError
 from ..ir.nodes import BarrierAll, Buffer, BufferKind, KernelIR
@@ -47,8 +47,24 @@ class Layout:
     scratch_bytes: int
     pe_barrier_offset: int | None = None  # TsTeamBarrier of barrier_all / sync_all
     team_barrier_offset: int | None = None  # TsTeamBarrier of the team collectives
-    mbarrier_offset: int | None = None  # the Hopper plan's mbarrier words (8 bytes each), in shared memory
+    mbarrier_offset: int | None = None  # the GEMM plan's mbarrier words (8 bytes each), in shared memory
     register_buffers: frozenset[Buffer] = field(default_factory=frozenset)  # fragments kept in registers
+
+
+class PlanMemory(Protocol):
+    """What the layout asks of a tensor-core GEMM plan (part of context.GemmPlan)."""
+
+    def register_buffers(self) -> frozenset[Buffer]:
+        """The fragments kept in registers (no shared memory)."""
+        ...
+
+    def stage_buffers(self) -> dict[Buffer, int]:
+        """Shared tiles -> bytes of all their stages (placed first, at 1024-byte boundaries)."""
+        ...
+
+    def barrier_words(self) -> int:
+        """8-byte mbarrier words in shared memory (`Layout.mbarrier_offset`)."""
+        ...
 
 
 def needs_grid_barrier(kernel: KernelIR) -> bool:
@@ -59,14 +75,15 @@ def needs_grid_barrier(kernel: KernelIR) -> bool:
     return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
 
 
-def plan_layout(kernel: KernelIR, plan: Any = None) -> Layout:
-    """Offsets of every allocation. `plan` (a `gemm_sm90.Sm90Plan`) keeps its accumulators in
-    registers and gives its pipelined tiles `num_stages` copies at 1024-byte boundaries.
-    Fragments not kept in registers live in shared memory, row-major, like shared tiles."""
+def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None) -> Layout:
+    """Offsets of every allocation. `plan` (the kernel's GEMM plan) keeps its accumulators in
+    registers, gives its pipelined tiles their stages at 1024-byte boundaries and may want
+    mbarrier words. Fragments not kept in registers live in shared memory, row-major, like shared
+    tiles."""
     shared: dict[Buffer, int] = {}
     signals: dict[Buffer, int] = {}
     smem = scratch = 0
-    registers = frozenset(plan.acc_slabs) if plan is not None else frozenset()
+    registers = plan.register_buffers() if plan is not None else frozenset()
     staged = plan.stage_buffers() if plan is not None else {}
     for buf in staged:  # first: their alignment then costs nothing
         smem = _round_up(smem, 1024)

@@ -3,7 +3,7 @@
 reference; this follows it:
 
 - `T.Parallel`: iteration k of the flattened (row-major) space runs on thread k mod threads, one
-  after the other; the loop variables are int64 (`var_name`); a `__syncthreads()` follows.
+  after the other; the loop variables are int64 (`var_name`); a block barrier (`ctx.block_sync`) follows.
   Fragments these statements touch live in shared memory (row-major, `ctx.pointers`).
 - Values are C expressions of type float (16- and 32-bit floats), double or int64_t (bool for
   conditions), converted exactly as `convert` in the interpreter does; + - * / use the `_rn`
@@ -56,7 +56,8 @@ from ..ir.values import (
 )
 from ..ir.verify_base import var_ranges
 from .body import EMIT, EmitKind
-from .common import INDENT, Ctx, indent, index_type
+from .common import INDENT, indent, index_type, thread0
+from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .regions import row_major_strides
 
@@ -67,7 +68,6 @@ STORAGE_TYPES: dict[np.dtype, str] = {
     np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t", BOOL: "uint8_t",
 }
 REP_TYPES = {BOOL: "bool", INT64: "int64_t", FLOAT32: "float", FLOAT64: "double"}
-_GUARD = "if (threadIdx.x == 0) {"  # the shape codegen/control.py turns into per-thread code
 
 
 def rep_type(dtype: np.dtype) -> str:
@@ -317,7 +317,7 @@ def emit_parallel(s: Parallel, ctx: Ctx) -> list[str]:
         *indent(list(reversed(coords))),
         *indent(body),
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -325,7 +325,7 @@ def emit_parallel(s: Parallel, ctx: Ctx) -> list[str]:
 def emit_once(s: Store | AtomicElement, ctx: Ctx) -> list[str]:
     """An element store or atomic outside a Parallel: thread 0, then the block meets."""
     p = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
-    return [_GUARD, *indent(_thread_lines((s,), p)), "}", "__syncthreads();"]
+    return [*thread0(ctx, _thread_lines((s,), p)), *ctx.block_sync()]
 
 
 def _offset(region: Region, counter: str, sizes: tuple[int, ...], dims: tuple[int, ...]) -> str:
@@ -400,7 +400,7 @@ def emit_reduce(s: Reduce, ctx: Ctx) -> list[str]:
         f"{INDENT * 2}ts_dst[ts_dbase] = {to_storage(result, acc, s.dst.buffer.dtype)};",
         f"{INDENT}}}",
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -433,7 +433,7 @@ def emit_cumsum(s: CumSum, ctx: Ctx) -> list[str]:
         f"{INDENT * 2}ts_dst[ts_dbase + ts_k * {dst_stride}] = {to_storage('ts_acc', acc, s.dst.buffer.dtype)};",
         f"{INDENT}}}",
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]
 
 
@@ -454,5 +454,5 @@ def emit_atomic_region(s: AtomicRegion, ctx: Ctx) -> list[str]:
         f"{INDENT}const int64_t ts_doff = {_offset(s.dst, 'ts_e', sizes, dst_dims)};",
         f"{INDENT}ts_atomic_{s.op.value}(&ts_dst[ts_doff], {value});",
         "}",
-        "__syncthreads();",
+        *ctx.block_sync(),
     ]

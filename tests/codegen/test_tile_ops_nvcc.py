@@ -311,8 +311,8 @@ def test_cumsum_adds_in_order_without_contraction(built):
 
 
 def test_once_per_block_statements_take_the_shape_per_thread_code_expects(built):
-    """Outside a Parallel: `if (threadIdx.x == 0) {` then a block barrier (codegen/control.py
-    turns exactly that shape into per-thread code inside thread-dependent ifs)."""
+    """Outside a Parallel: `if (threadIdx.x == 0) {` then a block barrier (common.thread0 and
+    ctx.block_sync, which give per-thread code instead inside thread-dependent ifs)."""
     src = built["element_atomics-f32"][0].source
     tail = src[src.rindex("atomic_add(out0[0], "):]
     assert "if (threadIdx.x == 0) {" in tail and "__syncthreads();" in tail

@@ -1,0 +1,132 @@
+"""What every statement rule receives (`Ctx`), and what the code generator may ask of the
+tensor-core GEMM plan it carries (`GemmPlan`, `Frame`).
+
+A kernel has at most one plan, chosen once by `gemm_select.select_plan` (`gemm_sm90.Sm90Plan`,
+`gemm_sm80.Sm80Plan`, or None for the portable rules); from then on the code generator asks the
+plan only what `GemmPlan` states and never tests its class:
+
+- `body.emit_stmt` asks `lines` once per statement, before the rule table: the plan's own lines
+  for a statement it owns (a planned loop, a statement on a fragment it keeps in registers);
+- `layout.plan_layout` asks where its tiles and barriers go (`register_buffers`,
+  `stage_buffers`, `barrier_words`);
+- `cuda.generate_cuda` asks what the kernel around the statements needs: `arch`, `frame`,
+  `device_headers`, `declarations`, `kernel_params`, `tensor_map_fields`, `setup`,
+  `accumulators` and `producer`; `gemm_select` passes its `notes` on;
+- every rule that ends a statement with a block barrier emits `Ctx.block_sync()`, which the
+  frame decides.
+
+They live here with `Ctx` because a rule's context names its plan and a plan's lines take the
+context.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..ir.nodes import Buffer, KernelIR, Stmt
+from .layout import Layout, PlanMemory
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The block's threads: the kernel's own (`user_threads`, which run its statements) and, in a
+    warp-specialised frame, a producer warpgroup on top that feeds them (`gemm_sm90`), with the
+    register split between the two (setmaxnreg) and the cluster along grid x."""
+
+    user_threads: int
+    producer_threads: int = 0
+    producer_regs: int = 0
+    consumer_regs: int = 0
+    cluster: int = 1
+
+    @property
+    def warp_specialised(self) -> bool:
+        return self.producer_threads > 0
+
+    @property
+    def total_threads(self) -> int:
+        return self.user_threads + self.producer_threads
+
+    @property
+    def launch_bounds(self) -> str:
+        """`__launch_bounds__`'s arguments (a warp-specialised block wants one block per SM)."""
+        return f"{self.total_threads}, 1" if self.warp_specialised else f"{self.total_threads}"
+
+    def block_sync(self) -> str:
+        """The barrier of the threads that run the kernel's statements: the whole block, or in a
+        warp-specialised frame named barrier 1 over the kernel's own threads (`__syncthreads`
+        would wait for the producer too)."""
+        return f"ts_named_sync(1, {self.user_threads});" if self.warp_specialised else "__syncthreads();"
+
+
+class GemmPlan(PlanMemory, Protocol):
+    """What the code generator may ask of a tensor-core GEMM plan (see the module doc); what the
+    layout asks (`register_buffers`, `stage_buffers`, `barrier_words`) is `layout.PlanMemory`."""
+
+    arch: str  # the target the kernel compiles for (sm_90a when it uses wgmma)
+    frame: Frame
+    notes: list[str]  # loops the plan took with changes, and why (the generated header prints them)
+
+    def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
+        """The code of `stmt` when the plan owns it, else None (the rule table's rule runs)."""
+        ...
+
+    def device_headers(self) -> tuple[str, ...]:
+        """The codegen headers (package data) the kernel includes after the common ones."""
+        ...
+
+    def declarations(self) -> list[str]:
+        """Lines after those headers, before the kernel: device functions and types it calls."""
+        ...
+
+    def kernel_params(self) -> str:
+        """Parameters after `args` (with their leading comma), "" for none."""
+        ...
+
+    def tensor_map_fields(self) -> tuple[int, ...]:
+        """The handler's `tensor_maps` launch attribute (docs/calling_convention.md)."""
+        ...
+
+    def setup(self, ctx: Ctx) -> list[str]:
+        """Lines every thread of the block runs after the prologue, before the frame splits."""
+        ...
+
+    def accumulators(self) -> list[str]:
+        """Declarations at the top scope of the threads that run the statements."""
+        ...
+
+    def producer(self, ctx: Ctx) -> list[str]:
+        """The program of the producer's issuing thread (warp-specialised frames only)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What statement rules need besides the statement."""
+
+    kernel: KernelIR
+    layout: Layout
+    pointers: dict[Buffer, str]  # C name of each buffer's `unsigned char*` base
+    plan: GemmPlan | None = None
+    # Inside a thread-dependent `if` (codegen/control.py): each thread that took the branch runs
+    # the statements' per-thread code, without block barriers, which the threads outside would
+    # never reach.
+    thread_branch: bool = False
+
+    @property
+    def num_blocks(self) -> int:
+        return math.prod(self.kernel.grid)
+
+    @property
+    def frame(self) -> Frame:
+        return self.plan.frame if self.plan is not None else Frame(self.kernel.threads)
+
+    def block_sync(self, note: str = "") -> list[str]:
+        """The block barrier of a statement (the frame's), `note` saying why; none in a thread
+        branch (the barrier after the `if` does its job)."""
+        if self.thread_branch:
+            return []
+        sync = self.frame.block_sync()
+        return [f"{sync}  // {note}" if note else sync]
