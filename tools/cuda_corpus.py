@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_LOCS = re.compile(r'^#line .*$|[\w./<>-]+\.py:\d+', re.M)
+_LOCS = re.compile(r'^[ \t]*#line .*$|[\w./<>-]+\.py:\d+', re.M)
 
 
 def located_free(source: str) -> str:
@@ -128,6 +128,8 @@ def compare(before: str, after: str, show: str | None, same_files: bool = False)
     same = len(a.keys() & b.keys()) - len(changed)
     print(f"cuda_corpus: by test: {same} identical, {len(changed)} changed, {len(only_a)} only before, "
           f"{len(only_b)} only after")
+    for r in (*a.values(), *b.values()):  # blanked here, so that records made by older versions compare alike
+        r["norm_sha256"] = hashlib.sha256(located_free(r["source"]).encode()).hexdigest()
     na = Counter(r["norm_sha256"] for r in a.values())
     nb = Counter(r["norm_sha256"] for r in b.values())
     lost, new = sorted((na - nb).elements()), sorted((nb - na).elements())
