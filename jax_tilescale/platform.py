@@ -38,6 +38,9 @@ class Platform:
             devices = "simulated CPU device" + ("s" if self.num_devices > 1 else "")
             return f"{count} {devices}, kernels run by the jax_tilescale interpreter (no GPU)"
         gpus = "GPU" + ("s" if self.num_devices > 1 else "")
+        if os.environ.get("TILESCALE_PES_SHARE_GPU") == "1":  # tools/gpu_test.sh: PEs sharing a GPU under MPS
+            return (f"{count} GPU devices of {self.process_count} processes sharing one GPU (MPS), kernels compiled "
+                    "to CUDA")
         return f"{count} {gpus}, one per process ({self.process_count} processes), kernels compiled to CUDA"
 
 

@@ -31,6 +31,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:  # this hook sees the whole session: mark only the GPU suite's items
         if _in_gpu_suite(item):
             item.add_marker(pytest.mark.gpu)
+            if "gpu_mesh" in getattr(item, "fixturenames", ()):  # needs two or more PEs (processes)
+                item.add_marker(pytest.mark.multi_pe)
 
 
 @functools.cache
