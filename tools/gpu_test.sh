@@ -150,6 +150,15 @@ fi
 if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py
 fi
+if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PEs (sharing GPU 0 if need be)
+  step bench_call_overhead env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_call_overhead.py
+  if [ "$NGPU" -ge 2 ]; then
+    step bench_call_overhead_2pe python3 -m jax_tilescale.launch -n 2 --timeout 300 \
+      benchmarks/bench_call_overhead.py --only comm,shift
+  else
+    step bench_call_overhead_2pe shared_two_pes 29691 300 benchmarks/bench_call_overhead.py --only comm,shift
+  fi
+fi
 if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then
   step bench_wait_timeout python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/wait_timeout_cost.py
 fi

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "heap_check.h"
+#include "launch_abi.h"
 
 namespace jax_tilescale {
 namespace {
@@ -63,7 +64,27 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
   base_ = static_cast<unsigned char*>(p);
   bytes_ = grow_to;
   capacity_ = std::max(capacity_, grow_to);
+  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base_), 0, bytes_, stream); r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: zeroing the new symmetric workspace failed: " + CuErrorText(r);
+  }
+  shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
   *base = base_;
+  return "";
+}
+
+std::string SymmetricWorkspace::Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                        const std::string& entry, uint64_t** ctl) {
+  if (control_ == nullptr) {
+    const size_t bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(shm.nvshmem_n_pes()));
+    control_ = static_cast<uint64_t*>(shm.nvshmem_malloc(bytes));
+    if (control_ == nullptr) return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(bytes) + ") failed";
+    if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, bytes, stream);
+        r != CUDA_SUCCESS) {
+      return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
+    }
+    shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
+  }
+  *ctl = control_;
   return "";
 }
 
@@ -94,11 +115,12 @@ std::string SymmetricWorkspace::CheckGrowth(size_t bytes, size_t grow_to, CUstre
 
 std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (base_ == nullptr && agree_ == nullptr) return "";
+  if (base_ == nullptr && agree_ == nullptr && control_ == nullptr) return "";
   const NvshmemApi* shm = Nvshmem();
   if (shm == nullptr || !shm->initialized()) {
     // NVSHMEM is already gone and took its heap with it.
     base_ = agree_ = nullptr;
+    control_ = nullptr;
     bytes_ = capacity_ = 0;
     return "";
   }
@@ -112,7 +134,9 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   // Collective, like the allocations: every PE holds the same regions.
   if (base_ != nullptr) shm->nvshmem_free(base_);
   if (agree_ != nullptr) shm->nvshmem_free(agree_);
+  if (control_ != nullptr) shm->nvshmem_free(control_);
   base_ = agree_ = nullptr;
+  control_ = nullptr;
   bytes_ = capacity_ = 0;
   return "";
 }
