@@ -83,9 +83,11 @@ start_mps() {
   [ "$mps_started" = 1 ] && return 0
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && mps_started=1
+  # Steps run in subshells (step pipes through tee), so an earlier step may have started the daemon already.
+  nvidia-cuda-mps-control -d 2>/dev/null || pgrep -f nvidia-cuda-mps-control >/dev/null || return 1
+  mps_started=1
 }
-stop_mps() { [ "$mps_started" = 1 ] && echo quit | nvidia-cuda-mps-control; mps_started=0; }
+stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null; mps_started=0; }
 trap stop_mps EXIT
 shared_two_pes() {
   local port=$1 limit=$2; shift 2
@@ -132,7 +134,7 @@ else  # one GPU: what needs two PEs runs as two processes on it
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \
             "primitives/sync.py"; do
-    name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" 300 examples/$ex; port=$((port + 2))
+    name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" "${EX_TIMEOUT:-300}" examples/$ex; port=$((port + 2))
   done
 fi
 if [ "$NGPU" -ge 4 ]; then  # 2x2 meshes (issue 4): one PE per GPU

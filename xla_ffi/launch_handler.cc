@@ -449,7 +449,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
                                   .Attr<ffi::Span<const int64_t>>("tensor_maps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInitialize, jax_tilescale::Initialize,
-                              ffi::Ffi::Bind()
+                              ffi::Ffi::BindInitialize()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::State<jax_tilescale::LaunchState>>()
                                   .RemainingArgs()

@@ -67,8 +67,20 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
   if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base_), 0, bytes_, stream); r != CUDA_SUCCESS) {
     return "kernel `" + entry + "`: zeroing the new symmetric workspace failed: " + CuErrorText(r);
   }
-  shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
+  if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
   *base = base_;
+  return "";
+}
+
+std::string SymmetricWorkspace::WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                           const std::string& entry) {
+  // A barrier on the stream (every PE has zeroed what it just allocated before any PE goes on), then the
+  // host waits for it: NVSHMEM's collectives must not overlap, and the next growth or the next nvshmem_malloc
+  // (which runs NVSHMEM's own barrier) must not meet this one still pending on the stream.
+  shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
+  if (CUresult r = cu.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: waiting for the barrier after zeroing symmetric memory failed: " + CuErrorText(r);
+  }
   return "";
 }
 
@@ -82,7 +94,7 @@ std::string SymmetricWorkspace::Control(CUstream stream, const DriverApi& cu, co
         r != CUDA_SUCCESS) {
       return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
     }
-    shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
+    if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
   }
   *ctl = control_;
   return "";

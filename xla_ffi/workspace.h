@@ -51,6 +51,8 @@ class SymmetricWorkspace {
   std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                           const std::string& entry);
 
+  // After zeroing fresh symmetric memory: a barrier on `stream`, waited for on the host. "" or an error.
+  std::string WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
   static constexpr size_t kAgreeBytes = 256;
   std::mutex mutex_;
   unsigned char* base_ = nullptr;
