@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>  // cudaStream_t, for PlatformStream (types only; nothing is linked)
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +34,22 @@ std::atomic<int64_t> g_default_pe{0};
 // Communicating launches of this process, numbered from 1 (TsLaunchArgs.seq). Every process runs the same
 // program, so the same call has the same number on every PE (the workspace's growth relies on it too).
 uint64_t g_launch_seq = 0;  // guarded by the workspace's mutex
+
+// TILESCALE_TRACE_LAUNCH=1: one line on stderr per step of a communicating launch (diagnosing hangs).
+bool TraceLaunch() {
+  static const bool on = [] {
+    const char* v = std::getenv("TILESCALE_TRACE_LAUNCH");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+#define TS_TRACE(...)                                \
+  do {                                               \
+    if (TraceLaunch()) {                             \
+      fprintf(stderr, "[tilescale launch] " __VA_ARGS__); \
+      fflush(stderr);                                \
+    }                                                \
+  } while (0)
 
 constexpr const char* kNotInitialised =
     "NVSHMEM is not initialised: run under `python -m jax_tilescale.launch` or call "
@@ -375,12 +393,14 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
   SymmetricWorkspace& ws = SymmetricWorkspace::Get();
   std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  TS_TRACE("%s: reserve %zu bytes x 2\n", s.config.entry.c_str(), total);
   unsigned char* base = nullptr;
   if (total > 0) {
     if (std::string err = ws.Reserve(2 * total, stream, cu, *shm, s.config.entry, &base); !err.empty()) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
     }
   }
+  TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
   uint64_t* ctl = nullptr;
   if (std::string err = ws.Control(stream, cu, *shm, s.config.entry, &ctl); !err.empty()) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
@@ -394,6 +414,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + params[i].offset;
   }
 
+  TS_TRACE("%s: seq %llu, scratch %p, ctl %p, launching\n", s.config.entry.c_str(),
+           static_cast<unsigned long long>(launch.seq), static_cast<void*>(launch.scratch), static_cast<void*>(ctl));
   // 1. staged inputs in (the kernel's entry barrier keeps peers from reading them before it starts).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
@@ -407,6 +429,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   // 2. launch: the kernel ends with its end-of-call barrier, so every PE's remote writes into this PE are
   // complete when it ends, and it leaves its scratch zero (ts_call_end in the device header).
   if (ffi::Error err = LaunchKernel(cu, s, stream, launch); err.failure()) return err;
+  TS_TRACE("%s: launched\n", s.config.entry.c_str());
   // 3. staged outputs back to XLA's buffers.
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
