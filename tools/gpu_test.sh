@@ -153,8 +153,8 @@ if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py
 fi
 if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a two-PE run hangs
-  step diag_2pe env TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 \
-    tools/diag_hang.py 30 examples/simple_shift.py --m 256 --n 128
+  diag_2pe() { TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 "$@"; }
+  step diag_2pe diag_2pe tools/diag_hang.py 30 examples/simple_shift.py --m 256 --n 128
 fi
 if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PEs (sharing GPU 0 if need be)
   step bench_call_overhead env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_call_overhead.py
