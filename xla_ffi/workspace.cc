@@ -74,38 +74,45 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
 
 std::string SymmetricWorkspace::WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                                            const std::string& entry) {
-  // A barrier on the stream (every PE has zeroed what it just allocated before any PE goes on), then the
-  // host waits for it: NVSHMEM's collectives must not overlap, and the next growth or the next nvshmem_malloc
-  // (which runs NVSHMEM's own barrier) must not meet this one still pending on the stream.
-  shm.nvshmemx_barrier_all_on_stream(reinterpret_cast<cudaStream_t>(stream));
-  if (CUresult r = cu.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
-    return "kernel `" + entry + "`: waiting for the barrier after zeroing symmetric memory failed: " + CuErrorText(r);
+  // Every PE has zeroed what it just allocated before any PE goes on: a min-reduction over the world (the
+  // agreement of heap_check.h, which ends with the host waiting for it). Not nvshmemx_barrier_all_on_stream:
+  // with two PEs on one GPU, an nvshmem_malloc after an on-stream barrier hung (measured 2026-12-01).
+  bool all_ok = false;
+  size_t min_free = 0;
+  if (std::string err = AgreeOnGrowth(cu, shm, stream, agree_, true, 0, &all_ok, &min_free); !err.empty()) {
+    return "kernel `" + entry + "`: " + err;
   }
   return "";
 }
 
+std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                              const std::string& entry) {
+  if (agree_ != nullptr) return "";
+  // One allocation, the process's first collective one (every PE reaches it at its first communicating
+  // launch): the agreement's words, then the launch-control words, which start zero and are never cleared.
+  const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(shm.nvshmem_n_pes()));
+  agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes + ctl_bytes));
+  if (agree_ == nullptr) {
+    return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes + ctl_bytes) + ") failed";
+  }
+  control_ = reinterpret_cast<uint64_t*>(agree_ + kAgreeBytes);
+  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, ctl_bytes, stream);
+      r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
+  }
+  return WaitForAll(stream, cu, shm, entry);
+}
+
 std::string SymmetricWorkspace::Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                                         const std::string& entry, uint64_t** ctl) {
-  if (control_ == nullptr) {
-    const size_t bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(shm.nvshmem_n_pes()));
-    control_ = static_cast<uint64_t*>(shm.nvshmem_malloc(bytes));
-    if (control_ == nullptr) return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(bytes) + ") failed";
-    if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, bytes, stream);
-        r != CUDA_SUCCESS) {
-      return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
-    }
-    if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
-  }
+  if (std::string err = EnsureControl(stream, cu, shm, entry); !err.empty()) return err;
   *ctl = control_;
   return "";
 }
 
 std::string SymmetricWorkspace::CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu,
                                             const NvshmemApi& shm, const std::string& entry) {
-  if (agree_ == nullptr) {  // collective too: every PE reaches its first growth at the same call
-    agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes));
-    if (agree_ == nullptr) return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes) + ") failed";
-  }
+  if (std::string err = EnsureControl(stream, cu, shm, entry); !err.empty()) return err;
   HeapFacts f;
   f.needed = bytes;
   f.request = grow_to;
@@ -145,8 +152,7 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   }
   // Collective, like the allocations: every PE holds the same regions.
   if (base_ != nullptr) shm->nvshmem_free(base_);
-  if (agree_ != nullptr) shm->nvshmem_free(agree_);
-  if (control_ != nullptr) shm->nvshmem_free(control_);
+  if (agree_ != nullptr) shm->nvshmem_free(agree_);  // the control words with it
   base_ = agree_ = nullptr;
   control_ = nullptr;
   bytes_ = capacity_ = 0;

@@ -51,7 +51,9 @@ class SymmetricWorkspace {
   std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                           const std::string& entry);
 
-  // After zeroing fresh symmetric memory: a barrier on `stream`, waited for on the host. "" or an error.
+  // The agreement's and the launch-control words (one allocation, zeroed, agreed on). "" or an error.
+  std::string EnsureControl(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
+  // After zeroing fresh symmetric memory: every PE has, waited for on the host. "" or an error.
   std::string WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
   static constexpr size_t kAgreeBytes = 256;
   std::mutex mutex_;
@@ -59,7 +61,7 @@ class SymmetricWorkspace {
   size_t bytes_ = 0;
   size_t capacity_ = 0;             // the largest region nvshmem_malloc has given us
   unsigned char* agree_ = nullptr;  // symmetric words for CheckGrowth's agreement
-  uint64_t* control_ = nullptr;     // Control()'s words
+  uint64_t* control_ = nullptr;     // Control()'s words, in agree_'s allocation
 };
 
 }  // namespace jax_tilescale
