@@ -408,7 +408,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   launch.seq = ++g_launch_seq;
   launch.ctl = ctl;
   launch.ctl_slots = shm->nvshmem_n_pes();
-  if (base != nullptr && (launch.seq & 1)) base += ws.bytes() / 2;  // the same offset on every PE
+  if (base != nullptr && (launch.seq & 1)) base += ws.bytes_locked() / 2;  // the same offset on every PE
   launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
   for (size_t i = 0; i < n_params; ++i) {
     launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + params[i].offset;

@@ -43,6 +43,9 @@ class SymmetricWorkspace {
   std::string Release(const DriverApi* cu);
 
   size_t bytes();
+  // The same, for a caller that holds mutex() (bytes() takes it: calling it then deadlocked every
+  // communicating launch of odd number on the GPU, 2026-12-01).
+  size_t bytes_locked() const { return bytes_; }
 
  private:
   SymmetricWorkspace() = default;
