@@ -109,7 +109,7 @@ def test_load_of_peer_written_word_without_a_wait_is_a_race(delivery: str) -> No
     put_line, load_line = stmt_loc(kernel, Put, 0), stmt_loc(kernel, Put, 1)
     assert "symmetric buffer" in msg
     assert f"by putmem_nbi at {put_line}" in msg
-    assert f"T.load of " in msg and f"by putmem_block at {load_line}" in msg
+    assert "T.load of " in msg and f"by putmem_block at {load_line}" in msg
     assert "put it after the wait that delivered the data" in msg
 
 
@@ -142,7 +142,7 @@ def test_load_while_a_nbi_put_into_the_word_is_in_flight_is_a_race() -> None:
                    grid=(1,), num_pes=2)
     msg = race_message(launch(session(kernel, check_coverage=False), inputs_of(2, 3)))
     assert f"by putmem_nbi at {stmt_loc(kernel, Put, 0)}" in msg
-    assert f"T.load of " in msg and f"by store at {stmt_loc(kernel, Store, 0)}" in msg
+    assert "T.load of " in msg and f"by store at {stmt_loc(kernel, Store, 0)}" in msg
     assert "delivery of a transfer issued by PE" in msg
 
 
@@ -216,7 +216,7 @@ def test_load_of_a_signal_word_some_updates_may_still_reach_is_a_race() -> None:
     res = launch(session(kernel, check_coverage=False), inputs_of(4, 7))
     msg = race_message(res)
     assert "PE 0's signal buffer" in msg
-    assert f"signal update of " in msg and f"by signal_op at {stmt_loc(kernel, RemoteSignal, 0)}" in msg
+    assert "signal update of " in msg and f"by signal_op at {stmt_loc(kernel, RemoteSignal, 0)}" in msg
     assert "T.load of " in msg
 
 
