@@ -89,6 +89,13 @@ class BlockContext:
                     f"{stmt.op_name}: T.load {format_expr(ld)} is out of bounds: index {i} along dimension {dim} of "
                     f"{buf.name} (extent {extent}) {where(self.pe, self.block, stmt.loc)}"
                 )
+        coverage = self.world.coverage
+        if buf.kind is BufferKind.OUTPUT and coverage is not None and not coverage.written(self.pe, buf, indices):
+            raise KernelRuntimeError(
+                f"{stmt.op_name}: T.load {format_expr(ld)} reads {buf.name}[{', '.join(map(str, indices))}], which "
+                f"nothing has written yet (an output starts undefined: on the GPU this reads garbage); load it after "
+                f"the statement or the wait that delivers it {where(self.pe, self.block, stmt.loc)}"
+            )
         region = ResolvedRegion(buf, indices, (1,) * len(indices))
         value = int(self.world.memory.access(self.access(AccessKind.READ, region, stmt)).reshape(-1)[0])
         return wrap_int(value, INT64) if buf.dtype == UINT64 else value

@@ -232,3 +232,29 @@ def test_signal_word_loads_read_uint64_as_int64() -> None:
     outs = run(session(kernel, check_coverage=False), inputs_of(2, 8))
     assert outs[0][0][0, 0] == np.float32(-(1 << 63) + 5)
 
+
+
+def test_load_of_an_output_element_nothing_wrote_is_reported() -> None:
+    def unwritten(x, counts, out, flags):
+        flags[0] = T.load(counts[0])
+        out[0] = T.load(flags[1]) * 1.0  # bug: flags[1] was never written
+
+    kernel = build(unwritten, inputs=[((ROWS, N), F32), ((2,), I32)], outputs=[((1,), F32), ((2,), I32)],
+                   grid=(1,), num_pes=2)
+    res = launch(session(kernel), inputs_of(2, 9))  # output coverage (the default) tracks what was written
+    assert all(err is not None for err in res.errors)
+    err = res.errors[0]
+    assert "nothing has written yet" in str(err) and stmt_loc(kernel, Store, 1) in str(err), err
+
+
+def test_load_of_an_output_element_this_block_wrote_is_fine() -> None:
+    def written(x, counts, out, flags):
+        flags[1] = T.load(counts[0]) + 1
+        flags[0] = T.load(flags[1])  # program order: the block's own store
+        out[0] = T.load(flags[0]) * 1.0
+
+    kernel = build(written, inputs=[((ROWS, N), F32), ((2,), I32)], outputs=[((1,), F32), ((2,), I32)],
+                   grid=(1,), num_pes=2)
+    data = inputs_of(2, 10)
+    outs = run(session(kernel), data)
+    assert [outs[p][0][0] for p in range(2)] == [data[p][1][0] + 1 for p in range(2)]
