@@ -258,3 +258,43 @@ def test_load_of_an_output_element_this_block_wrote_is_fine() -> None:
     data = inputs_of(2, 10)
     outs = run(session(kernel), data)
     assert [outs[p][0][0] for p in range(2)] == [data[p][1][0] + 1 for p in range(2)]
+
+
+
+def flag_after(fenced: bool):
+    def flag_kernel(x, counts, out):
+        """The writer puts the data, fences (or not), then puts a flag word; the reader polls the flag."""
+        sym = T.alloc_symmetric((2,), I32)
+        flag = T.alloc_symmetric((1,), I32)
+        T.putmem_nbi(sym[0:2], counts[0:2], pe=peer())
+        if fenced:
+            T.fence()
+        T.putmem_nbi(flag[0:1], counts[1:2], pe=peer())  # counts[1] == 7: the flag's value
+        T.wait_eq(flag[0], 7)
+        out[0] = T.load(sym[0]) * 1.0
+        T.quiet()
+
+    return flag_kernel
+
+
+def flag_inputs(seed: int) -> list[list[np.ndarray]]:
+    data = inputs_of(2, seed)
+    for d in data:
+        d[1][1] = 7
+    return data
+
+
+def test_load_after_wait_on_a_flag_put_after_a_fence_is_fine() -> None:
+    kernel = build(flag_after(True), inputs=[((ROWS, N), F32), ((2,), I32)], outputs=[((1,), F32)], grid=(1,),
+                   num_pes=2)
+    data = flag_inputs(11)
+    for delivery in ("late", "eager"):
+        outs = run(session(kernel, delivery=delivery, reorder_unfenced=True), data)
+        assert [outs[p][0][0] for p in range(2)] == [data[prev_pe(p, 2)][1][0] for p in range(2)]
+
+
+def test_load_after_wait_on_an_unfenced_flag_is_a_race() -> None:
+    kernel = build(flag_after(False), inputs=[((ROWS, N), F32), ((2,), I32)], outputs=[((1,), F32)], grid=(1,),
+                   num_pes=2)
+    msg = race_message(launch(session(kernel), flag_inputs(12)))
+    assert f"by putmem_nbi at {stmt_loc(kernel, Put, 0)}" in msg and "T.load of " in msg
