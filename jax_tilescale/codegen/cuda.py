@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .. import abi
 from ..errors import KernelTraceError
-from ..ir.nodes import Buffer, KernelIR
+from ..ir.nodes import Buffer, BufferKind, KernelIR
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops
@@ -114,16 +114,19 @@ def _prologue(ctx: Ctx) -> list[str]:
 def _pointer_names(kernel: KernelIR) -> dict[Buffer, str]:
     names: dict[Buffer, str] = {}
     taken: set[str] = set()
-    for buf in kernel.params + kernel.allocs:
+    # T.load spells a buffer's pointer from its name alone (expr_printer): loaded buffers choose first.
+    loaded = {b for b in kernel.loaded() if b.kind is not BufferKind.LOCAL}  # registers have their own names
+    everything = kernel.params + kernel.allocs
+    for buf in [b for b in everything if b in loaded] + [b for b in everything if b not in loaded]:
         name = base = buffer_pointer_name(buf.name)
         i = 1
         while name in taken:
             name, i = f"{base}_{i}", i + 1
         taken.add(name)
         names[buf] = name
-    for buf in kernel.inputs:  # T.load spells an input's pointer from its name alone
-        if names[buf] != buffer_pointer_name(buf.name):
-            raise KernelTraceError(f"internal: input {buf.name} has the C name {names[buf]}", kernel.loc)
+    for buf in everything:
+        if buf in loaded and names[buf] != buffer_pointer_name(buf.name):
+            raise KernelTraceError(f"internal: the loaded buffer {buf.name} has the C name {names[buf]}", kernel.loc)
     return names
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..ir.buffers import CHANGING_KINDS
 from ..ir.expr import BinOp, BinOpKind, Const, Expr, Load, Var, VarKind, children
 
 # Names the kernel prologue declares for the run-time variables.
@@ -23,7 +24,7 @@ PE_VAR_NAME = "ts_pe"
 WHERE_NAME = "ts_where"  # a `const char*` in scope of every statement: "file.py:LINE"
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-# C element type of each loadable input dtype (T.load).
+# C element type of each loadable dtype (T.load; uint64: signal words).
 LOAD_TYPES = {
     np.dtype(np.int8): "int8_t",
     np.dtype(np.int16): "int16_t",
@@ -32,6 +33,7 @@ LOAD_TYPES = {
     np.dtype(np.uint8): "uint8_t",
     np.dtype(np.uint16): "uint16_t",
     np.dtype(np.uint32): "uint32_t",
+    np.dtype(np.uint64): "uint64_t",
 }
 
 
@@ -42,7 +44,7 @@ def c_identifier(name: str) -> str:
 
 def buffer_pointer_name(name: str) -> str:
     """The kernel's `unsigned char*` base of a buffer (`p_` keeps buffer names apart from the
-    generator's own `ts_` names and C keywords). Loads of inputs use it; the prologue declares it."""
+    generator's own `ts_` names and C keywords). Loads use it; the prologue declares it."""
     return f"p_{c_identifier(name)}"
 
 
@@ -106,7 +108,14 @@ def c_expr(e: Expr) -> str:
 
 
 def _load(e: Load) -> str:
-    """`ts_load<T>(base, flat index)`, each run-time index checked against its extent."""
+    """`ts_load<T>(base, flat index)` of an input, each run-time index checked against its extent.
+
+    Memory that changes while the kernel runs (outputs, symmetric scratch, signal words: a peer's
+    put, another block) is read with a volatile load where the statement stands: PTX's relaxed
+    load at system scope, never cached in L1, never hoisted or merged with an earlier read, so it
+    sees what the wait before the statement delivered (that wait acquires, and its block barrier
+    passes the ordering to every thread of the block). Spelled inline, so the device header and
+    the code of kernels without such loads stay as they were."""
     shape = e.buffer.shape
     terms = []
     stride = 1
@@ -119,7 +128,10 @@ def _load(e: Load) -> str:
             terms.append(term if stride == 1 else f"{term} * {stride}")
         stride *= extent
     flat = " + ".join(reversed(terms)) if terms else "0"
-    return f"ts_load<{LOAD_TYPES[e.buffer.dtype]}>({buffer_pointer_name(e.buffer.name)}, {flat})"
+    ctype, base = LOAD_TYPES[e.buffer.dtype], buffer_pointer_name(e.buffer.name)
+    if e.buffer.kind in CHANGING_KINDS:
+        return f"((int64_t)reinterpret_cast<const volatile {ctype}*>({base})[{flat}])"
+    return f"ts_load<{ctype}>({base}, {flat})"
 
 
 def c_int64(e: Expr) -> str:

@@ -31,11 +31,12 @@ from ..ir.expr import Expr, Load, Var, VarKind, format_expr
 from ..ir.nodes import Region, Stmt
 from ..ir.rules import RuleTable
 from .memory import Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
-from .registers import Registers
+from .registers import Registers, wrap_int
 from .waits import Wait
 from .world import World
 
 Body = Generator["Wait | None", None, None]
+INT64, UINT64 = np.dtype(np.int64), np.dtype(np.uint64)
 
 
 class RunKind(enum.Enum):
@@ -74,7 +75,11 @@ class BlockContext:
         return lambda ld, indices: self.load(ld, indices, stmt)
 
     def load(self, ld: Load, indices: tuple[int, ...], stmt: Stmt) -> int:
-        """T.load: one element of this PE's input, bounds-checked (the verifier checks affine indices)."""
+        """T.load: one element of this PE's global memory (or a register), bounds-checked (the
+        verifier checks affine indices). A read like any other: the race detector checks it against
+        the writes of other blocks and of peers' transfers (and, for signal words, their updates), so
+        a load that no wait orders after the write it should see is a RaceError. A uint64 signal
+        word reads as int64 (C's conversion)."""
         buf = ld.buffer
         if buf.kind is BufferKind.LOCAL:  # a register of the current thread
             return self.read_register(ld, indices, stmt)
@@ -84,8 +89,16 @@ class BlockContext:
                     f"{stmt.op_name}: T.load {format_expr(ld)} is out of bounds: index {i} along dimension {dim} of "
                     f"{buf.name} (extent {extent}) {where(self.pe, self.block, stmt.loc)}"
                 )
+        coverage = self.world.coverage
+        if buf.kind is BufferKind.OUTPUT and coverage is not None and not coverage.written(self.pe, buf, indices):
+            raise KernelRuntimeError(
+                f"{stmt.op_name}: T.load {format_expr(ld)} reads {buf.name}[{', '.join(map(str, indices))}], which "
+                f"nothing has written yet (an output starts undefined: on the GPU this reads garbage); load it after "
+                f"the statement or the wait that delivers it {where(self.pe, self.block, stmt.loc)}"
+            )
         region = ResolvedRegion(buf, indices, (1,) * len(indices))
-        return int(self.world.memory.access(self.access(AccessKind.READ, region, stmt)).reshape(-1)[0])
+        value = int(self.world.memory.access(self.access(AccessKind.READ, region, stmt)).reshape(-1)[0])
+        return wrap_int(value, INT64) if buf.dtype == UINT64 else value
 
     def access(self, kind: AccessKind, region: ResolvedRegion, stmt: Stmt, owner: int | None = None) -> Access:
         """Describes an access by this block; `owner` defaults to this PE (and its shared memory)."""

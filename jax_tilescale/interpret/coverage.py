@@ -38,6 +38,11 @@ class CoverageTracker:
             hit = self._by_id[(acc.owner, id(buf))] = (self._masks[(acc.owner, buf)], buf)
         hit[0][acc.region.index] = True
 
+    def written(self, pe: int, buf: Buffer, index: tuple[int, ...]) -> bool:
+        """Whether element `index` of output `buf` of PE `pe` has been written (a T.load of one that
+        has not reads garbage on the GPU)."""
+        return bool(self._masks[(pe, buf)][index])
+
     def check(self, pes: Sequence[int]) -> None:
         """Raises if an output element of one of `pes` was never written."""
         problems = []

@@ -19,7 +19,10 @@ Accesses
     with each other (they are read-modify-writes of the hardware); they order nothing either.
     Inputs are never written, so their reads are not logged. SYNC_READ / SYNC_UPDATE accesses
     (signal words) are atomic: they are not data accesses; their ordering effect is `sync_to` /
-    `sync_from` below.
+    `sync_from` below. One exception: the updates of a signal buffer the kernel reads with
+    `T.load` (`loaded_signals`) are logged as atomic writes, so that a load (a plain READ) that no
+    wait orders after an update, or that an update not ordered after it follows, is reported:
+    its value would depend on timing.
 
 Happens-before edges (each an explicit call; `world.py`, `transfers.py`, `scheduler.py` make them)
     - program order within an agent;
@@ -105,7 +108,8 @@ from collections.abc import Hashable, Iterable, Sequence
 from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
-from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, Put, SignalOp
+from ..ir.expr import loads
+from ..ir.nodes import BLOCK_LOCAL, WAIT_WORD_KINDS, Buffer, BufferKind, Put, SignalOp, stmt_exprs
 from .memory import BLOCK_LOCAL_IDS, Access, AccessKind, Block, ResolvedRegion
 from .waits import SignalWaitOn
 
@@ -214,6 +218,13 @@ def _contains(s1: Sequence[int], e1: Sequence[int], s2: Sequence[int], e2: Seque
     return True
 
 
+def _is_load(acc: Access) -> bool:
+    """Whether `acc` is a block's `T.load` (a one-element read by a statement that loads its buffer)."""
+    if acc.kind is not AccessKind.READ or acc.via is not None or acc.stmt is None or math.prod(acc.region.sizes) != 1:
+        return False
+    return any(ld.buffer == acc.region.buffer for e in stmt_exprs(acc.stmt) for ld in loads(e))
+
+
 def _box(starts: Sequence[int], ends: Sequence[int]) -> str:
     return "[" + ", ".join(str(s) if e == s + 1 else f"{s}:{e}" for s, e in zip(starts, ends)) + "]"
 
@@ -221,8 +232,10 @@ def _box(starts: Sequence[int], ends: Sequence[int]) -> str:
 class RaceDetector:
     """The clocks and access logs of one launch. All methods run under the world's lock."""
 
-    def __init__(self, num_pes: int, blocks: Sequence[Block], enabled: bool = True):
+    def __init__(self, num_pes: int, blocks: Sequence[Block], enabled: bool = True,
+                 loaded_signals: frozenset[Buffer] = frozenset()):
         self.enabled = enabled
+        self._loaded_signals = loaded_signals  # signal buffers read by T.load: their updates are logged
         self._blocks: dict[tuple[int, Block], Agent] = {}
         for pe in range(num_pes):
             for block in blocks:
@@ -271,7 +284,8 @@ class RaceDetector:
             write = True
         elif acc.kind is AccessKind.READ:
             write = False
-        elif acc.kind is AccessKind.ATOMIC:
+        elif acc.kind is AccessKind.ATOMIC or (acc.kind is AccessKind.SYNC_UPDATE and self._loaded_signals
+                                               and acc.region.buffer in self._loaded_signals):
             self.on_access(self._agent_of(acc), acc, True, atomic=True)
             return
         else:
@@ -377,6 +391,13 @@ class RaceDetector:
         if buf.kind in BLOCK_LOCAL:
             mem = f"the {buf.kind.value} tile {buf.name} of PE {acc.owner}, block {acc.owner_block}"
         reuse = ""
+        if any(_is_load(a) for a in (old.acc, acc)):
+            reuse = (
+                "T.load reads memory that peers or other blocks write where its statement stands: put it after the "
+                "wait that delivered the data (T.signal_wait_until on the put's signal, T.wait_* on a flag written "
+                "after the data, or T.barrier_all), and let no write it must not see start before the writer knows "
+                "the load is done. "
+            )
         if any(a.via is not None and a.kind is AccessKind.READ and isinstance(a.stmt, Put) for a in (old.acc, acc)):
             reuse = (
                 "A non-blocking put reads its source until it completes: its issuer may write the source again "
@@ -397,7 +418,8 @@ class RaceDetector:
     def _describe(acc: Access, agent: Agent, write: bool) -> str:
         op = acc.stmt.op_name if acc.stmt is not None else "?"
         loc = acc.stmt.loc if acc.stmt is not None else "?"
-        verb = "atomic update of" if acc.kind is AccessKind.ATOMIC else "write of" if write else "read of"
+        verb = "atomic update of" if acc.kind is AccessKind.ATOMIC else "signal update of" if \
+            acc.kind is AccessKind.SYNC_UPDATE else "write of" if write else "T.load of" if _is_load(acc) else "read of"
         return f"{verb} {acc.region} on PE {acc.owner} by {op} at {loc} ({agent.describe()})"
 
     # --- transfers ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeadlockError, InterpreterTimeoutError, KernelRuntimeError, RaceError
-from ..ir.nodes import BLOCK_LOCAL, BarrierAll, KernelIR, Put, Stmt
+from ..ir.nodes import BLOCK_LOCAL, BarrierAll, BufferKind, KernelIR, Put, Stmt
 from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
@@ -57,7 +57,8 @@ class World:
         self._wakeup = [threading.Condition(self.lock) for _ in range(self.num_pes)]
         self.memory = LaunchMemory(kernel)
         # Race detection (vector clocks, race.py) and output coverage watch every access.
-        self.race = RaceDetector(self.num_pes, self.blocks, enabled=options.detect_races)
+        self.race = RaceDetector(self.num_pes, self.blocks, enabled=options.detect_races,
+                                 loaded_signals=frozenset(b for b in kernel.loaded() if b.kind is BufferKind.SIGNAL))
         self.coverage = CoverageTracker(kernel) if options.check_coverage else None
         if options.detect_races:
             self.memory.observers.append(self.race.observe)

@@ -47,3 +47,27 @@ class Buffer:
 LOADABLE_DTYPES = frozenset(
     np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)
 )
+
+# Global memory `T.load` reads as an index value. Inputs never change while the kernel runs; the
+# others (`CHANGING_KINDS`) may be written by this PE's blocks or by peers while it runs, so a load
+# of them reads the element where its statement stands, and is correct only after the wait that
+# delivered the data (docs/architecture.md, "Loads"). Signal words (uint64) read as int64: a value
+# past 2**63 - 1 wraps to a negative one, as C's conversion does.
+LOADABLE_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SIGNAL})
+CHANGING_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SIGNAL})
+
+
+def load_refusal(buf: Buffer) -> str | None:
+    """Why one element of `buf` cannot be read as an index value (`T.load`), or None when it can."""
+    if buf.kind not in LOADABLE_KINDS:
+        return (
+            f"T.load reads global memory (inputs, outputs, T.alloc_symmetric buffers, signal words); {buf.name} is a "
+            f"{buf.kind.value} buffer, on chip: its elements are values of element-wise code (`{buf.name}[i] > 0` "
+            "inside T.Parallel or in an `if`), not index values"
+        )
+    if buf.kind is BufferKind.SIGNAL or buf.dtype in LOADABLE_DTYPES:
+        return None
+    return (
+        f"T.load reads integers up to 32 bits and int64 (index values: sizes, offsets, PEs, wait values); "
+        f"{buf.name} is {buf.dtype.name}"
+    )

@@ -246,12 +246,17 @@ class BinOp(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Load(Expr):
-    """One element of a kernel input, read when the expression is evaluated (`T.load(ref[i])`).
+    """One integer element of global memory, read when the expression is evaluated (`T.load(ref[i])`),
+    or of a thread's registers (ir/control.py).
 
-    Only inputs can be loaded: they never change while the kernel runs, so the value does not
-    depend on when a backend evaluates the expression (the code generator may compute it once
-    per statement, the interpreter whenever it resolves a region). Indices are checked against
-    the buffer's extents (statically where affine, else when the kernel runs).
+    An input never changes while the kernel runs. Outputs, symmetric scratch and signal words
+    (`buffers.CHANGING_KINDS`) may: every backend reads them at the statement that holds the
+    expression, each time it runs (the interpreter when it resolves the statement's regions and
+    values, logging the read with the race detector; the CUDA code with a volatile load, never
+    hoisted or cached), so the value is the one a wait before that statement delivered. Within
+    one statement a backend may read it more than once: only a racing write could make the reads
+    differ, and the interpreter reports that race. Indices are checked against the buffer's
+    extents (statically where affine, else when the kernel runs).
     """
 
     buffer: Buffer

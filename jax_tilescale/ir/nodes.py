@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .buffers import Buffer, BufferKind
-from .expr import Const, Expr, Var, format_expr
+from .expr import Const, Expr, Var, format_expr, loads
 
 
 class SignalOp(enum.Enum):
@@ -554,6 +554,10 @@ class KernelIR:
         """Global buffers that peers may read (`Stmt.peer_reads`: gets, loads through `nvshmem_ptr`,
         remote waits): they must live in symmetric memory too, inputs with their contents copied in."""
         return frozenset(r.buffer for s in walk_stmts(self.body) for r in s.peer_reads())
+
+    def loaded(self) -> frozenset[Buffer]:
+        """Buffers the kernel reads as index values (`T.load`, register reads)."""
+        return frozenset(ld.buffer for s in walk_stmts(self.body) for e in stmt_exprs(s) for ld in loads(e))
 
     def uses_nvshmem(self) -> bool:
         return any(s.communicates for s in walk_stmts(self.body)) or any(

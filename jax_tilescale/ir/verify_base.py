@@ -17,7 +17,7 @@ import contextvars
 from collections.abc import Callable, Iterator
 
 from ..errors import KernelTraceError
-from .buffers import LOADABLE_DTYPES, BufferKind
+from .buffers import BufferKind, load_refusal
 from .control import If, format_cond, stmt_regions, thread_dependent
 from .expr import Expr, Var, VarKind, format_expr, variables
 from .guards import guarded, guarded_loads, guards_keep_in_bounds
@@ -157,14 +157,15 @@ def check_scope(s: Stmt, scope: Scope, allowed: tuple[Scope, ...]) -> None:
 
 
 def check_loads(s: Stmt, ranges: Ranges) -> None:
-    """Every `T.load` in the statement reads an integer input inside its bounds (where affine),
-    where the conditions around it hold (`j < n and x[j] > 0` reads x[j] only for j < n)."""
+    """Every `T.load` in the statement reads an integer element of global memory inside its bounds
+    (where affine), where the conditions around it hold (`j < n and x[j] > 0` reads x[j] only for
+    j < n)."""
     for ld, known in guarded_loads(s):
         buf = ld.buffer
-        # Inputs (T.load) and per-thread registers (ir/control.py) can be read as values.
-        loadable = buf.kind is BufferKind.INPUT and buf.dtype in LOADABLE_DTYPES
-        if buf.kind is not BufferKind.LOCAL and not loadable:
-            raise KernelTraceError(f"{s.op_name}: T.load of {buf}: only integer inputs can be loaded", s.loc)
+        # Global memory (T.load, buffers.load_refusal) and per-thread registers (ir/control.py).
+        refusal = None if buf.kind is BufferKind.LOCAL else load_refusal(buf)
+        if refusal is not None:
+            raise KernelTraceError(f"{s.op_name}: {refusal}", s.loc)
         if len(ld.indices) != len(buf.shape):
             raise KernelTraceError(f"{s.op_name}: T.load of {buf.name} needs {len(buf.shape)} indices", s.loc)
         for dim, (index, extent) in enumerate(zip(ld.indices, buf.shape)):

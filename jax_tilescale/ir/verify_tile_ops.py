@@ -94,7 +94,7 @@ def _verify_parallel(s: Parallel, kernel: KernelIR, ranges: Ranges) -> None:
     for inner in walk_stmts(s.body):
         for e in stmt_exprs(inner):
             for ld in loads(e):
-                if ld.buffer.kind is not BufferKind.INPUT:
+                if ld.buffer.kind is BufferKind.LOCAL:  # global memory (T.load) reads the same on every thread
                     raise KernelTraceError(
                         f"{ld.buffer.name} is a per-thread register; a T.Parallel iteration runs on whichever thread "
                         "the loop gives it, so registers cannot be read in its body (read them before the loop)",

@@ -137,12 +137,19 @@ def ds(start: IntLike, size: int) -> DynSlice:
 
 
 def load(ref: RefLike) -> Expr:
-    """The value of one element of an integer kernel input, e.g. `T.load(splits_cumsum[peer])`,
-    as a kernel value (an index, a PE, a size). Indexing such an input and using the result in
-    arithmetic does the same (`splits[p] * 4`). Only inputs: they do not change while it runs."""
+    """The value of one integer element of global memory, e.g. `T.load(splits_cumsum[peer])`, as a
+    kernel value: a size, an offset, a PE, a wait value, a condition.
+
+    Of an input (which never changes while the kernel runs) indexing it and using the result in
+    arithmetic does the same (`splits[p] * 4`). Of an output, a `T.alloc_symmetric` buffer or a
+    signal word (uint64, read as int64) that this PE's blocks or its peers write, it reads the
+    element where the statement stands, so it must come after the wait that delivered the data
+    (`T.signal_wait_until` on the put's signal, `T.wait_*` on a flag, `T.barrier_all`): the
+    interpreter reports a load that no such wait orders after the write, or that a `_nbi` put still
+    in flight will overwrite, as a RaceError naming both lines."""
     loc = user_source_loc()
     current_trace("load")
-    return load_of(region(ref, "load", "the element", loc), loc)
+    return load_of(region(ref, "load", "the element", loc), loc, explicit=True)
 
 
 __all__ = [

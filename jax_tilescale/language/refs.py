@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.buffers import LOADABLE_DTYPES, Buffer, BufferKind
+from ..ir.buffers import LOADABLE_DTYPES, Buffer, BufferKind, load_refusal
 from ..ir.expr import Expr, Load, as_expr, format_expr, static_value
 from ..ir.nodes import Region, SourceLoc, full_region
 from ..ir.tile_ops import Store
@@ -67,19 +67,25 @@ class Ref(BufferHandle):
         return f"Ref({self.buffer})"
 
 
-def load_of(region: Region, loc: SourceLoc) -> Load:
-    """`region` (one element of an integer input) as a kernel value read when it is used."""
+def load_of(region: Region, loc: SourceLoc, explicit: bool = False) -> Load:
+    """`region` (one integer element of global memory) as a kernel value read when it is used.
+
+    An input's element (`splits[i]` in arithmetic) reads as one implicitly; memory that may change
+    while the kernel runs (outputs, symmetric scratch, signal words) only through `T.load`
+    (`explicit`), so that the read a peer's data must precede is visible in the kernel's code."""
     buf = region.buffer
-    if buf.kind is not BufferKind.INPUT:
+    refusal = load_refusal(buf)
+    if not explicit and buf.kind is not BufferKind.INPUT:
+        why = "" if refusal is not None else (
+            ", which the kernel or its peers may change while it runs: write T.load("
+            f"{buf.name}[...]) where the data is known to have arrived (after the wait that delivered it)"
+        )
         raise KernelTraceError(
-            f"only kernel inputs can be read as values (T.load); {buf.name} is a {buf.kind.value} buffer, which "
-            "the kernel or its peers may still change",
+            f"only kernel inputs can be read as values without T.load; {buf.name} is a {buf.kind.value} buffer{why}",
             loc,
         )
-    if buf.dtype not in LOADABLE_DTYPES:
-        raise KernelTraceError(
-            f"T.load reads integers up to 32 bits and int64 (index values); {buf.name} is {buf.dtype.name}", loc
-        )
+    if refusal is not None:
+        raise KernelTraceError(refusal, loc)
     if region.size != 1:
         raise KernelTraceError(
             f"T.load reads one element, e.g. splits[i]; {region} has {region.size} elements", loc
