@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .buffers import Buffer, BufferKind
-from .expr import Const, Expr, Var, format_expr
+from .expr import NODE_VARS, Const, Expr, Var, format_expr, variables
 
 
 class SignalOp(enum.Enum):
@@ -73,7 +73,8 @@ class Scope(enum.Enum):
 BLOCK_LOCAL = frozenset({BufferKind.SHARED, BufferKind.FRAGMENT})
 # Global memory whose window in a `T.copy` to or from an on-chip tile may extend past the end of
 # the buffer (`Copy.clip_dims`): kernel inputs and outputs and symmetric scratch.
-CLIP_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC})
+# kernel inputs and outputs, symmetric scratch and global scratch (`T.alloc(level="global")`).
+CLIP_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.GLOBAL})
 
 
 SIGNAL_DTYPE = np.dtype(np.uint64)
@@ -558,4 +559,9 @@ class KernelIR:
     def uses_nvshmem(self) -> bool:
         return any(s.communicates for s in walk_stmts(self.body)) or any(
             b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC) for b in self.allocs
-        )
+        ) or self.reads_node()
+
+    def reads_node(self) -> bool:
+        """Whether an index expression reads the node index or count (`T.Scale("node")`): the GPU
+        asks NVSHMEM for them."""
+        return any(v in NODE_VARS for s in walk_stmts(self.body) for e in stmt_exprs(s) for v in variables(e))

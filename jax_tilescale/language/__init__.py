@@ -5,9 +5,11 @@ Names and argument orders follow TileScale (`tilelang.language.distributed`) and
 kernels port line by line; sizes are inferred from ref slices (a TileScale-style explicit byte
 count may be given and must agree).
 
-- kernel values (`queries`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
-  axis_index, axis_size, pe_of, Scale("device"), ds, load;
-- memory (`memory`): alloc_shared, alloc_signal, alloc_symmetric, copy;
+- kernel values (`queries`, `scales`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
+  axis_index, axis_size, pe_of, ds, load, Scale("thread" | "warp" | "warpgroup" | "block" |
+  "device" | "node");
+- memory (`memory`, `alloc`): alloc_shared, alloc_signal, alloc_symmetric, copy, and
+  alloc(shape, dtype, level="l0" | "l1" | "global" | "symmetric") (MemLevel);
 - compute (`compute`): serial, Pipelined, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
@@ -26,6 +28,7 @@ count may be given and must agree).
 from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
+from .alloc import MemLevel, alloc
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .control import (
     Else,
@@ -62,7 +65,6 @@ from .elementwise import (
 )
 from .memory import alloc_shared, alloc_signal, alloc_symmetric, copy
 from .queries import (
-    Scale,
     axis_index,
     axis_size,
     ds,
@@ -75,6 +77,7 @@ from .queries import (
     program_id,
 )
 from .refs import Ref, RegionRef
+from .scales import Scale
 from .sync import (
     barrier_all,
     barrier_all_block,
@@ -130,6 +133,7 @@ __all__ = [
     "If",
     "LocalRef",
     "LocalVar",
+    "MemLevel",
     "Parallel",
     "Pipelined",
     "Ref",
@@ -139,6 +143,7 @@ __all__ = [
     "SignalOp",
     "abs",
     "all",
+    "alloc",
     "alloc_fragment",
     "alloc_local",
     "alloc_shared",
