@@ -289,13 +289,16 @@ class Direction(enum.Enum):
 class PeerCopy(Stmt):
     """TileScale's put_block/get_block/put_warp/get_warp: plain loads and stores through
     `nvshmem_ptr`, the peer's mapping of the symmetric heap (NVLink). Complete when the statement
-    ends (the stores are then visible to the peer). The peer must be load/store reachable."""
+    ends (the stores are then visible to the peer). The peer must be load/store reachable, except
+    with `fallback` (what views lower to): where `nvshmem_ptr` is null the transfer is a blocking
+    getmem/putmem (a put then quiet), with the same meaning."""
 
     dst: Region
     src: Region
     pe: Expr
     direction: Direction
     scope: Scope
+    fallback: bool = False
     communicates: ClassVar[bool] = True
 
     @property

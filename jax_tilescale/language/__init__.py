@@ -22,6 +22,8 @@ count may be given and must agree).
 - synchronisation (`sync`): signal_op, signal_wait_until, wait_eq/ne/ge/le/gt/lt, quiet, fence,
   barrier_all, sync_all, barrier_all_block/_warp, sync_all_block/_warp,
   broadcast[_warp|_block], fcollect[_warp|_block];
+- distributed views (`views`): view(ref, layout) with FullRow, FullCol, Replica or a PartitionSpec;
+  `copy` and `atomic_add` take view regions (global coordinates);
 - enums: SignalOp (SET, ADD), Cmp (EQ, NE, GT, GE, LT, LE), Scope (THREAD, WARP, BLOCK).
 """
 
@@ -126,10 +128,13 @@ from .transfers import (
     putmem_signal_warp,
     putmem_warp,
 )
+from .views import FullCol, FullRow, Replica, View, view
 
 __all__ = [
     "Cmp",
     "Else",
+    "FullCol",
+    "FullRow",
     "If",
     "LocalRef",
     "LocalVar",
@@ -138,9 +143,11 @@ __all__ = [
     "Pipelined",
     "Ref",
     "RegionRef",
+    "Replica",
     "Scale",
     "Scope",
     "SignalOp",
+    "View",
     "abs",
     "all",
     "alloc",
@@ -222,6 +229,7 @@ __all__ = [
     "sync_all_block",
     "sync_all_warp",
     "thread_id",
+    "view",
     "wait_eq",
     "wait_ge",
     "wait_gt",

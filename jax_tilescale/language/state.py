@@ -31,6 +31,9 @@ class TraceState:
     num_pes: int
     mesh_axes: tuple[str, ...] = ()
     mesh_axis_sizes: tuple[int, ...] = ()
+    # Input buffer name -> the kernel mesh axes shard_map types it as varying over (check_vma on):
+    # what the kernel knows of its in_specs (T.view checks layouts against it). Empty: unknown.
+    input_vma: dict[str, frozenset[str]] = field(default_factory=dict)
     body: list[Stmt] = field(default_factory=list)
     allocs: list[Buffer] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
