@@ -17,6 +17,7 @@ new and stay exact (docs/architecture.md, "Views"):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from jax.sharding import PartitionSpec
 from ..errors import KernelTraceError
 from ..ir.buffers import Buffer, BufferKind
 from ..ir.control import If
+from ..ir.evaluate import evaluate
 from ..ir.expr import PE_VAR, CompareKind, Const, Expr, Var, VarKind, affine_form, compare, program_id_var, variables
 from ..ir.nodes import (
     SIGNAL_DTYPE,
@@ -308,8 +310,27 @@ def _owner(v: View, coords: Sequence[Expr], replica: dict[str, Expr], state: Tra
     return pe
 
 
+# Points up to which `_is_me` evaluates an owner over its variables' ranges.
+MAX_OWNER_POINTS = 1 << 14
+
+
 def _is_me(pe: Expr, state: TraceState) -> bool:
-    return state.num_pes == 1 or pe is PE_VAR or value_range(pe - PE_VAR, state.var_ranges()) == (0, 0)
+    """Whether the owner is provably this PE wherever the statement runs: then the view costs a
+    plain copy (no branch). Proved by evaluating it over every point of its variables' ranges."""
+    if state.num_pes == 1 or pe is PE_VAR:
+        return True
+    ranges = state.var_ranges()
+    names = sorted(variables(pe), key=repr)
+    if PE_VAR not in names or any(v not in ranges for v in names):
+        return False
+    spans = [range(ranges[v][0], ranges[v][1] + 1) for v in names]
+    if math.prod(len(r) for r in spans) > MAX_OWNER_POINTS:
+        return False
+    try:
+        return all(evaluate(pe, dict(zip(names, point))) == point[names.index(PE_VAR)]
+                   for point in itertools.product(*spans))
+    except Exception:  # an expression the evaluator cannot take without the kernel (a load)
+        return False
 
 
 def _traced(state: TraceState, emit: Callable[[], None]) -> tuple[Stmt, ...]:
@@ -410,7 +431,8 @@ def atomic_add_view(dst: Any, src: Any) -> None:
     loop or branch), and when it returns this PE's replica of the region holds all the PEs' tiles
     added (atomically, so concurrent view atomics of other blocks compose). Lowered to: blocking
     puts of the tile into a symmetric mailbox of each peer with a signal, a wait for the peers'
-    tiles, and local atomic adds of this PE's tile and of each peer's."""
+    tiles, and local atomic adds of the PEs' tiles in PE order (every replica adds in the same order:
+    with nothing else adding into the region, the replicas are equal bit for bit)."""
     state = current_trace("atomic_add")
     loc = user_source_loc()
     vr = _as_view_region(dst)
@@ -456,10 +478,12 @@ def atomic_add_view(dst: Any, src: Any) -> None:
     others = compare(CompareKind.NE, send_var, PE_VAR)
     state.emit(Loop(send_var, npes, (If(others, (put,), loc=loc),), loc=loc))
     state.emit(SignalWait(word, Cmp.GE, Const(npes - 1), loc=loc))
-    state.emit(AtomicRegion(AtomicKind.ADD, target, tile, loc=loc))
+    # In PE order, this PE's tile in its turn: every replica sums in the same order (the same bits).
     add_var = _loop_var(state, npes)
-    add = AtomicRegion(AtomicKind.ADD, target, slot(add_var), loc=loc)
-    state.emit(Loop(add_var, npes, (If(compare(CompareKind.NE, add_var, PE_VAR), (add,), loc=loc),), loc=loc))
+    own = AtomicRegion(AtomicKind.ADD, target, tile, loc=loc)
+    peer = AtomicRegion(AtomicKind.ADD, target, slot(add_var), loc=loc)
+    state.emit(Loop(add_var, npes, (If(compare(CompareKind.EQ, add_var, PE_VAR), (own,), (peer,), loc=loc),),
+                    loc=loc))
 
 
 def _block_index(state: TraceState) -> tuple[Expr, int]:
