@@ -60,7 +60,8 @@ def test_examples_use_views_only(name):
     """No explicit transfer, signal or wait in the example's source: the views do the communication."""
     tree = ast.parse((ROOT / "examples" / f"{name}.py").read_text())
     called = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
-    explicit = {c for c in called if c.startswith(("putmem", "getmem", "put_", "get_block", "get_warp", "signal", "wait_"))}
+    transfers = ("putmem", "getmem", "put_", "get_block", "get_warp", "signal", "wait_")
+    explicit = {c for c in called if c.startswith(transfers)}
     assert not explicit and "view" in called
 
 
