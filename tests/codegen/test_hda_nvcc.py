@@ -58,10 +58,10 @@ def _node_and_global():
     def k(x, out):
         node, nodes = T.Scale("node")
         g = T.alloc((2,), jnp.int32, level="global")
-        for j in T.Parallel(1):
+        for _j in T.Parallel(1):
             g[T.program_id(0)] = node + nodes + x[0, 0]
         if T.program_id(0) == 0:
-            for j in T.Parallel(1):
+            for _j in T.Parallel(1):
                 out[0, 0] = g[0]
                 out[0, 1] = nodes
 
