@@ -120,10 +120,13 @@ class TileKernel:
         mesh_axes: tuple[str, ...] | None = None,
         num_pes: int = 1,
         mesh_axis_sizes: tuple[int, ...] | None = None,
+        input_vma: tuple[frozenset[str] | None, ...] | None = None,
     ) -> KernelIR:
         """The verified IR for arguments of these shapes (arrays or ShapeDtypeStructs).
 
-        `mesh_axis_sizes` (the size of each mesh axis) may be left out with at most one axis."""
+        `mesh_axis_sizes` (the size of each mesh axis) may be left out with at most one axis;
+        `input_vma` (per input, the mesh axes it varies over, when shard_map checks it) lets `T.view`
+        check its layouts against the in_specs."""
         axes = tuple((self.spec.mesh_axes if mesh_axes is None else mesh_axes) or ())
         self._check_arity(len(args))
         if mesh_axis_sizes is None:
@@ -133,7 +136,8 @@ class TileKernel:
                 )
             mesh_axis_sizes = (num_pes,) if axes else ()
         avals = tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args)
-        return _trace_cached(self, avals, axes, num_pes, tuple(int(n) for n in mesh_axis_sizes))
+        vma = None if input_vma is None else tuple(input_vma)
+        return _trace_cached(self, avals, axes, num_pes, tuple(int(n) for n in mesh_axis_sizes), vma)
 
     def _check_arity(self, n_inputs: int) -> None:
         """A KernelTraceError (not Python's TypeError from inside the trace) when the arrays do not fit `fn`."""
@@ -191,7 +195,11 @@ class TileKernel:
     def _bind(self, scope: _jax_compat.MeshScope, axes: tuple[str, ...], arrays: list[jax.Array]) -> list[Any]:
         """Traces the kernel for PE space `axes` and binds the primitive (every axis in scope manual)."""
         axis_sizes = tuple(scope.axis_sizes[a] for a in axes)
-        kernel_ir = self.trace(*arrays, mesh_axes=axes, num_pes=math.prod(axis_sizes), mesh_axis_sizes=axis_sizes)
+        # What shard_map's typing says of the inputs' in_specs (only when it checks them).
+        vma = tuple(_jax_compat.varying_axes(jax.typeof(a)) & set(axes) for a in arrays) \
+            if axes and _jax_compat.check_vma_enabled() else None
+        kernel_ir = self.trace(*arrays, mesh_axes=axes, num_pes=math.prod(axis_sizes), mesh_axis_sizes=axis_sizes,
+                               input_vma=vma)
         others = tuple(a for a in scope.manual if a not in axes)
         # Row-major over `axes` in the kernel's order, like the interpreter, T.axis_index and the GPU's PE map.
         pe = jax.lax.axis_index(axes) if axes else jnp.int32(0)
@@ -224,7 +232,8 @@ class TileKernel:
 
 @functools.lru_cache(maxsize=256)
 def _trace_cached(
-    k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes: int, axis_sizes: tuple[int, ...]
+    k: TileKernel, in_avals: tuple, axes: tuple[str, ...], num_pes: int, axis_sizes: tuple[int, ...],
+    input_vma: tuple[frozenset[str] | None, ...] | None = None,
 ) -> KernelIR:
     spec = k.spec
     ir = trace_kernel(
@@ -237,6 +246,7 @@ def _trace_cached(
         mesh_axes=axes,
         num_pes=num_pes,
         mesh_axis_sizes=axis_sizes,
+        input_vma=input_vma,
     )
     return verify_kernel(ir)
 

@@ -123,7 +123,7 @@ if [ "$NGPU" -ge 2 ]; then
   step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -m multi_pe -q \
     -o addopts="" -p no:cacheprovider
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
-            "allgather_gemm.py --m 256 --k 256 --n 128" "all_to_all.py" "moe_dispatch.py"; do
+            "allgather_gemm.py --m 256 --k 256 --n 128" "all_to_all.py" "moe_dispatch.py" "gemm_allreduce_view.py --m 128 --k 128 --n 64"; do
     step "ex_${ex%%.py*}" python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/$ex
   done
 else  # one GPU: what needs two PEs runs as two processes on it
@@ -133,13 +133,14 @@ else  # one GPU: what needs two PEs runs as two processes on it
   port=29621
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \
-            "primitives/sync.py" "moe_dispatch.py --tokens 1024 --hidden 1024"; do
+            "primitives/sync.py" "moe_dispatch.py --tokens 1024 --hidden 1024" "gemm_allreduce_view.py --m 128 --k 128 --n 64"; do
     name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" "${EX_TIMEOUT:-300}" examples/$ex; port=$((port + 2))
   done
 fi
 if [ "$NGPU" -ge 4 ]; then  # 2x2 meshes (issue 4): one PE per GPU
   step summa python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/summa.py
   step cannon python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/cannon.py
+  step summa_view python3 -m jax_tilescale.launch -n 4 --timeout 300 examples/summa_view.py
 fi
 if [ "$NGPU" -ge 2 ]; then
   PORT2=${TWO_NODE_PORT:-29533} MODE2=cvd

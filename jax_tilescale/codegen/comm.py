@@ -199,6 +199,8 @@ def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
 
 @EMIT.register(PeerCopy)
 def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
+    if s.fallback:
+        return _peer_copy_or_transfer(s, ctx)
     lines = peer_pointer(ctx, s.remote, s.pe, s.op_name)
     remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
     lanes = 32 if s.scope is Scope.WARP else None
@@ -209,6 +211,30 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
         # signal or barrier of this block.
         lines.append("__threadfence_system();")
     return [*lines, *ctx.block_sync()]
+
+
+def _peer_copy_or_transfer(s: PeerCopy, ctx: Ctx) -> list[str]:
+    """A view's transfer: loads/stores through `nvshmem_ptr` where the peer is reachable that way
+    (NVLink), else a blocking getmem/putmem (a put followed by quiet); complete either way when
+    the statement ends. The branch is uniform over the block (one peer)."""
+    put = s.direction is Direction.PUT
+    remote = {"dst_base": "ts_peer"} if put else {"src_base": "ts_peer"}
+    setup, loop = copy_loop_parts(ctx, s.src, s.dst, lanes=32 if s.scope is Scope.WARP else None, **remote)
+    t_setup, issue = transfer_call(ctx, base="putmem" if put else "getmem", dst=s.dst, src=s.src, scope=s.scope,
+                                   blocking=True, target="ts_peer_nv")
+    near = setup + scoped(ctx, s.scope, loop) + (["__threadfence_system();"] if put else [])
+    far = t_setup + scoped(ctx, s.scope, issue) + (thread0(ctx, ["nvshmem_quiet();"]) if put else [])
+    return [
+        f"const int64_t ts_peer_k = {c_int64(s.pe)};",
+        target_pe("ts_peer_k", s.op_name, var="ts_peer_nv", what="peer PE"),
+        f"unsigned char* const ts_peer = (unsigned char*)nvshmem_ptr({ctx.pointers[s.remote.buffer]}, ts_peer_nv);",
+        "if (ts_peer != nullptr) {",
+        *indent(near),
+        "} else {",
+        *indent(far),
+        "}",
+        *ctx.block_sync(),
+    ]
 
 
 def wait_call(cmp: Cmp, ctype: str, word: str, value: str, *, op: str, peer: str = "-1", sleep: bool,

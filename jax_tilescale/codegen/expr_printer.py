@@ -55,6 +55,10 @@ def var_name(v: Var) -> str:
         return PE_VAR_NAME
     if v.kind is VarKind.LOOP:
         return f"ts_i{v.axis}"
+    if v.kind is VarKind.NODE:  # the launcher numbers PEs node-major on nodes of equal size
+        return "((long long)(nvshmem_my_pe() / nvshmem_team_n_pes(NVSHMEMX_TEAM_NODE)))"
+    if v.kind is VarKind.NODE_COUNT:
+        return "((long long)(nvshmem_n_pes() / nvshmem_team_n_pes(NVSHMEMX_TEAM_NODE)))"
     raise NotImplementedError(f"no CUDA spelling for kernel variable {v!r}")
 
 

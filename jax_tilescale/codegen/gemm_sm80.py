@@ -442,7 +442,7 @@ def _loop_coefficient(offset: Expr, v: Var) -> int | None:
 
 # ---- planning ------------------------------------------------------------------------------------
 
-_GLOBAL = (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC)
+_GLOBAL = (BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.GLOBAL)
 
 
 def _tile(copy: Copy, threads: int) -> Tile | str:

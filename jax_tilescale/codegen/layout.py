@@ -2,8 +2,9 @@
 
 Scratch layout (all of it zero when the kernel starts, per the calling convention):
 
-    [signal and symmetric buffers, in allocation order: signals at 8-byte-aligned offsets
-     (uint64 words), T.alloc_symmetric buffers at 128-byte-aligned offsets]
+    [signal, symmetric and global buffers, in allocation order: signals at 8-byte-aligned offsets
+     (uint64 words), T.alloc_symmetric and T.alloc(level="global") buffers at 128-byte-aligned
+     offsets; a kernel without NVSHMEM gets a plain (not symmetric) scratch from the handler]
     [grid barrier: uint32 arrival count, uint32 generation]   (barrier_all/sync_all, several blocks)
     [PE barrier: TsTeamBarrier, 16 bytes]                      (barrier_all/sync_all)
     [team barrier: TsTeamBarrier, 16 bytes]                    (team collectives: barrier_all_block,
@@ -42,7 +43,7 @@ def _round_up(n: int, to: int) -> int:
 class Layout:
     shared_offsets: dict[Buffer, int]  # byte offset into ts_smem
     smem_bytes: int
-    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch (SIGNAL and SYMMETRIC buffers)
+    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch (SIGNAL, SYMMETRIC and GLOBAL buffers)
     barrier_offset: int | None  # byte offset of the grid barrier's two uint32 words
     scratch_bytes: int
     pe_barrier_offset: int | None = None  # TsTeamBarrier of barrier_all / sync_all
@@ -96,7 +97,7 @@ def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None) -> Layout:
             smem = _round_up(smem, SHARED_ALIGN)
             shared[buf] = smem
             smem += buf.nbytes
-        elif buf.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC):
+        elif buf.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC, BufferKind.GLOBAL):
             scratch = _round_up(scratch, SIGNAL_ALIGN if buf.kind is BufferKind.SIGNAL else SYMMETRIC_ALIGN)
             signals[buf] = scratch
             scratch += buf.nbytes

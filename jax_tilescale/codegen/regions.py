@@ -32,6 +32,7 @@ BASE_ALIGN = {
     BufferKind.FRAGMENT: 128,  # fragments not kept in registers are shared tiles (layout.py)
     BufferKind.SIGNAL: 8,
     BufferKind.SYMMETRIC: 128,  # 128-byte offsets of the 256-byte-aligned scratch (layout.py)
+    BufferKind.GLOBAL: 128,  # global scratch: placed like symmetric buffers
 }
 MAX_VECTOR_BYTES = 16
 

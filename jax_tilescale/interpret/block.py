@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import KernelRuntimeError
 from ..ir.buffers import BufferKind
 from ..ir.control import THREAD_VAR
-from ..ir.expr import Expr, Load, Var, VarKind, format_expr
+from ..ir.expr import NODE_COUNT_VAR, NODE_VAR, Expr, Load, Var, VarKind, format_expr
 from ..ir.nodes import Region, Stmt
 from ..ir.rules import RuleTable
 from .memory import Access, AccessKind, Block, ResolvedRegion, eval_index, resolve_region, where
@@ -57,6 +57,7 @@ class BlockContext:
         self.world, self.pe, self.block = world, pe, block
         self.env: dict[Var, int] = {Var(VarKind.PROGRAM_ID, i): b for i, b in enumerate(block)}
         self.env[Var(VarKind.PE)] = pe
+        self.env[NODE_VAR], self.env[NODE_COUNT_VAR] = world.options.node_of(pe, world.kernel.num_pes)
         # Per-thread code (control.py): the threads running a thread-dependent branch (None at
         # block level) and the block's registers.
         self.threads: tuple[int, ...] | None = None

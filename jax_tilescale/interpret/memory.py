@@ -174,7 +174,9 @@ class LaunchMemory:
         self._inputs[pe] = bound
         self._outputs[pe] = {b: poisoned(b.shape, b.dtype) for b in k.outputs}
         self._signals[pe] = {  # the symmetric scratch: signal words and T.alloc_symmetric buffers
-            b: np.zeros(b.shape, b.dtype) for b in k.allocs if b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC)
+            b: np.zeros(b.shape, b.dtype)
+            for b in k.allocs
+            if b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC, BufferKind.GLOBAL)
         }
 
     def _storage(self, buf: Buffer, owner: int, owner_block: Block | None) -> np.ndarray:

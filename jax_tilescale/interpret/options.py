@@ -27,6 +27,8 @@ class InterpretOptions:
         overlapping accesses, one a write, that no synchronisation orders (see `race.py`).
     check_coverage: after the kernel, raise KernelRuntimeError if an element of an output was never
         written on some PE (it would hold poison): usually a grid that does not cover the output.
+    pes_per_node: the simulated launch layout for `T.Scale("node")`: kernel PEs 0..k-1 are node 0,
+        k..2k-1 node 1, ... (as the launcher places ranks node-major). None: one node holds them all.
     """
 
     delivery: str = "late"
@@ -34,12 +36,21 @@ class InterpretOptions:
     reorder_unfenced: bool = False
     detect_races: bool = True
     check_coverage: bool = True
+    pes_per_node: int | None = None
 
     def __post_init__(self) -> None:
         if self.delivery not in DELIVERY_MODES:
             raise ValueError(f"InterpretOptions.delivery must be one of {DELIVERY_MODES}, got {self.delivery!r}")
         if not self.timeout_s > 0:
             raise ValueError(f"InterpretOptions.timeout_s must be positive, got {self.timeout_s!r}")
+        k = self.pes_per_node
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"InterpretOptions.pes_per_node must be a positive int or None, got {k!r}")
+
+    def node_of(self, pe: int, num_pes: int) -> tuple[int, int]:
+        """(node index, node count) of kernel PE `pe` in the simulated launch layout."""
+        k = num_pes if self.pes_per_node is None else self.pes_per_node
+        return pe // k, -(-num_pes // k)
 
     @property
     def eager(self) -> bool:

@@ -21,6 +21,26 @@ class BufferKind(enum.Enum):
     SYMMETRIC = "symmetric"  # symmetric scratch, zeroed before each launch (`alloc_symmetric`)
     FRAGMENT = "fragment"  # per-block register tile (`alloc_fragment`); the interpreter keeps it like shared
     LOCAL = "local"  # per-thread registers (`alloc_local`, `alloc_var`); read and written element by element
+    GLOBAL = "global"  # per-launch scratch in global memory, zeroed before each launch; this PE's only
+
+
+class MemLevel(enum.Enum):
+    """The HDA's memory levels, as `T.alloc(..., level=)` names them (the string spellings are the
+    values): registers, shared memory, per-launch global scratch, symmetric scratch."""
+
+    L0 = "l0"
+    L1 = "l1"
+    GLOBAL = "global"
+    SYMMETRIC = "symmetric"
+
+
+# The buffer kind each level allocates (`T.alloc`); written once, here.
+LEVEL_KINDS = {
+    MemLevel.L0: BufferKind.FRAGMENT,
+    MemLevel.L1: BufferKind.SHARED,
+    MemLevel.GLOBAL: BufferKind.GLOBAL,
+    MemLevel.SYMMETRIC: BufferKind.SYMMETRIC,
+}
 
 
 @dataclass(frozen=True)
@@ -29,6 +49,8 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: np.dtype
     kind: BufferKind
+    # The level `T.alloc(..., level=)` was given (shown in the IR text); None for the other allocators.
+    level: MemLevel | None = None
 
     @property
     def size(self) -> int:
@@ -39,7 +61,8 @@ class Buffer:
         return self.size * self.dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.kind.value} {self.dtype.name}{list(self.shape)}"
+        text = f"{self.name}: {self.kind.value} {self.dtype.name}{list(self.shape)}"
+        return text if self.level is None else f"{text} level={self.level.value}"
 
 
 # Element types a kernel can read as index values (`T.load` of an input, `Load`): every integer an

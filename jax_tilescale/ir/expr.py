@@ -58,6 +58,8 @@ class VarKind(enum.Enum):
     PE = "pe"  # this device's index in the kernel's PE space
     LOOP = "loop"  # the index of a `T.serial`/`T.Pipelined` loop (`axis` holds its unique id)
     THREAD = "thread"  # threadIdx.x (`T.thread_id()`), in [0, threads); see ir/control.py
+    NODE = "node"  # this device's node in the launch layout (`T.Scale("node")`)
+    NODE_COUNT = "node_count"  # the number of nodes of the launch (`T.Scale("node")`)
 
 
 class BinOpKind(enum.Enum):
@@ -571,6 +573,15 @@ def program_id_var(axis: int) -> Var:
 
 
 PE_VAR = Var(VarKind.PE)  # this device's PE (`T.get_pe()`)
+NODE_VAR = Var(VarKind.NODE)  # this device's node (`T.Scale("node")[0]`)
+NODE_COUNT_VAR = Var(VarKind.NODE_COUNT)  # the launch's node count (`T.Scale("node")[1]`)
+NODE_VARS = (NODE_VAR, NODE_COUNT_VAR)
+
+
+def node_ranges(num_pes: int) -> dict[Var, tuple[int, int]]:
+    """What is known of the node variables while tracing and verifying: a node holds at least one
+    of the kernel's PEs (the count is a launch fact, not a trace one)."""
+    return {NODE_VAR: (0, num_pes - 1), NODE_COUNT_VAR: (1, num_pes)}
 
 
 def expr_min(a: IntLike, b: IntLike) -> Expr:

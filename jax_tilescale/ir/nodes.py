@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .buffers import Buffer, BufferKind
-from .expr import Const, Expr, Var, format_expr, loads
+from .expr import NODE_VARS, Const, Expr, Var, format_expr, loads, variables
 
 
 class SignalOp(enum.Enum):
@@ -73,7 +73,8 @@ class Scope(enum.Enum):
 BLOCK_LOCAL = frozenset({BufferKind.SHARED, BufferKind.FRAGMENT})
 # Global memory whose window in a `T.copy` to or from an on-chip tile may extend past the end of
 # the buffer (`Copy.clip_dims`): kernel inputs and outputs and symmetric scratch.
-CLIP_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC})
+# kernel inputs and outputs, symmetric scratch and global scratch (`T.alloc(level="global")`).
+CLIP_KINDS = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.GLOBAL})
 
 
 SIGNAL_DTYPE = np.dtype(np.uint64)
@@ -288,13 +289,16 @@ class Direction(enum.Enum):
 class PeerCopy(Stmt):
     """TileScale's put_block/get_block/put_warp/get_warp: plain loads and stores through
     `nvshmem_ptr`, the peer's mapping of the symmetric heap (NVLink). Complete when the statement
-    ends (the stores are then visible to the peer). The peer must be load/store reachable."""
+    ends (the stores are then visible to the peer). The peer must be load/store reachable, except
+    with `fallback` (what views lower to): where `nvshmem_ptr` is null the transfer is a blocking
+    getmem/putmem (a put then quiet), with the same meaning."""
 
     dst: Region
     src: Region
     pe: Expr
     direction: Direction
     scope: Scope
+    fallback: bool = False
     communicates: ClassVar[bool] = True
 
     @property
@@ -562,4 +566,9 @@ class KernelIR:
     def uses_nvshmem(self) -> bool:
         return any(s.communicates for s in walk_stmts(self.body)) or any(
             b.kind in (BufferKind.SIGNAL, BufferKind.SYMMETRIC) for b in self.allocs
-        )
+        ) or self.reads_node()
+
+    def reads_node(self) -> bool:
+        """Whether an index expression reads the node index or count (`T.Scale("node")`): the GPU
+        asks NVSHMEM for them."""
+        return any(v in NODE_VARS for s in walk_stmts(self.body) for e in stmt_exprs(s) for v in variables(e))

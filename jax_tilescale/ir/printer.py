@@ -69,7 +69,8 @@ def _get(s: Get) -> str:
 @PRINT.register(PeerCopy)
 def _peer_copy(s: PeerCopy) -> str:
     where = "dst_pe" if s.direction is Direction.PUT else "src_pe"
-    return f"{s.op_name}({s.dst} <- {s.src}, {where}={format_expr(s.pe)})"
+    other = ", else " + ("putmem" if s.direction is Direction.PUT else "getmem") if s.fallback else ""
+    return f"{s.op_name}({s.dst} <- {s.src}, {where}={format_expr(s.pe)}{other})"
 
 
 @PRINT.register(SignalWait)

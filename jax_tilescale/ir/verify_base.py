@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from ..errors import KernelTraceError
 from .buffers import BufferKind, load_refusal
 from .control import If, format_cond, stmt_regions, thread_dependent
-from .expr import Expr, Var, VarKind, format_expr, variables
+from .expr import Expr, Var, VarKind, format_expr, node_ranges, variables
 from .guards import guarded, guarded_loads, guards_keep_in_bounds
 from .nodes import KernelIR, Loop, Region, Scope, SourceLoc, Stmt, stmt_exprs
 from .ranges import Ranges, value_bounds, value_range
@@ -34,6 +34,7 @@ def var_ranges(kernel: KernelIR, loop: Loop | None = None) -> Ranges:
     enclose `loop`'s body (and of `loop` itself)."""
     ranges = {Var(VarKind.PROGRAM_ID, i): (0, g - 1) for i, g in enumerate(kernel.grid)}
     ranges[Var(VarKind.PE)] = (0, kernel.num_pes - 1)
+    ranges.update(node_ranges(kernel.num_pes))
     if loop is not None:
         for s in _enclosing_loops(kernel.body, loop) or ():
             ranges[s.var] = (0, s.extent - 1)

@@ -42,7 +42,7 @@ from .verify_base import (
 )
 
 # Where the data of a transfer may land on its own PE (inputs are read-only, signals are words).
-LOCAL_WRITABLE = frozenset({BufferKind.OUTPUT, BufferKind.SHARED, BufferKind.SYMMETRIC})
+LOCAL_WRITABLE = frozenset({BufferKind.OUTPUT, BufferKind.SHARED, BufferKind.SYMMETRIC, BufferKind.GLOBAL})
 WAIT_WORD_BYTES = (4, 8)
 
 
@@ -100,6 +100,12 @@ def _verify_put(s: Put, kernel: KernelIR, ranges: Ranges) -> None:
         raise KernelTraceError(
             f"{op}: the destination {s.dst.buffer.name} is shared memory, which peers cannot address; "
             "put into a kernel output or a T.alloc_symmetric buffer",
+            s.loc,
+        )
+    if dst_kind is BufferKind.GLOBAL:
+        raise KernelTraceError(
+            f'{op}: the destination {s.dst.buffer.name} is global scratch (T.alloc(level="global")), which only its '
+            'own PE addresses; allocate it with level="symmetric" for peers to put into it',
             s.loc,
         )
     if dst_kind is BufferKind.SIGNAL or s.src.buffer.kind is BufferKind.SIGNAL:

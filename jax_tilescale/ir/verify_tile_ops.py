@@ -18,11 +18,12 @@ from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelec
 from .verify_base import VERIFY, check_kind, check_region, squeezed, verify_body
 
 # Where element atomics may update (local memory that several threads or blocks share).
-ATOMIC_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SHARED})
+ATOMIC_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.GLOBAL, BufferKind.SHARED})
 # Element types the GPU updates atomically (natively or with a compare-and-swap loop).
 ATOMIC_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32,
                                                  np.float64)) | {BFLOAT16}
-STORE_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.SHARED, BufferKind.FRAGMENT})
+STORE_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.SYMMETRIC, BufferKind.GLOBAL, BufferKind.SHARED,
+                         BufferKind.FRAGMENT})
 
 
 def _check_dtype(region: Region, op: str, role: str, loc: SourceLoc, numeric: bool = False) -> None:

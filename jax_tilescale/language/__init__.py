@@ -5,9 +5,11 @@ Names and argument orders follow TileScale (`tilelang.language.distributed`) and
 kernels port line by line; sizes are inferred from ref slices (a TileScale-style explicit byte
 count may be given and must agree).
 
-- kernel values (`queries`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
-  axis_index, axis_size, pe_of, Scale("device"), ds, load;
-- memory (`memory`): alloc_shared, alloc_signal, alloc_symmetric, copy;
+- kernel values (`queries`, `scales`): program_id, get_pe, get_pe_num, get_rank, get_num_ranks,
+  axis_index, axis_size, pe_of, ds, load, Scale("thread" | "warp" | "warpgroup" | "block" |
+  "device" | "node");
+- memory (`memory`, `alloc`): alloc_shared, alloc_signal, alloc_symmetric, copy, and
+  alloc(shape, dtype, level="l0" | "l1" | "global" | "symmetric") (MemLevel);
 - compute (`compute`): serial, Pipelined, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
@@ -20,12 +22,15 @@ count may be given and must agree).
 - synchronisation (`sync`): signal_op, signal_wait_until, wait_eq/ne/ge/le/gt/lt, quiet, fence,
   barrier_all, sync_all, barrier_all_block/_warp, sync_all_block/_warp,
   broadcast[_warp|_block], fcollect[_warp|_block];
+- distributed views (`views`): view(ref, layout) with FullRow, FullCol, Replica or a PartitionSpec;
+  `copy` and `atomic_add` take view regions (global coordinates);
 - enums: SignalOp (SET, ADD), Cmp (EQ, NE, GT, GE, LT, LE), Scope (THREAD, WARP, BLOCK).
 """
 
 from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
+from .alloc import MemLevel, alloc
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .control import (
     Else,
@@ -62,7 +67,6 @@ from .elementwise import (
 )
 from .memory import alloc_shared, alloc_signal, alloc_symmetric, copy
 from .queries import (
-    Scale,
     axis_index,
     axis_size,
     ds,
@@ -75,6 +79,7 @@ from .queries import (
     program_id,
 )
 from .refs import Ref, RegionRef
+from .scales import Scale
 from .sync import (
     barrier_all,
     barrier_all_block,
@@ -123,22 +128,29 @@ from .transfers import (
     putmem_signal_warp,
     putmem_warp,
 )
+from .views import FullCol, FullRow, Replica, View, view
 
 __all__ = [
     "Cmp",
     "Else",
+    "FullCol",
+    "FullRow",
     "If",
     "LocalRef",
     "LocalVar",
+    "MemLevel",
     "Parallel",
     "Pipelined",
     "Ref",
     "RegionRef",
+    "Replica",
     "Scale",
     "Scope",
     "SignalOp",
+    "View",
     "abs",
     "all",
+    "alloc",
     "alloc_fragment",
     "alloc_local",
     "alloc_shared",
@@ -217,6 +229,7 @@ __all__ = [
     "sync_all_block",
     "sync_all_warp",
     "thread_id",
+    "view",
     "wait_eq",
     "wait_ge",
     "wait_gt",

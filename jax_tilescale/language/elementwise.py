@@ -28,6 +28,7 @@ from .refs import Ref, RegionRef, element_value
 from .source import user_source_loc
 from .state import current_trace
 from .values import TileValue
+from .views import atomic_add_view, is_view
 
 
 class _ParallelRange:
@@ -202,6 +203,10 @@ def cumsum(src: RefLike, dst: RefLike | None = None, dim: int = 0, reverse: bool
 
 def _atomic(kind: AtomicKind, dst: Any, value: Any) -> None:
     op = f"atomic_{kind.value}"
+    if is_view(dst):  # a reduction into a replicated view (views.py)
+        if kind is not AtomicKind.ADD:
+            raise KernelTraceError(f"T.{op}: views take T.atomic_add only", user_source_loc())
+        return atomic_add_view(dst, value)
     state = current_trace(op)
     loc = user_source_loc()
     d = region(dst, op, "destination", loc)

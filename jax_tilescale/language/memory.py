@@ -13,6 +13,7 @@ from ._common import RefLike, region
 from .refs import Ref, as_region
 from .source import user_source_loc
 from .state import current_trace
+from .views import copy_view, is_view
 
 
 def _shape(shape: Any, op: str) -> tuple[int, ...]:
@@ -58,6 +59,8 @@ def copy(src: RefLike, dst: RefLike) -> None:
     skips them. The tile's own window must lie inside the tile; every other use of a slice
     (transfers, element access, fills, reductions, atomics, gemm) must lie inside its buffer.
     """
+    if is_view(src) or is_view(dst):  # a distributed view on one side (views.py)
+        return copy_view(src, dst)
     state = current_trace("copy")
     loc = user_source_loc()
     src_r, dst_r = (as_region(r, f"copy: {role}", loc, clip=True) for r, role in ((src, "src"), (dst, "dst")))

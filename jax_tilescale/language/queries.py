@@ -1,5 +1,5 @@
 """Kernel values: block index, PE numbering (TileScale and NVSHMEM names), mesh coordinates,
-slices of static size, and loads of integers from inputs."""
+slices of static size, and loads of integers from inputs (the HDA's scales: `scales.py`)."""
 
 from __future__ import annotations
 
@@ -105,30 +105,6 @@ def pe_of(**coords: IntLike) -> Expr:
     return pe
 
 
-class ScaleAxis(tuple):
-    """`(index, count)` of a scale; also a context manager: `with T.Scale("device") as (pe, n):`."""
-
-    def __enter__(self) -> ScaleAxis:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def Scale(name: str) -> ScaleAxis:
-    """TileScale's launch scales; `T.Scale("device")` is `(get_pe(), get_pe_num())`: this device's
-    index and the count along the kernel's mesh axes. Block and thread scales are not supported
-    yet (use `T.program_id` and the kernel's `grid`)."""
-    state = current_trace("Scale")
-    if name != "device":
-        raise KernelTraceError(
-            f'T.Scale({name!r}) is not supported; only T.Scale("device") (this PE and the PE count along the '
-            "kernel's mesh axes). Blocks come from the kernel's grid and T.program_id.",
-            user_source_loc(),
-        )
-    return ScaleAxis((PE_VAR, Const(state.num_pes)))
-
-
 def ds(start: IntLike, size: int) -> DynSlice:
     """A slice of static `size` starting at `start` (which may be a run-time value)."""
     if isinstance(size, Expr) or not isinstance(size, int) or size <= 0:
@@ -153,7 +129,6 @@ def load(ref: RefLike) -> Expr:
 
 
 __all__ = [
-    "Scale",
     "axis_index",
     "axis_size",
     "ds",

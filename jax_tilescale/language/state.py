@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KernelTraceError
 from ..ir.buffers import Buffer
-from ..ir.expr import PE_VAR, TRACE_HOOKS, TraceHooks, Var, program_id_var
+from ..ir.expr import PE_VAR, TRACE_HOOKS, TraceHooks, Var, node_ranges, program_id_var
 from ..ir.nodes import Stmt
 from .source import user_source_loc
 from .truth import is_truth_test
@@ -31,6 +31,9 @@ class TraceState:
     num_pes: int
     mesh_axes: tuple[str, ...] = ()
     mesh_axis_sizes: tuple[int, ...] = ()
+    # Input buffer name -> the kernel mesh axes shard_map types it as varying over (check_vma on):
+    # what the kernel knows of its in_specs (T.view checks layouts against it). Empty: unknown.
+    input_vma: dict[str, frozenset[str]] = field(default_factory=dict)
     body: list[Stmt] = field(default_factory=list)
     allocs: list[Buffer] = field(default_factory=list)
     names: set[str] = field(default_factory=set)
@@ -56,7 +59,7 @@ class TraceState:
         what the verifier's `var_ranges` gives it (its enclosing loops are among those traced)."""
         ranges = {program_id_var(i): (0, g - 1) for i, g in enumerate(self.grid)}
         ranges[PE_VAR] = (0, self.num_pes - 1)
-        return {**ranges, **self.loop_ranges}
+        return {**ranges, **node_ranges(self.num_pes), **self.loop_ranges}
 
 
 _STATE: contextvars.ContextVar[TraceState | None] = contextvars.ContextVar("tilescale_trace", default=None)

@@ -26,11 +26,13 @@ def trace_kernel(
     mesh_axes: tuple[str, ...],
     num_pes: int,
     mesh_axis_sizes: Sequence[int] | None = None,
+    input_vma: Sequence[frozenset[str] | None] | None = None,
 ) -> KernelIR:
     """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
 
     `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
-    it may be left out when there is at most one axis (its size is then `num_pes`).
+    it may be left out when there is at most one axis (its size is then `num_pes`). `input_vma`:
+    per input, the mesh axes shard_map types it as varying over (None: not known).
     """
     sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
     state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
@@ -47,6 +49,9 @@ def trace_kernel(
         loc = SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
     except AttributeError:
         loc = UNKNOWN_LOC
+    for buf, vma in zip(in_bufs, input_vma or ()):
+        if vma is not None:
+            state.input_vma[buf.name] = vma
     with tracing(state):
         result = fn(*(Ref(b) for b in in_bufs + out_bufs))
     if state.open_bodies:

@@ -37,10 +37,12 @@ SMALL: dict[str, tuple[Any, dict[str, Any]]] = {
     "cannon": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="bfloat16")),
     "gemm": (None, dict(m=128, n=256, k=128, dtype="bfloat16")),  # the default (Hopper) tiles
     "moe_dispatch": (lambda: line(2), dict(tokens=32, hidden=64, experts_per_pe=2, dtype="bfloat16")),
+    "gemm_allreduce_view": (lambda: line(2), dict(m=64, k=64, n=64, dtype="float32")),
     "nvshmem_queries": (lambda: load_example("nvshmem_queries").mesh_2d(4), dict(m=16, n=32)),
     "simple_shift": (lambda: line(2), dict(m=64, n=64, dtype="float32")),
     "softmax": (lambda: line(2), dict(m=21, n=40, dtype="bfloat16")),
     "summa": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="bfloat16")),
+    "summa_view": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="float32")),
     "primitives/get_block": (lambda: line(2), dict(m=64, n=64, dtype="float32")),
     "primitives/put_block": (lambda: line(2), dict(m=64, n=64, dtype="float16")),
     "primitives/sync": (lambda: jax.make_mesh((2, 2), ("x", "y"), devices=jax.devices()[:4]),

@@ -1,0 +1,66 @@
+"""`T.alloc(shape, dtype, level=)`: one allocation call over the HDA's memory levels.
+
+The level picks the allocator (`ir/buffers.py` `LEVEL_KINDS` says which buffer kind each makes):
+"l0" registers (a per-block register tile, `alloc_fragment`), "l1" shared memory
+(`alloc_shared`), "global" per-launch scratch in global memory (this PE's only; zero at the start
+of every launch, like symmetric scratch, but peers cannot address it), "symmetric" symmetric
+scratch peers can address (`alloc_symmetric`). The level is kept on the buffer, so the IR text
+shows it (`smem: shared float16[64, 64] level=l1`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import KernelTraceError
+from ..ir.buffers import LEVEL_KINDS, Buffer, MemLevel
+from .memory import _shape
+from .refs import Ref
+from .source import user_source_loc
+from .state import current_trace
+
+# The buffer names' prefixes, as the level-specific allocators name theirs.
+_NAME_BASE = {MemLevel.L0: "frag", MemLevel.L1: "smem", MemLevel.GLOBAL: "gmem", MemLevel.SYMMETRIC: "sym"}
+
+
+def _level(level: Any) -> MemLevel:
+    if isinstance(level, MemLevel):
+        return level
+    if isinstance(level, str):
+        try:
+            return MemLevel(level.lower())
+        except ValueError:
+            pass
+    spellings = ", ".join(repr(m.value) for m in MemLevel)
+    raise KernelTraceError(
+        f"T.alloc: level={level!r} is not a memory level; use one of {spellings} (or T.MemLevel.L0 ...)",
+        user_source_loc(),
+    )
+
+
+def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1") -> Ref:
+    """A buffer of `shape` and `dtype` at memory `level` (default "l1", shared memory):
+
+    - "l0": registers, a per-block register tile (as `T.alloc_fragment`; per-thread scalars are
+      `T.alloc_local` / `T.alloc_var`);
+    - "l1": the block's shared memory (as `T.alloc_shared`);
+    - "global": per-launch scratch in this PE's global memory, zero when the kernel starts, seen by
+      every block of this PE (not by peers: use "symmetric" for that);
+    - "symmetric": symmetric scratch that peers can put into, get from and wait on (as
+      `T.alloc_symmetric`), zero when the kernel starts.
+    """
+    lvl = _level(level)
+    state = current_trace("alloc")
+    dims = _shape(shape, f'alloc(level="{lvl.value}")')
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise KernelTraceError(f'T.alloc(level="{lvl.value}"): {dtype!r} is not a dtype', user_source_loc()) from None
+    buf = Buffer(state.fresh_name(_NAME_BASE[lvl]), dims, dt, LEVEL_KINDS[lvl], level=lvl)
+    state.allocs.append(buf)
+    return Ref(buf)
+
+
+__all__ = ["MemLevel", "alloc"]
