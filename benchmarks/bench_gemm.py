@@ -1,4 +1,8 @@
-"""bf16 GEMM: the T.Pipelined + T.gemm kernel of examples/gemm.py against jnp.dot, same run, same GPU.
+"""GEMM sweep of issue 16: the T.Pipelined + T.gemm kernels of examples/gemm.py (bf16) and
+examples/gemm_fp8.py (float8 e4m3) against jnp.dot and, where torch with CUDA is importable,
+cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
+
+    python benchmarks/bench_gemm.py            # the whole sweep, one table (about 10 minutes)
 
 Both are timed the same two ways, interleaved (7 rounds, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
@@ -35,12 +39,16 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 from gemm import gemm
+from gemm_fp8 import gemm_fp8, quantize
 
 from jax_tilescale.codegen import gemm_sm90, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 
-SHAPES = ((8192, 8192, 8192), (8192, 28672, 8192), (8192, 8192, 28672))
+SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
+          (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
+FP8_SHAPES = "8192x8192x8192"
+FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 CONFIGS = "128x256x64/4/g8,256x192x64/4/g8"  # block_m x block_n x block_k / stages / group_m [/ suffixes]
 SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config suffix -> gemm_sm90 switch
 
@@ -119,15 +127,60 @@ def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
-def resources(kern, a, b, lowering: str = "auto", switches: dict[str, bool] | None = None) -> str:
+def resources(kern, a, b, lowering: str = "auto", switches: dict[str, bool] | None = None, extra=()) -> str:
     with codegen_settings(lowering, switches or {}):
-        module = generate_cuda(kern.trace(a, b), "sm_90", gemm_lowering=lowering)
+        module = generate_cuda(kern.trace(a, b, *extra), "sm_90", gemm_lowering=lowering)
     report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     path = "wgmma" if module.arch == "sm_90a" else "mma.sync" if "ts_mma_16816_" in module.source else "portable"
     return (f"{path}, {regs.group(1) if regs else '?'} regs, "
             f"spills {spill.group(1) + '/' + spill.group(2) if spill else '?'} B")
+
+
+def torch_cuda():
+    """torch when it is importable and sees a GPU (the image may lack it), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
+    """(loop, calls) runners of cuBLAS through torch on the same data: `reps` products, each
+    reduced to one element (loop) or kept whole (calls). `fp8`: (a8, b8, sa, sb) numpy arrays for
+    torch._scaled_mm (B passed column-major, as it requires), bf16 output."""
+    import numpy as np
+
+    if fp8 is None:
+        ta = torch.from_numpy(np.asarray(a.astype(jnp.float32))).to("cuda", torch.bfloat16)
+        tb = torch.from_numpy(np.asarray(b.astype(jnp.float32))).to("cuda", torch.bfloat16)
+
+        def product():
+            return torch.matmul(ta, tb)
+    else:
+        a8, b8, sa, sb = fp8
+        ta = torch.from_numpy(a8.view(np.uint8)).to("cuda").view(torch.float8_e4m3fn)
+        tb = torch.from_numpy(b8.view(np.uint8)).to("cuda").view(torch.float8_e4m3fn).t()  # K x N, column-major
+        tsa, tsb = torch.from_numpy(sa).to("cuda").reshape(()), torch.from_numpy(sb).to("cuda").reshape(())
+
+        def product():
+            return torch._scaled_mm(ta, tb, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
+
+    def loop(*_):
+        acc = torch.zeros((), device="cuda")
+        for _ in range(reps):
+            acc += product()[0, 0].float()
+        torch.cuda.synchronize()
+        return jnp.float32(0)
+
+    def calls(*_):
+        out = [product() for _ in range(reps)]
+        torch.cuda.synchronize()
+        return jnp.float32(len(out))
+
+    return {"loop": loop, "calls": calls}
 
 
 def main() -> None:
@@ -137,13 +190,18 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
+    ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
+    ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     args = ap.parse_args()
     lowerings = args.lowerings.split(",")
     for lowering in lowerings:
         if lowering not in LOWERINGS:
             ap.error(f"--lowerings: {lowering!r} is not one of {LOWERINGS}")
-    print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}")
+    torch = None if args.no_torch else torch_cuda()
+    print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; "
+          f"cuBLAS through torch: {torch.__version__ if torch else 'not available'}")
     rows = []
+    configs = {c: parse_config(c) for c in args.configs.split(",")}
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
         ka, kb = jax.random.split(jax.random.key(0))
@@ -151,7 +209,6 @@ def main() -> None:
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
         want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
         scale = float(jnp.max(jnp.abs(want)))
-        configs = {c: parse_config(c) for c in args.configs.split(",")}
         kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low, c): gemm(m, n, k, jnp.bfloat16, **cfg)
                    for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}
@@ -160,22 +217,84 @@ def main() -> None:
         for (name, low, c) in kernels:
             for how in ("loop", "calls"):
                 runners[name, how] = with_settings(low, configs[c][1], runners[name, how])
+        if torch is not None:
+            for how, run in cublas_runners(torch, a, b, args.reps).items():
+                runners["cuBLAS torch", how] = run
         t = interleaved_medians(runners, a, b, args.reps, heat_s=args.heat)
-        rows.append((shape, "XLA jnp.dot", t["XLA jnp.dot", "loop"], t["XLA jnp.dot", "calls"], 1.0, 1.0, "-", True))
+        ref = {how: t["XLA jnp.dot", how] for how in ("loop", "calls")}
+        cub = {how: t.get(("cuBLAS torch", how)) for how in ("loop", "calls")}
+        rows.append(_row(shape, "XLA jnp.dot", t, "XLA jnp.dot", ref, cub, "-", True))
+        if torch is not None:
+            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True))
         for (name, low, c), kern in kernels.items():
             got = with_settings(low, configs[c][1], jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
-            tl, tc = t[name, "loop"], t[name, "calls"]
-            rows.append((shape, name, tl, tc, t["XLA jnp.dot", "loop"] / tl, t["XLA jnp.dot", "calls"] / tc,
-                         resources(kern, a, b, low, configs[c][1]), err <= 2e-2 * scale))
+            rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
+                             err <= 2e-2 * scale))
+    for shape in filter(None, args.fp8_shapes.split(",")):
+        rows += _fp8_rows(shape, configs, torch, args)
+    _print(rows)
+
+
+def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
+    """FP8 e4m3 at `shape`: our FP8 kernel, our bf16 kernel (each config) on the same values,
+    torch._scaled_mm; ratios to our best bf16 config (the xXLA columns) and to torch (xcuBLAS)."""
+    import ml_dtypes
+    import numpy as np
+
+    m, n, k = map(int, shape.split("x"))
+    fp8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    rng = np.random.default_rng(0)
+    a8, sa = quantize(rng.standard_normal((m, k)).astype(np.float32), fp8)
+    b8, sb = quantize(rng.standard_normal((n, k)).astype(np.float32), fp8)
+    a16 = jnp.asarray(a8.astype(np.float32), jnp.bfloat16)  # the same values (e4m3 fits in bf16)
+    b16 = jnp.asarray(b8.astype(np.float32).T, jnp.bfloat16)
+    ours8 = gemm_fp8(m, n, k, fp8, **FP8_CONFIG)
+    ja8, jb8, jsa, jsb = (jnp.asarray(x) for x in (a8, b8, sa, sb))
+    runners = {}
+    runners["ts fp8 e4m3", "loop"], runners["ts fp8 e4m3", "calls"] = loop_and_calls(
+        lambda x, y: ours8(x, y, jsa, jsb), args.reps)
+    bf16 = {f"ts bf16 {c}": gemm(m, n, k, jnp.bfloat16, **cfg) for c, (cfg, _) in configs.items()}
+    for name, kern in bf16.items():
+        loop, calls = loop_and_calls(kern, args.reps)
+        runners[name, "loop"], runners[name, "calls"] = (lambda f: lambda *_: f(a16, b16))(loop), \
+            (lambda f: lambda *_: f(a16, b16))(calls)
+    if torch is not None and hasattr(torch, "_scaled_mm"):
+        for how, run in cublas_runners(torch, None, None, args.reps, fp8=(a8, b8, sa, sb)).items():
+            runners["torch._scaled_mm", how] = run
+    t = interleaved_medians(runners, ja8, jb8, args.reps, heat_s=args.heat)
+    best = min(bf16, key=lambda name: t[name, "loop"])
+    ref = {how: t[best, how] for how in ("loop", "calls")}
+    cub = {how: t.get(("torch._scaled_mm", how)) for how in ("loop", "calls")}
+    got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
+    want = (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
+    ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
+    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True) for name in bf16]
+    rows.append(_row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
+                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok))
+    if cub["loop"] is not None:
+        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True))
+    return rows
+
+
+def _row(shape, what, t, name, ref, cub, res, ok):
+    tl, tc = t[name, "loop"], t[name, "calls"]
+    ratio = {how: (cub[how] / t[name, how] if cub[how] else None) for how in ("loop", "calls")}
+    return (shape, what, tl, tc, ref["loop"] / tl, ref["calls"] / tc, ratio["loop"], ratio["calls"], res, ok)
+
+
+def _print(rows) -> None:
+    """One table: for bf16 rows xXLA is the ratio to jnp.dot, for fp8 rows to our fastest bf16 config
+    on the same values; xcuBLAS to torch (matmul / _scaled_mm), '-' without torch."""
     width = max(21, *(len(what) for _, what, *_ in rows))
-    print(f"\n{'shape':>18} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'calls ms':>8} {'TF/s':>6} "
-          f"{'xXLA':>5}  ok  code")
-    for shape, what, tl, tc, rl, rc, res, ok in rows:
-        m, n, k = map(int, shape.split("x"))
+    print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5} "
+          f"{'calls ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5}  ok  code")
+    for shape, what, tl, tc, rl, rc, bl, bc, res, ok in rows:
+        m, n, k = map(int, shape.split()[0].split("x"))
         f = 2 * m * n * k / 1e12
-        print(f"{shape:>18} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {tc * 1e3:8.3f} {f / tc:6.1f} "
-              f"{rc:5.2f}  {'yes' if ok else 'NO'}  {res}")
+        fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
+        print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {fmt(bl)} {tc * 1e3:8.3f} "
+              f"{f / tc:6.1f} {rc:5.2f} {fmt(bc)}  {'yes' if ok else 'NO'}  {res}")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ class GemmPlan(PlanMemory, Protocol):
         ...
 
     def producer(self, ctx: Ctx) -> list[str]:
-        """The program of the producer's issuing thread (warp-specialised frames only)."""
+        """The program of the producer warpgroup's threads (warp-specialised frames only)."""
         ...
 
 

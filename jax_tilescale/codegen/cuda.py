@@ -29,7 +29,7 @@ from .body import RESTORE, emit_body
 from .common import INDENT, MOVE_TYPES, c_identifier, comment, indent
 from .context import Ctx
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
-from .gemm_select import select_plan
+from .gemm_select import select_plan, shared_memory_refusal
 from .layout import plan_layout
 
 # The calling convention's numbers, from its one definition (jax_tilescale/abi/ts_abi.h), which the
@@ -154,7 +154,10 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     verify_kernel(kernel)
     _check_supported(kernel)
     plan, notes = select_plan(kernel, arch, gemm_lowering)
-    layout = plan_layout(kernel, plan)
+    try:
+        layout = plan_layout(kernel, plan)
+    except KernelTraceError as e:
+        raise shared_memory_refusal(kernel, plan, notes, e) from None
     ctx = Ctx(kernel, layout, _pointer_names(kernel), plan)
     frame = ctx.frame
     entry = _entry_name(kernel)
@@ -217,7 +220,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
 def _frame_body(ctx: Ctx, body: list) -> list:
     """The kernel body around the statements' lines `body`, as the plan's frame arranges it: the
     statements after the plan's accumulators, or, warp-specialised, split between the producer
-    warpgroup (the plan's producer program on one of its threads) and the kernel's own threads
+    warpgroup (the plan's producer program) and the kernel's own threads
     (gemm_sm90's docstring has the picture)."""
     plan = ctx.plan
     if plan is None:
@@ -232,9 +235,7 @@ def _frame_body(ctx: Ctx, body: list) -> list:
         *plan.setup(ctx),
         f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
         f"{INDENT}ts_setmaxnreg_dec<{frame.producer_regs}>();",
-        f"{INDENT}if (threadIdx.x == {user}) {{",
-        *indent(plan.producer(ctx), 2),
-        f"{INDENT}}}",
+        *indent(plan.producer(ctx)),
         f"}} else {{  // consumer warpgroups: the kernel's own {user} threads",
         f"{INDENT}ts_setmaxnreg_inc<{frame.consumer_regs}>();",
         *indent(plan.accumulators()),

@@ -21,14 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.expr import affine_form
-from ..ir.nodes import Buffer, Copy, Fill, Loop, Stmt
+from ..ir.nodes import Buffer, Copy, Fill, Loop, Region, Stmt
+from ..ir.tile_ops import Parallel
 from .common import INDENT, indent
 from .compute import typed_base
 from .context import Ctx, Frame
-from .expr_printer import c_expr, c_identifier
-from .gemm_pattern import PlannedLoop
+from .expr_printer import c_expr, c_identifier, var_name
+from .gemm_pattern import PlannedLoop, register_epilogue
 from .regions import element_offset, row_major_strides
-from .tile_ops import float_literal, storage_type
+from .tile_ops import ValuePrinter, enclosing_ranges, float_literal, storage_type
 
 # 16-bit and 32-bit element types -> (the C pair type, the function that packs two floats into it)
 PAIR_TYPES = {
@@ -130,6 +131,8 @@ class TensorCorePlan(ABC):
             name, v = acc_name(stmt.dst.buffer), float_literal(stmt.value, np.dtype(np.float32))
             return self.pair_walk(stmt.dst.buffer).for_each_pair(
                 lambda e: [f"{name}{e(0)} = {v};", f"{name}{e(1)} = {v};"])
+        if isinstance(stmt, Parallel) and (st := register_epilogue(stmt, registers)) is not None:
+            return self.epilogue_lines(stmt, st.dst.buffer, ctx)
         if isinstance(stmt, Copy) and stmt.src.buffer in registers:
             return self.store_lines(stmt, ctx)
         if isinstance(stmt, Copy) and stmt.dst.buffer in registers:
@@ -145,6 +148,27 @@ class TensorCorePlan(ABC):
         """A window copied into the register fragment `s.dst`."""
         setup, load = fragment_load(s, ctx)
         return _synced(ctx, self.LOAD_SYNC, [*setup, *self.pair_walk(s.dst.buffer).for_each_pair(load)])
+
+    def epilogue_lines(self, s: Parallel, frag: Buffer, ctx: Ctx) -> list[str]:
+        """An element-wise update of the register fragment `frag` (gemm_pattern.register_epilogue):
+        each thread computes the new value of each of its accumulators, the Parallel's variables
+        bound to the accumulator's row and column; no barrier (no thread reads another's)."""
+        ranges = {**enclosing_ranges(ctx.kernel, s), **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}}
+        name = acc_name(frag)
+        value = s.body[0].value  # type: ignore[attr-defined]
+        vi, vj = (var_name(v) for v in s.vars)
+        f32 = np.dtype(np.float32)
+
+        def pair(e: Callable[[int], str]) -> list[str]:
+            lines = []
+            for j in (0, 1):
+                p = _AccumulatorPrinter(ctx, ranges, frozenset(self.register_buffers()), f"{name}{e(j)}")
+                lines += [f"{{  // column +{j}", f"{INDENT}const int64_t {vi} = ts_row, {vj} = ts_col + {j};",
+                          f"{INDENT}(void){vi}; (void){vj};",
+                          f"{INDENT}{name}{e(j)} = {p.operand(value, f32, s.loc)};", "}"]
+            return lines
+
+        return self.pair_walk(frag).for_each_pair(pair)
 
     # ---- facts for the layout ----
 
@@ -276,3 +300,15 @@ def _pair_guard(s: Copy) -> tuple[list[str], Callable[[int], str]]:
         return " && ".join(terms)
 
     return setup, inside
+
+
+class _AccumulatorPrinter(ValuePrinter):
+    """Values of an element-wise fragment update: a read of the register fragment is the
+    accumulator being updated (`register_epilogue` allows no other read of it)."""
+
+    def __init__(self, ctx: Ctx, ranges: dict, registers: frozenset[Buffer], accumulator: str):
+        super().__init__(ctx, ranges)
+        self.registers, self.accumulator = registers, accumulator
+
+    def element(self, region: Region, loc: object) -> str:
+        return self.accumulator if region.buffer in self.registers else super().element(region, loc)

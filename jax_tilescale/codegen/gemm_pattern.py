@@ -17,6 +17,8 @@ import numpy as np
 
 from ..ir.expr import Const
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, Loop, Region, Stmt
+from ..ir.tile_ops import Parallel, Store
+from ..ir.values import reads
 
 T = TypeVar("T", bound="StagedTile")
 
@@ -95,10 +97,11 @@ class GemmStep(NamedTuple, Generic[T]):
     k: int
 
 
-def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[[Copy], T | str]) -> GemmStep[T] | str:
+def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[[Copy], T | str],
+                    kinds: str = "fp16/bf16") -> GemmStep[T] | str:
     """The step when `loop`'s body is `copy, copy, gemm` of those two tiles into a whole 2-D
-    float32 fragment with inputs in `input_types`, `tile(copy)` accepts both copies (A's first) and
-    the tiles multiply; else why not (`unit` names the instruction in the message)."""
+    float32 fragment with inputs in `input_types` (`kinds` in words), `tile(copy)` accepts both
+    copies (A's first) and the tiles multiply; else why not (`unit` names the instruction)."""
     body = loop.body
     if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
         return "the body is not `copy, copy, gemm`"
@@ -110,7 +113,7 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[
         return "the gemm's operands are not whole tiles"
     dt = g.a.buffer.dtype
     if g.b.buffer.dtype != dt or dt not in input_types:
-        return f"{unit} here takes fp16/bf16 tiles, not {dt.name}/{g.b.buffer.dtype.name}"
+        return f"{unit} here takes {kinds} tiles, not {dt.name}/{g.b.buffer.dtype.name}"
     acc = g.c.buffer
     if acc.kind is not BufferKind.FRAGMENT or acc.dtype != np.dtype(np.float32) or len(acc.shape) != 2:
         return "C is not a 2-D float32 fragment"
@@ -129,12 +132,38 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[
 
 def fragment_use_ok(s: Stmt, registers: set[Buffer]) -> bool:
     """Whether `s`, which names a fragment the plan keeps in `registers`, uses it the way the
-    plans lower (gemm_emit.TensorCorePlan.lines): a fill of the whole fragment, or a copy of the
+    plans lower (gemm_emit.TensorCorePlan.lines): a fill of the whole fragment, a copy of the
     whole fragment to or from a window of its shape (in the window's last two dimensions) that is
-    not a register fragment too."""
+    not a register fragment too, or an element-wise update of it (`register_epilogue`)."""
     if isinstance(s, Fill):
         return whole(s.dst)
+    if isinstance(s, Parallel):
+        return register_epilogue(s, registers) is not None
     if not isinstance(s, Copy) or (s.src.buffer in registers) == (s.dst.buffer in registers):
         return False
     frag, window = (s.src, s.dst) if s.src.buffer in registers else (s.dst, s.src)
     return whole(frag) and len(window.sizes) >= 2 and window.sizes[-2:] == frag.sizes
+
+
+def register_epilogue(s: Parallel, registers: set[Buffer] | frozenset[Buffer]) -> Store | None:
+    """The store of `for i, j in T.Parallel(M, N): C[i, j] = f(C[i, j], ...)` when it is an
+    element-wise update of a whole M x N register fragment C (per-tensor scales, a bias, an
+    activation in the epilogue): one store to C[i, j] whose value reads register fragments only at
+    C[i, j] (each thread owns its accumulators, so no barrier is needed). Else None."""
+    if len(s.vars) != 2 or len(s.body) != 1 or not isinstance(s.body[0], Store):
+        return None
+    st: Store = s.body[0]  # type: ignore[assignment]
+    frag = st.dst.buffer
+    at = tuple(s.vars)
+    if frag not in registers or frag.shape != tuple(s.extents) or st.dst.starts != at:
+        return None
+    for r in reads(st.value):
+        if r.region.buffer in registers and (r.region.buffer is not frag or r.region.starts != at):
+            return None
+    return st
+
+
+def epilogue_statements(stmts: list[Stmt], registers: set[Buffer] | frozenset[Buffer]) -> set[int]:
+    """Ids of the statements inside the kernel's element-wise fragment updates (`register_epilogue`):
+    the plan lowers each update as a whole, so its store is not another use of the fragment."""
+    return {id(st) for s in stmts if isinstance(s, Parallel) and (st := register_epilogue(s, registers)) is not None}

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import os
 
-from ..ir.nodes import KernelIR
+import numpy as np
+
+from ..errors import KernelTraceError
+from ..ir.nodes import BufferKind, Gemm, KernelIR, walk_stmts
 from . import gemm_sm80, gemm_sm90
 from .context import GemmPlan
+from .layout import MAX_SHARED_BYTES
 
 LOWERING_VAR = "TILESCALE_GEMM_LOWERING"
 LOWERINGS = ("auto", "sm90", "mma", "portable")
@@ -49,6 +53,7 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
         hopper_why = []
     mma, why = gemm_sm80.plan_with_reasons(kernel, arch)
     if mma is None:
+        _refuse_portable_float8(kernel, [*hopper_why, *why])
         return None, [*(f"portable path: wgmma: {r}" for r in hopper_why),
                       *(f"portable path: mma.sync: {r}" for r in why)]
     return mma, [
@@ -56,3 +61,36 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
         *(f"portable path: mma.sync: {r}" for r in why),
         *(f"mma.sync path: {r}" for r in mma.notes),
     ]
+
+
+def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[str],
+                          error: KernelTraceError) -> KernelTraceError:
+    """The layout's "needs N bytes of shared memory" `error`, told in terms of the GEMM: when a
+    T.gemm accumulator that no tensor-core lowering took lives in shared memory (the portable
+    path), say so, why the lowerings refused its loop (`notes`), and how large a fragment fits."""
+    registers = plan.register_buffers() if plan is not None else frozenset()
+    accs = {s.c.buffer for s in walk_stmts(kernel.body) if isinstance(s, Gemm)}
+    in_smem = [b for b in kernel.allocs if b in accs and b not in registers and b.kind is BufferKind.FRAGMENT]
+    if not in_smem:
+        return error
+    others = sum(b.nbytes for b in kernel.allocs
+                 if b.kind in (BufferKind.SHARED, BufferKind.FRAGMENT) and b not in in_smem)
+    room = max(0, MAX_SHARED_BYTES - others - 256 * len(kernel.allocs)) // len(in_smem)
+    frags = ", ".join(f"{b.name} ({' x '.join(map(str, b.shape))} {b.dtype.name}, {b.nbytes} bytes)" for b in in_smem)
+    why = "; ".join(notes) if notes else "no tensor-core lowering applies on this target"
+    fits = room // np.dtype(np.float32).itemsize
+    return KernelTraceError(
+        f"{error.message}. The GEMM accumulator {frags} lives in shared memory because its loop took "
+        f"the portable path ({why}). Use a smaller tile: an accumulator of at most {fits} float32 "
+        f"elements fits beside the other tiles (e.g. block_m x block_n = 128 x {max(8, fits // 128 // 8 * 8)}), "
+        "or make the loop one a tensor-core lowering takes (the reasons above)", error.loc)
+
+
+def _refuse_portable_float8(kernel: KernelIR, why: list[str]) -> None:
+    """float8 tiles have only the Hopper lowering (wgmma reads them; the portable rules have no
+    float8 arithmetic): a float8 T.gemm it does not take is an error naming the reasons."""
+    fp8 = [s for s in walk_stmts(kernel.body) if isinstance(s, Gemm) and s.a.buffer.dtype.itemsize == 1]
+    if fp8:
+        raise KernelTraceError(
+            "a float8 T.gemm runs only on the Hopper lowering (sm_90, TMA + wgmma), which did not take it: "
+            + ("; ".join(why) or "the target is not sm_90"), fp8[0].loc)

@@ -64,6 +64,7 @@ from .gemm_pattern import (
     PlannedLoop,
     StagedTile,
     buffers_of,
+    epilogue_statements,
     fragment_use_ok,
     match_gemm_step,
     whole,
@@ -71,7 +72,7 @@ from .gemm_pattern import (
 from .regions import BASE_ALIGN, element_offset, row_major_strides
 from .wgmma import WGMMA_INPUT_TYPES
 
-MMA_INPUT_TYPES = WGMMA_INPUT_TYPES  # fp16 -> "f16", bf16 -> "bf16": the same for mma.sync
+MMA_INPUT_TYPES = {dt: p for dt, p in WGMMA_INPUT_TYPES.items() if p in ("f16", "bf16")}  # mma.sync m16n8k16: 16-bit
 MAX_ACC_PER_THREAD = 128  # a 64 x 64 warp piece; more leaves too few registers for the operands
 CHUNK = 16  # bytes per cp.async and per ldmatrix row
 SMEM_ALIGN = 1024  # layout.py places staged tiles at 1024-byte offsets and reserves that much slack
@@ -497,8 +498,9 @@ def _candidates(body: tuple[Stmt, ...], uniform: bool = True):
 def _misuse(loops: list[MmaLoop], stmts: list[Stmt]) -> tuple[set[int], list[str]]:
     """Loops (by index) whose tiles or accumulator another statement uses in a way the plan does
     not lower, and why."""
-    owned = {id(gl.loop) for gl in loops} | {id(s) for gl in loops for s in gl.loop.body}
     registers = {gl.acc for gl in loops}
+    owned = ({id(gl.loop) for gl in loops} | {id(s) for gl in loops for s in gl.loop.body}
+             | epilogue_statements(stmts, registers))
     drop: set[int] = set()
     reasons: list[str] = []
     for s in stmts:

@@ -25,6 +25,9 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   store (`TMA_STORE`): the consumers write their accumulators, converted, into the freed stage
   ring in the 128-byte-swizzled box layout, and one thread stores the boxes; the block's final
   wait is only for the boxes' shared-memory reads, not for their global writes;
+- a tile whose source rows are not a multiple of 16 bytes (K = 777 in bf16), which TMA cannot
+  address, is copied by the producer warpgroup's threads instead (gemm_sm90_load), so a tile
+  configuration works at every shape;
 - ragged edges (`Copy.clip_dims`): tiles loaded past the end of A or B need nothing, TMA fills the
   part of a box outside the tensor map's dimensions with zeros (and still counts the whole box's
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
@@ -38,9 +41,11 @@ Conditions (anything else takes the portable path of `compute.py`, and the gener
 says why in a comment): target sm_90; the kernel does not communicate; the loop is a top-level
 `T.Pipelined` whose body is exactly two copies from 2-D kernel inputs into whole shared tiles and
 one `T.gemm` of those tiles into a whole float32 fragment; fp16/bf16 tiles whose contiguous
-dimension is a multiple of 64 and whose other dimension is at most 256; `threads` a multiple of
-128 (at most 512) with the M tile a multiple of 64 x warpgroups; N at most 256; the fragment used
-only by T.clear/T.fill/whole T.copy and the planned gemm; the tiles by nothing else.
+dimension is a multiple of 64 (128-byte rows), or float8 (e4m3/e5m2) tiles, both stored K-major (A
+M x K, B N x K: `transpose_B=True`) with K a multiple of 128, and whose other dimension is at most
+256; `threads` a multiple of 128 (at most 512) with the M tile a multiple of 64 x warpgroups; N at
+most 256; the fragment used only by T.clear/T.fill/whole T.copy, element-wise updates
+(`T.Parallel`, gemm_pattern.register_epilogue) and the planned gemm; the tiles by nothing else.
 """
 
 from __future__ import annotations
@@ -53,76 +58,21 @@ import numpy as np
 
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
-from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR, Loop, walk_stmts
-from .common import INDENT, c_string, indent
+from ..ir.nodes import Buffer, Copy, KernelIR, Loop, walk_stmts
+from .common import INDENT, indent
 from .context import Ctx, Frame
-from .expr_printer import WHERE_NAME, c_expr, var_name
-from .gemm_emit import PAIR_TYPES, PairWalk, TensorCorePlan, acc_name
-from .gemm_pattern import PlannedLoop, StagedTile, buffers_of, fragment_use_ok, match_gemm_step, whole
-from .tile_ops import storage_type
-from .wgmma import WGMMA_INPUT_TYPES, wgmma_name, wgmma_wrapper
+from .expr_printer import var_name
+from .gemm_emit import PairWalk, TensorCorePlan, acc_name
+from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step
+from .gemm_sm90_load import TENSOR_MAP_FIELDS, WARPGROUP, GemmLoop, TensorMapSpec, plan_operand, producer_lines
+from .gemm_sm90_store import TmaStore, plan_tma_store, tma_store_lines
+from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
 
-WARPGROUP = 128
+__all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
+
 PRODUCER_REGS = 40  # the producer issues a few TMA instructions: it gives its registers to the consumers
 REGISTER_FILE = 65536
-ATOM_ELEMS = 64  # a 128-byte swizzle atom holds 64 16-bit elements per row
 SMEM_ALIGN = 1024  # swizzled tiles start at 1024-byte boundaries (the swizzle phase is the row's)
-TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
-# CUtensorMapDataType of the element types TMA moves here.
-_TMA_DTYPE = {"f16": 6, "bf16": 9}
-# ... and of the outputs the epilogue stores with TMA.
-_TMA_OUTPUT_DTYPE = {**{dt: _TMA_DTYPE[ptx] for dt, ptx in WGMMA_INPUT_TYPES.items()}, np.dtype(np.float32): 7}
-_SWIZZLE_128B = 3
-
-
-@dataclass(frozen=True)
-class TensorMapSpec:
-    """One 2-D tensor map the handler encodes per launch (cuTensorMapEncodeTiled)."""
-
-    param_index: int  # the kernel buffer (args.buffers[i]) it describes
-    dtype_code: int  # CUtensorMapDataType
-    dims: tuple[int, int]  # contiguous dimension first
-    row_stride_bytes: int
-    box: tuple[int, int]  # contiguous dimension first
-
-    def encode(self) -> list[int]:
-        return [self.param_index, self.dtype_code, 2, *self.dims, self.row_stride_bytes, *self.box, _SWIZZLE_128B]
-
-
-@dataclass(frozen=True)
-class Operand(StagedTile):
-    """A shared tile fed by TMA and read by wgmma: `rows` x `cols`, `cols` contiguous."""
-
-    map_index: int
-
-    @property
-    def atoms(self) -> int:
-        return self.cols // ATOM_ELEMS
-
-
-@dataclass(frozen=True)
-class GemmLoop(PlannedLoop):
-    a: Operand
-    b: Operand
-    multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
-
-    def full(self) -> str:
-        return f"ts_full{self.index}"
-
-    def empty(self) -> str:
-        return f"ts_empty{self.index}"
-
-
-@dataclass(frozen=True)
-class TmaStore:
-    """The fragment -> global copy that ends the kernel, done as TMA stores from shared memory."""
-
-    map_index: int  # the output's tensor map: boxes of 64 columns x `rows`
-    staging: Buffer  # a stage ring the planned loops have finished with
-    rows: int
-    cols: int
-    pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
-    elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is 128 // elem_bytes columns wide
 
 
 @dataclass
@@ -190,7 +140,9 @@ class Sm90Plan(TensorCorePlan):
         ]
 
     def kernel_params(self) -> str:
-        return ", const __grid_constant__ TsTensorMaps ts_maps"
+        # no tensor map (every tile thread-copied, the epilogue from registers): the handler passes
+        # `args` only (launch_handler.cc)
+        return ", const __grid_constant__ TsTensorMaps ts_maps" if self.tensor_maps else ""
 
     @staticmethod
     def _a_mn(gl: GemmLoop) -> bool:
@@ -211,7 +163,7 @@ class Sm90Plan(TensorCorePlan):
         lines.append("if (threadIdx.x == 0) {")
         for gl in self.loops:
             lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
-            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], 1);")
+            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], {gl.full_arrivals()});")
             releases = self.consumers * 4 * (2 if gl.multicast else 1)  # every consumer warp of the pair
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
             lines.append(f"{INDENT}}}")
@@ -222,36 +174,8 @@ class Sm90Plan(TensorCorePlan):
         return lines
 
     def producer(self, ctx: Ctx) -> list[str]:
-        """The TMA thread's program: every planned loop's copies, in kernel order."""
-        lines = [f"for (int ts_t = 0; ts_t < {len(self.tensor_maps)}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"]
-        for gl in self.loops:
-            i = var_name(gl.loop.var)
-            s = f"ts_s{gl.index}"
-            loads: list[str] = []
-            for role, op in (("a", gl.a), ("b", gl.b)):
-                y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
-                for atom in range(op.atoms):
-                    dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {atom * op.rows * 128}"
-                    xa = x if atom == 0 else f"{x} + {atom * ATOM_ELEMS}"
-                    where = f"&ts_maps.m[{op.map_index}], &{gl.full()}[{s}], (int32_t)({xa}), (int32_t)({y})"
-                    if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both
-                        owner = atom % 2 if op.atoms > 1 else 0
-                        loads.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
-                    else:
-                        loads.append(f"ts_tma_load_2d({dst}, {where});")
-            lines += [
-                f"{{  // producer of the loop at {gl.loop.loc}",
-                f"{INDENT}const char* const {WHERE_NAME} = {c_string(str(gl.loop.loc))}; (void){WHERE_NAME};",
-                f"{INDENT}for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
-                f"{INDENT * 2}const int {s} = (int)({i} % {gl.stages});",
-                f"{INDENT * 2}if ({i} >= {gl.stages}) "
-                f"ts_mbar_wait(&{gl.empty()}[{s}], (uint32_t)((({i} / {gl.stages}) - 1) & 1));",
-                f"{INDENT * 2}ts_mbar_arrive_expect_tx(&{gl.full()}[{s}], {gl.stage_bytes}u);",
-                *indent(loads, 2),
-                f"{INDENT}}}",
-                "}",
-            ]
-        return lines
+        """The producer warpgroup's program (gemm_sm90_load)."""
+        return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx)
 
     def accumulators(self) -> list[str]:
         return [f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()]
@@ -271,52 +195,9 @@ class Sm90Plan(TensorCorePlan):
 
     def store_lines(self, s: Copy, ctx: Ctx) -> list[str]:
         st = self.stores.get(s)
-        return super().store_lines(s, ctx) if st is None else self._tma_store(s, st, ctx)
-
-    def _tma_store(self, s: Copy, st: TmaStore, ctx: Ctx) -> list[str]:
-        """Accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
-
-        The boxes take the operand tiles' layout: 128-byte rows (64 16-bit or 32 fp32 columns) per
-        box, 16-byte chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows hit distinct banks.
-        A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows, its column
-        within the 8-column group and its swizzle phase in bits 4-6), hi the unrolled loop's box,
-        slab and half (multiples of 1024), lo the group's chunk (bits 4-6, disjoint from the
-        thread's chunk bit for fp32); one add and one xor per store keeps the epilogue's registers
-        low while 128 or more accumulators are live."""
-        ctype, make = st.pair
-        name = acc_name(s.src.buffer)
-        slabs = self.acc_slabs[s.src.buffer]
-        box, box_cols = st.rows * 128, 128 // st.elem_bytes
-        groups = box_cols // 8  # 8-column groups per box
-        y, x = (c_expr(e) for e in s.dst.starts[-2:])
-        stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
-                  f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
-        at = (f"(ts_t + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) "
-              f"^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)")
-        pair_bytes = 2 * st.elem_bytes
-        if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
-            thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
-        else:
-            thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
-                      f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
-        return [
-            *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
-            f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
-            f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
-            "+ (threadIdx.x % 32) / 4;  // the thread's first row",
-            f"const uint32_t ts_t = {thread}",
-            *self.pair_walk(s.src.buffer).loops([
-                f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
-                f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
-            ]),
-            "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
-            *ctx.block_sync(),
-            "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
-            *indent(stores),
-            f"{INDENT}ts_bulk_commit();",
-            f"{INDENT}ts_bulk_wait_read();",
-            "}",
-        ]
+        if st is None:
+            return super().store_lines(s, ctx)
+        return tma_store_lines(s, st, self.acc_slabs[s.src.buffer], self.pair_walk(s.src.buffer), ctx)
 
     def loop_lines(self, gl: GemmLoop, ctx: Ctx) -> list[str]:  # type: ignore[override]
         """Wait for the stage, issue its wgmma asynchronously, keep one stage in flight, release the previous."""
@@ -327,8 +208,10 @@ class Sm90Plan(TensorCorePlan):
         mma = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
         a, b = gl.a, gl.b
         descs: list[str] = []
-        for kk in range(gl.k // 16):
-            b_off = (kk * 16 * 128) if b_mn else ((kk * 16 // ATOM_ELEMS) * b.rows * 128 + (kk * 16 % ATOM_ELEMS) * 2)
+        kin = k_per_instruction(self.ptx_type)
+        for kk in range(gl.k // kin):
+            kb = kk * 32  # the instruction's first byte along a K-major row (32 bytes per instruction)
+            b_off = (kk * 16 * 128) if b_mn else ((kb // 128) * b.rows * 128 + kb % 128)
             b_lbo = b.rows * 128 if b_mn else 16
             descs.append(f"const uint64_t ts_db{kk} = ts_wgmma_desc(ts_b_base + {b_off}u, {b_lbo}u, 1024u);")
             for m in range(slabs):
@@ -337,7 +220,7 @@ class Sm90Plan(TensorCorePlan):
                     a_off = f"{slab} * {a.rows * 128}u + {kk * 16 * 128}u"
                     a_lbo = a.rows * 128
                 else:
-                    within = (kk * 16 // ATOM_ELEMS) * a.rows * 128 + (kk * 16 % ATOM_ELEMS) * 2
+                    within = (kb // 128) * a.rows * 128 + kb % 128
                     a_off = f"{slab} * {64 * 128}u + {within}u"
                     a_lbo = 16
                 descs.append(f"const uint64_t ts_da{kk}_{m} = ts_wgmma_desc(ts_a_base + {a_off}, {a_lbo}u, 1024u);")
@@ -373,34 +256,12 @@ class Sm90Plan(TensorCorePlan):
 # ---- planning ------------------------------------------------------------------------------------
 
 
-def _operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], ptx: str) -> Operand | str:
-    src, dst = copy.src, copy.dst
-    buf = dst.buffer
-    if not whole(dst) or len(buf.shape) != 2:
-        return f"{copy.dst} is not a whole 2-D shared tile"
-    if src.buffer.kind is not BufferKind.INPUT or len(src.buffer.shape) != 2:
-        return f"the source {src} is not a 2-D kernel input"
-    if src.buffer.dtype != buf.dtype:
-        return "the copy converts the element type"
-    rows, cols = buf.shape
-    if cols % ATOM_ELEMS or rows > 256 or rows % 8:
-        return (f"tile {buf.name} is {rows} x {cols}: its contiguous dimension must be a multiple of 64 "
-                "and the other at most 256")
-    g_rows, g_cols = src.buffer.shape
-    row_bytes = g_cols * buf.dtype.itemsize
-    if row_bytes % 16:
-        return f"rows of {src.buffer.name} are {row_bytes} bytes, not a multiple of 16 (TMA)"
-    spec = TensorMapSpec(params.index(src.buffer), _TMA_DTYPE[ptx], (g_cols, g_rows), row_bytes, (ATOM_ELEMS, rows))
-    if spec not in maps:
-        maps.append(spec)
-    return Operand(buf, copy, rows, cols, maps.index(spec))
-
-
 def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int) -> GemmLoop | str:
     if loop.num_stages is None:
         return "not a T.Pipelined loop"
     step = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma",
-                           lambda copy: _operand(copy, kernel.params, maps, WGMMA_INPUT_TYPES[copy.dst.buffer.dtype]))
+                           lambda copy: plan_operand(copy, kernel.params, maps, TMA_DTYPE[copy.dst.buffer.dtype]),
+                           kinds="fp16/bf16/float8")
     if isinstance(step, str):
         return step
     g, a, b, m, n, k = step
@@ -408,8 +269,12 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
         return f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
     if n > 256 or n % 8:
         return f"N tile {n} is not a multiple of 8 up to 256"
-    if k % 16:
-        return f"K tile {k} is not a multiple of 16"
+    ptx = WGMMA_INPUT_TYPES[g.a.buffer.dtype]
+    if k % k_per_instruction(ptx):
+        return f"K tile {k} is not a multiple of {k_per_instruction(ptx)}"
+    if ptx in FP8_TYPES and (g.transpose_a or not g.transpose_b):
+        return ("float8 wgmma reads both tiles K-major: store A as M x K and B as N x K "
+                "(T.gemm(A_s, B_s, C, transpose_B=True))")
     return GemmLoop(loop, index, a, b, g, g.c.buffer, m, n, k, loop.num_stages)
 
 
@@ -443,9 +308,9 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         return None, reasons
     # Every other use of the tiles and accumulators must be one the plan lowers.
     owned = {id(gl.loop) for gl in loops}
-    inside = {id(s) for gl in loops for s in gl.loop.body}
     tiles = {op.buffer for gl in loops for op in (gl.a, gl.b)}
     accs = {gl.acc for gl in loops}
+    inside = {id(s) for gl in loops for s in gl.loop.body} | epilogue_statements(stmts, accs)
     for s in stmts:
         if id(s) in owned or id(s) in inside:
             continue
@@ -457,7 +322,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     loops = [_with_multicast(gl, kernel) for gl in loops]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:
-        return None, [*reasons, "the pipelined loops mix fp16 and bf16"]
+        return None, [*reasons, f"the pipelined loops mix element types ({', '.join(sorted(ptx))})"]
     acc_n = {gl.acc: gl.n for gl in loops}
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
@@ -472,35 +337,7 @@ TMA_STORE = True  # False: every accumulator copy stores from registers (bench_g
 
 
 def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
-    """The kernel's last statement when it copies a whole accumulator into a 2-D fp16, bf16 or fp32
-    output window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
-    that nothing after it reads the output or the ring (the blocks' exit only waits for the
-    boxes' shared-memory reads) and every planned loop, whose producer writes the rings, is done."""
-    if not TMA_STORE or not kernel.body:
-        return {}
-    s = kernel.body[-1]
-    if not isinstance(s, Copy) or not whole(s.src):
-        return {}
-    feeding = [gl for gl in loops if gl.acc is s.src.buffer]
-    dst = s.dst.buffer
-    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in _TMA_OUTPUT_DTYPE:
-        return {}
-    rows, cols = s.src.buffer.shape
-    elem = dst.dtype.itemsize
-    row_bytes = dst.shape[1] * elem
-    pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
-    if pair is None or cols % (128 // elem) or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
-        return {}
-    need = rows * cols * elem
-    rings = [(op.stage_bytes * gl.stages, op.buffer) for gl in feeding for op in (gl.a, gl.b)]
-    room, staging = max(rings, key=lambda r: r[0])
-    if room < need:
-        return {}
-    spec = TensorMapSpec(kernel.params.index(dst), _TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
-                         row_bytes, (128 // elem, rows))
-    if spec not in maps:
-        maps.append(spec)
-    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair, elem)}
+    return plan_tma_store(kernel, loops, maps) if TMA_STORE else {}
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
@@ -530,7 +367,7 @@ def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
 
 def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
-    if not MULTICAST:
+    if not MULTICAST or gl.by_threads:  # a multicast stage's barriers count TMA bytes only
         return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
         if _pair_shares(op.copy, gl.loop, kernel.grid):

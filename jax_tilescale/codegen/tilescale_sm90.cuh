@@ -16,6 +16,37 @@ __device__ __forceinline__ uint32_t ts_sw128_offset(uint32_t r, uint32_t c, uint
   return (c >> 6) * rows * 128u + r * 128u + ((((c >> 3) & 7u) ^ (r & 7u)) << 4) + ((c & 7u) << 1);
 }
 
+// Chunk `chunk` (16 bytes) of row `r` of an SW128 tile with R rows, any element size: the chunk's
+// atom, row and swizzled position.
+__device__ __forceinline__ uint32_t ts_sw128_chunk_offset(uint32_t r, uint32_t chunk, uint32_t rows) {
+  return (chunk >> 3) * rows * 128u + r * 128u + (((chunk & 7u) ^ (r & 7u)) << 4);
+}
+
+// One 16-byte chunk of an SW128 tile read element by element (E bytes each) from a row-major
+// global matrix of g_rows x g_cols elements at element (gr, gc), zero past its edges: the
+// producer's copy of a source whose rows TMA cannot address (not a multiple of 16 bytes).
+template <int E>
+__device__ __forceinline__ void ts_sw128_chunk_from_global(unsigned char* tile, uint32_t r, uint32_t chunk,
+                                                           uint32_t rows, const unsigned char* g, int64_t gr,
+                                                           int64_t gc, int64_t g_rows, int64_t g_cols) {
+  // the chunk's two halves in registers; 4 loads in flight at a time, within the producer's few registers
+  uint64_t lo = 0, hi = 0;
+  if (gr < g_rows) {
+    const unsigned char* row = g + gr * g_cols * E;
+#pragma unroll 4
+    for (int e = 0; e < 16 / E; ++e) {
+      if (gc + e < g_cols) {
+        const uint64_t v = E == 2 ? (uint64_t)__ldg(reinterpret_cast<const unsigned short*>(row) + gc + e)
+                                  : (uint64_t)__ldg(row + gc + e);
+        const int bit = 8 * E * e;
+        if (bit < 64) lo |= v << bit; else hi |= v << (bit - 64);
+      }
+    }
+  }
+  *reinterpret_cast<uint4*>(tile + ts_sw128_chunk_offset(r, chunk, rows)) =
+      make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
+}
+
 // wgmma matrix descriptor: start address, leading/stride byte offsets, 128-byte swizzle.
 __device__ __forceinline__ uint64_t ts_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
   uint64_t d = 0;
@@ -83,6 +114,11 @@ __device__ __forceinline__ void ts_setmaxnreg_dec() { asm volatile("setmaxnreg.d
 // The barrier expects `bytes` more bytes of transactions and gets this thread's arrival.
 __device__ __forceinline__ void ts_mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(ts_smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+// The barrier's current phase expects `bytes` more bytes of transactions (no arrival).
+__device__ __forceinline__ void ts_mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(ts_smem_addr(bar)), "r"(bytes)
                : "memory");
 }
 // Box (x, y) of a 2-D tensor map (x the contiguous dimension) into shared memory.

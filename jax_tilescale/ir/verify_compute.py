@@ -45,7 +45,8 @@ def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
         raise KernelTraceError(f"copy: casts are between numeric types; {s.src} -> {s.dst}", s.loc)
 
 
-GEMM_IN_DTYPES = ("float16", "bfloat16", "float32")
+GEMM_IN_DTYPES = ("float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2")  # float8: sm_90's wgmma,
+# the interpreter (exact in float32); per-tensor scales are an element-wise update of C after the loop
 
 
 def _matrix(r: Region, op: str, role: str, loc: SourceLoc) -> tuple[int, int]:
@@ -62,7 +63,8 @@ def _verify_gemm(s: Gemm, kernel: KernelIR, ranges: Ranges) -> None:
         check_kind(r, BLOCK_LOCAL, op, role, "gemm works on on-chip tiles (T.alloc_shared, T.alloc_fragment)", s.loc)
     for r, role in ((s.a, "A"), (s.b, "B")):
         if r.buffer.dtype.name not in GEMM_IN_DTYPES:
-            raise KernelTraceError(f"{op}: {role} ({r.buffer.name}) must be float16, bfloat16 or float32, not "
+            raise KernelTraceError(f"{op}: {role} ({r.buffer.name}) must be float16, bfloat16, float32, "
+                                   "float8_e4m3fn or float8_e5m2, not "
                                    f"{r.buffer.dtype.name}", s.loc)
     if s.a.buffer.dtype != s.b.buffer.dtype:
         raise KernelTraceError(f"{op}: A and B must have one dtype; {s.a.buffer.name} is {s.a.buffer.dtype.name}, "

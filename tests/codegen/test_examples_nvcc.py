@@ -38,6 +38,7 @@ SMALL: dict[str, tuple[Any, dict[str, Any]]] = {
     "gemm": (None, dict(m=128, n=256, k=128, dtype="bfloat16")),  # the default (Hopper) tiles
     "moe_dispatch": (lambda: line(2), dict(tokens=32, hidden=64, experts_per_pe=2, dtype="bfloat16")),
     "gemm_allreduce_view": (lambda: line(2), dict(m=64, k=64, n=64, dtype="float32")),
+    "gemm_fp8": (None, dict(m=128, n=256, k=128, dtype="float8_e4m3fn")),  # k32 e4m3 wgmma
     "nvshmem_queries": (lambda: load_example("nvshmem_queries").mesh_2d(4), dict(m=16, n=32)),
     "simple_shift": (lambda: line(2), dict(m=64, n=64, dtype="float32")),
     "softmax": (lambda: line(2), dict(m=21, n=40, dtype="bfloat16")),
@@ -127,7 +128,7 @@ def test_example_kernels_generate_cuda(generated, name):
     assert modules, f"{name}: its check traced no kernel"
     for kernel, module in modules.items():
         assert "__global__" in module.source and module.entry in module.source, kernel
-    if name == "gemm":  # at its default tiles on sm_90 the GEMM takes the Hopper lowering
+    if name in ("gemm", "gemm_fp8"):  # at its default tiles on sm_90 the GEMM takes the Hopper lowering
         (module,) = modules.values()
         assert module.arch == "sm_90a" and not module.notes, module.notes
     if name == "allgather":

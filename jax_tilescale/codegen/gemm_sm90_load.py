@@ -1,0 +1,219 @@
+"""How the Hopper GEMM lowering's producer warpgroup fills the stage rings (`gemm_sm90`): what it
+records of each operand tile, and the producer's program.
+
+An operand tile is `rows` x `cols` elements, `cols` contiguous (as in its global source), stored
+in the 128-byte-swizzled layout wgmma and TMA share (tilescale_sm90.cuh): `cols * itemsize / 128`
+column atoms of `rows` x 128 bytes. The producer fills it one of two ways:
+
+- TMA (the fast way): one thread issues one `cp.async.bulk.tensor` box per atom, completing on
+  the stage's "full" mbarrier with its bytes. The tensor map needs the source's rows to be a
+  multiple of 16 bytes;
+- thread copies, for a source whose rows are not (A of 1000 x 777 bf16: 1554-byte rows): the
+  producer warpgroup's 128 threads read the tile element by element (zero past the source's
+  edges, as TMA would), write 16-byte chunks into the swizzled layout, make them visible to the
+  tensor cores (`fence.proxy.async`) and each arrive on the full barrier. Slower than TMA, but a
+  tile configuration then works at every shape.
+
+A loop with a thread-copied operand has its full barriers expect the 128 producer threads'
+arrivals (and the TMA bytes through `mbarrier.expect_tx` by the issuing thread); without one the
+program is exactly the single-thread TMA program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.nodes import Buffer, BufferKind, Copy
+from .common import INDENT, c_string, indent
+from .context import Ctx
+from .expr_printer import WHERE_NAME, c_expr, var_name
+from .gemm_pattern import PlannedLoop, StagedTile, whole
+
+WARPGROUP = 128
+ATOM_BYTES = 128  # a 128-byte swizzle atom: 128-byte rows (64 16-bit or 128 8-bit elements)
+TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
+_SWIZZLE_128B = 3
+TMA_ROW_ALIGN = 16  # cuTensorMapEncodeTiled: global strides are multiples of 16 bytes
+PRODUCER_REGS_NOTE = "few registers (setmaxnreg)"
+
+
+def atom_elems(itemsize: int) -> int:
+    """Elements of one 128-byte swizzle-atom row."""
+    return ATOM_BYTES // itemsize
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    """One 2-D tensor map the handler encodes per launch (cuTensorMapEncodeTiled)."""
+
+    param_index: int  # the kernel buffer (args.buffers[i]) it describes
+    dtype_code: int  # CUtensorMapDataType
+    dims: tuple[int, int]  # contiguous dimension first
+    row_stride_bytes: int
+    box: tuple[int, int]  # contiguous dimension first
+
+    def encode(self) -> list[int]:
+        return [self.param_index, self.dtype_code, 2, *self.dims, self.row_stride_bytes, *self.box, _SWIZZLE_128B]
+
+
+@dataclass(frozen=True)
+class Operand(StagedTile):
+    """A shared tile read by wgmma: `rows` x `cols`, `cols` contiguous, filled through tensor map
+    `map_index`, or by the producer's threads when None."""
+
+    map_index: int | None
+
+    @property
+    def atoms(self) -> int:
+        return self.cols // atom_elems(self.buffer.dtype.itemsize)
+
+    @property
+    def by_threads(self) -> bool:
+        return self.map_index is None
+
+
+@dataclass(frozen=True)
+class GemmLoop(PlannedLoop):
+    a: Operand
+    b: Operand
+    multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
+
+    def full(self) -> str:
+        return f"ts_full{self.index}"
+
+    def empty(self) -> str:
+        return f"ts_empty{self.index}"
+
+    @property
+    def by_threads(self) -> bool:
+        """Whether the producer's threads copy one of its tiles (its full barriers count them)."""
+        return self.a.by_threads or self.b.by_threads
+
+    @property
+    def tma_bytes(self) -> int:
+        return sum(op.stage_bytes for op in (self.a, self.b) if not op.by_threads)
+
+    def full_arrivals(self) -> int:
+        return WARPGROUP if self.by_threads else 1
+
+
+def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], tma_dtype: int) -> Operand | str:
+    """The operand a loop's copy fills (a tensor map added to `maps` when TMA can load it), or why
+    the Hopper plan cannot take the copy."""
+    src, dst = copy.src, copy.dst
+    buf = dst.buffer
+    if not whole(dst) or len(buf.shape) != 2:
+        return f"{copy.dst} is not a whole 2-D shared tile"
+    if src.buffer.kind is not BufferKind.INPUT or len(src.buffer.shape) != 2:
+        return f"the source {src} is not a 2-D kernel input"
+    if src.buffer.dtype != buf.dtype:
+        return "the copy converts the element type"
+    rows, cols = buf.shape
+    atom = atom_elems(buf.dtype.itemsize)
+    if cols % atom or rows > 256 or rows % 8:
+        return (f"tile {buf.name} is {rows} x {cols}: its contiguous dimension must be a multiple of {atom} "
+                "and the other at most 256")
+    g_rows, g_cols = src.buffer.shape
+    row_bytes = g_cols * buf.dtype.itemsize
+    if row_bytes % TMA_ROW_ALIGN:  # no tensor map: the producer's threads copy it
+        return Operand(buf, copy, rows, cols, None)
+    spec = TensorMapSpec(params.index(src.buffer), tma_dtype, (g_cols, g_rows), row_bytes, (atom, rows))
+    if spec not in maps:
+        maps.append(spec)
+    return Operand(buf, copy, rows, cols, maps.index(spec))
+
+
+# ---- the producer's program ---------------------------------------------------------------------
+
+
+def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx: Ctx) -> list[str]:
+    """The producer warpgroup's program: every planned loop's copies, in kernel order. Without a
+    thread-copied tile only its first thread runs it (TMA); with one, all its threads run it and
+    the first also issues the boxes (`ts_ptid`: the thread's rank in the producer warpgroup)."""
+    threads = any(gl.by_threads for gl in loops)
+    prefetch = f"for (int ts_t = 0; ts_t < {map_count}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"
+    if not threads:
+        body = [prefetch]
+        for gl in loops:
+            body += _loop_program(gl, ctx, issuer=None)
+        return [f"if (threadIdx.x == {user_threads}) {{", *indent(body), "}"]
+    lines = [f"const int ts_ptid = (int)threadIdx.x - {user_threads};"]
+    if map_count:
+        lines.append(f"if (ts_ptid == 0) {prefetch}")
+    for gl in loops:
+        lines += _loop_program(gl, ctx, issuer="ts_ptid == 0")
+    return lines
+
+
+def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
+    """One loop's copies. `issuer`: None when one thread runs the program, else the condition of
+    the thread that issues the TMA boxes."""
+    i = var_name(gl.loop.var)
+    s = f"ts_s{gl.index}"
+    boxes: list[str] = []
+    for role, op in (("a", gl.a), ("b", gl.b)):
+        if not op.by_threads:
+            boxes += _tma_boxes(gl, role, op, s, ctx)
+    wait = (f"if ({i} >= {gl.stages}) "
+            f"ts_mbar_wait(&{gl.empty()}[{s}], (uint32_t)((({i} / {gl.stages}) - 1) & 1));")
+    if issuer is None or not gl.by_threads:
+        issue = [f"ts_mbar_arrive_expect_tx(&{gl.full()}[{s}], {gl.stage_bytes}u);", *boxes]
+        step = [wait, *issue] if issuer is None else [wait, f"if ({issuer}) {{", *indent(issue), "}"]
+    else:
+        step = [wait]
+        if boxes:
+            step += [f"if ({issuer}) {{", f"{INDENT}ts_mbar_expect_tx(&{gl.full()}[{s}], {gl.tma_bytes}u);",
+                     *indent(boxes), "}"]
+        for op in (gl.a, gl.b):
+            if op.by_threads:
+                step += _thread_copy(op, s, ctx)
+        step += ["ts_fence_proxy_async();  // the chunks above, visible to the tensor cores",
+                 f"ts_mbar_arrive(&{gl.full()}[{s}]);"]
+    return [
+        f"{{  // producer of the loop at {gl.loop.loc}",
+        f"{INDENT}const char* const {WHERE_NAME} = {c_string(str(gl.loop.loc))}; (void){WHERE_NAME};",
+        f"{INDENT}for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
+        f"{INDENT * 2}const int {s} = (int)({i} % {gl.stages});",
+        *indent(step, 2),
+        f"{INDENT}}}",
+        "}",
+    ]
+
+
+def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
+    y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
+    atom = atom_elems(op.buffer.dtype.itemsize)
+    out = []
+    for a in range(op.atoms):
+        dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * 128}"
+        xa = x if a == 0 else f"{x} + {a * atom}"
+        where = f"&ts_maps.m[{op.map_index}], &{gl.full()}[{s}], (int32_t)({xa}), (int32_t)({y})"
+        if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both
+            owner = a % 2 if op.atoms > 1 else 0
+            out.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
+        else:
+            out.append(f"ts_tma_load_2d({dst}, {where});")
+    return out
+
+
+def _thread_copy(op: Operand, s: str, ctx: Ctx) -> list[str]:
+    """The producer's 128 threads copy `op`'s tile of this stage: 16-byte chunks of the swizzled
+    layout, each read element by element from the source (zero past its edges)."""
+    src = op.copy.src
+    g_rows, g_cols = src.buffer.shape
+    item = op.buffer.dtype.itemsize
+    per_row = op.cols * item // 16  # chunks per tile row
+    y, x = (c_expr(e) for e in src.starts[-2:])
+    base = f"reinterpret_cast<const unsigned char*>({ctx.pointers[src.buffer]})"
+    return [
+        f"{{  // {op.buffer.name} <- {src.buffer.name}: rows of {g_cols * item} bytes, no tensor map",
+        f"{INDENT}const int64_t ts_y = {y}, ts_x = {x};",
+        f"{INDENT}unsigned char* const ts_tile = {ctx.pointers[op.buffer]} + {s} * {op.stage_bytes};",
+        f"{INDENT}#pragma unroll 1  // the producer runs on {PRODUCER_REGS_NOTE}",
+        f"{INDENT}for (int ts_c = ts_ptid; ts_c < {op.rows * per_row}; ts_c += {WARPGROUP}) {{",
+        f"{INDENT * 2}ts_sw128_chunk_from_global<{item}>(ts_tile, (uint32_t)(ts_c / {per_row}), "
+        f"(uint32_t)(ts_c % {per_row}), {op.rows}u, {base}, ts_y + ts_c / {per_row}, "
+        f"ts_x + (ts_c % {per_row}) * {16 // item}, {g_rows}, {g_cols});",
+        f"{INDENT}}}",
+        "}",
+    ]

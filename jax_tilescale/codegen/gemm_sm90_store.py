@@ -1,0 +1,117 @@
+"""The Hopper GEMM lowering's epilogue (`gemm_sm90`): the kernel's last statement, a copy of a
+whole register accumulator into an fp16/bf16/fp32 output, done through shared memory and TMA.
+
+The consumers write their accumulators, converted, into a stage ring the planned loops have
+finished with, in the 128-byte-swizzled box layout, and one thread stores the boxes with
+`cp.async.bulk.tensor` (which clips at the output's edges); the block's final wait is only for
+the boxes' shared-memory reads (+4% at 8192^3 against per-thread stores, benchmarks/NOTES.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR
+from .common import INDENT, indent
+from .context import Ctx
+from .expr_printer import c_expr
+from .gemm_emit import PAIR_TYPES, PairWalk, acc_name
+from .gemm_pattern import whole
+from .gemm_sm90_load import WARPGROUP, GemmLoop, TensorMapSpec
+from .tile_ops import storage_type
+from .wgmma import TMA_DTYPE
+
+# CUtensorMapDataType of the outputs the epilogue stores with TMA.
+TMA_OUTPUT_DTYPE = {dt: code for dt, code in TMA_DTYPE.items() if dt.itemsize == 2} | {np.dtype(np.float32): 7}
+
+
+@dataclass(frozen=True)
+class TmaStore:
+    """The fragment -> global copy that ends the kernel, done as TMA stores from shared memory."""
+
+    map_index: int  # the output's tensor map: boxes of 64 columns x `rows`
+    staging: Buffer  # a stage ring the planned loops have finished with
+    rows: int
+    cols: int
+    pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
+    elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is 128 // elem_bytes columns wide
+
+
+def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
+    """The kernel's last statement when it copies a whole accumulator into a 2-D fp16, bf16 or fp32
+    output window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
+    that nothing after it reads the output or the ring (the blocks' exit only waits for the
+    boxes' shared-memory reads) and every planned loop, whose producer writes the rings, is done."""
+    if not kernel.body:
+        return {}
+    s = kernel.body[-1]
+    if not isinstance(s, Copy) or not whole(s.src):
+        return {}
+    feeding = [gl for gl in loops if gl.acc is s.src.buffer]
+    dst = s.dst.buffer
+    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in TMA_OUTPUT_DTYPE:
+        return {}
+    rows, cols = s.src.buffer.shape
+    elem = dst.dtype.itemsize
+    row_bytes = dst.shape[1] * elem
+    pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
+    if pair is None or cols % (128 // elem) or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
+        return {}
+    need = rows * cols * elem
+    rings = [(op.stage_bytes * gl.stages, op.buffer) for gl in feeding for op in (gl.a, gl.b)]
+    room, staging = max(rings, key=lambda r: r[0])
+    if room < need:
+        return {}
+    spec = TensorMapSpec(kernel.params.index(dst), TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
+                         row_bytes, (128 // elem, rows))
+    if spec not in maps:
+        maps.append(spec)
+    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair, elem)}
+
+
+def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx) -> list[str]:
+    """The copy `s` of a register fragment (`slabs` m64 slabs per consumer warpgroup, visited by
+    `walk`): accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
+
+    The boxes take the operand tiles' layout: 128-byte rows (64 16-bit or 32 fp32 columns) per
+    box, 16-byte chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows hit distinct banks.
+    A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows, its column
+    within the 8-column group and its swizzle phase in bits 4-6), hi the unrolled loop's box,
+    slab and half (multiples of 1024), lo the group's chunk (bits 4-6, disjoint from the
+    thread's chunk bit for fp32); one add and one xor per store keeps the epilogue's registers
+    low while 128 or more accumulators are live."""
+    ctype, make = st.pair
+    name = acc_name(s.src.buffer)
+    box, box_cols = st.rows * 128, 128 // st.elem_bytes
+    groups = box_cols // 8  # 8-column groups per box
+    y, x = (c_expr(e) for e in s.dst.starts[-2:])
+    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
+              f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
+    at = (f"(ts_t + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) "
+          f"^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)")
+    pair_bytes = 2 * st.elem_bytes
+    if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
+        thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
+    else:
+        thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
+                  f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
+    return [
+        *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
+        f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
+        f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
+        "+ (threadIdx.x % 32) / 4;  // the thread's first row",
+        f"const uint32_t ts_t = {thread}",
+        *walk.loops([
+            f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
+            f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
+        ]),
+        "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
+        *ctx.block_sync(),
+        "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
+        *indent(stores),
+        f"{INDENT}ts_bulk_commit();",
+        f"{INDENT}ts_bulk_wait_read();",
+        "}",
+    ]

@@ -1,0 +1,119 @@
+"""A GEMM tile configuration that works at one shape works at every shape (issue 16): a grid of
+examples/gemm.py configurations x ragged shapes, each taking the Hopper lowering on sm_90 (a source
+whose rows TMA cannot address is copied by the producer's threads, gemm_sm90_load), compiling
+without spills, and computing A @ B on the interpreter; where no lowering can hold a tile, the
+refusal says which tile to use."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_sm90_load import TENSOR_MAP_FIELDS
+from jax_tilescale.compiler import compile_cubin, ptxas_report
+from jax_tilescale.errors import KernelTraceError
+from tests.codegen.test_compute_codegen import _no_spills
+from tests.conftest import load_example
+from tests.primitives.util import mesh_of, shard_run
+
+gemm_example = load_example("gemm")
+BF16 = jnp.bfloat16
+S = jax.ShapeDtypeStruct
+
+# (block_m, block_n, block_k, stages, threads): the example's default, the measured-fastest at
+# 8192^3 (256 x 192), a tall one and a one-warpgroup one
+CONFIGS = {
+    "128x256": dict(block_m=128, block_n=256, block_k=64, num_stages=4, threads=256),
+    "256x192": dict(block_m=256, block_n=192, block_k=64, num_stages=4, threads=256),
+    "256x128": dict(block_m=256, block_n=128, block_k=64, num_stages=4, threads=256),
+    "64x128/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=128),
+}
+# M x N x K: divisible; the issue's 1000 x 3000 x 777 (A's rows 1554 bytes: no tensor map);
+# N odd (B's and C's rows not 16-byte multiples); every row length odd
+SHAPES = [(8192, 8192, 8192), (1000, 3000, 777), (1024, 1001, 512), (999, 777, 555)]
+
+
+def _ir(m, n, k, cfg, dtype=BF16):
+    return gemm_example.gemm(m, n, k, jnp.dtype(dtype), **cfg).trace(S((m, k), dtype), S((k, n), dtype))
+
+
+def _thread_copied(m, n, k, itemsize=2) -> set[str]:
+    return {name for name, row in (("A", k), ("B", n)) if row * itemsize % 16}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_config_takes_the_hopper_lowering_at_every_shape(config, shape):
+    mod = generate_cuda(_ir(*shape, CONFIGS[config]), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    copied = _thread_copied(*shape)
+    src = mod.source
+    assert src.count("ts_sw128_chunk_from_global<2>(") == len(copied)
+    maps = np.asarray(mod.tensor_maps, dtype=np.int64).reshape(-1, TENSOR_MAP_FIELDS)
+    # one tensor map per tile TMA loads, + C's when the epilogue stores through TMA (rows of 16 bytes)
+    n = shape[1]
+    assert len(maps) == 2 - len(copied) + (n * 2 % 16 == 0)
+    if copied:  # the full barriers count the producer's 128 threads
+        assert "ts_mbar_init(&ts_full0[ts_s], 128);" in src and "ts_mbar_expect_tx(" in src
+    else:
+        assert "ts_mbar_init(&ts_full0[ts_s], 1);" in src and "ts_ptid" not in src
+    if not maps.size:
+        assert "ts_maps" not in src  # the handler passes no tensor-map parameter then
+
+
+def test_no_tensor_map_at_all_drops_the_parameter():
+    mod = generate_cuda(_ir(300, 201, 101, CONFIGS["64x128/t128"]), "sm_90")  # rows of 202 and 402 bytes
+    assert mod.arch == "sm_90a" and len(mod.tensor_maps) == 0
+    assert "TsTensorMaps ts_maps" not in mod.source and "ts_maps" not in mod.source
+
+
+@pytest.mark.parametrize("config,shape", [
+    ("256x192", (1000, 3000, 777)),  # the issue's case: A thread-copied, B by TMA, TMA-stored C
+    ("128x256", (999, 777, 555)),  # A and B thread-copied, C stored from registers
+    ("64x128/t128", (1024, 1001, 512)),  # B thread-copied, one consumer warpgroup
+])
+def test_thread_copied_tiles_build_without_spills(session_cache, require_nvcc, config, shape):
+    mod = generate_cuda(_ir(*shape, CONFIGS[config]), "sm_90")
+    assert mod.arch == "sm_90a", mod.notes
+    cubin = compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)
+    if shape[1] % 2:
+        # C's odd row length: the epilogue stores element by element, and ptxas then serialises the
+        # wgmma (C7514, a performance note, not an error): spills are what this test checks there
+        report = ptxas_report(cubin) or ""
+        assert "Used" in report and not re.search(r"[1-9]\d* bytes spill", report), report
+    else:
+        _no_spills(cubin)
+
+
+# Small ragged shapes for the interpreter (the kernel as written, every block and iteration).
+SMALL = [(300, 200, 77), (130, 385, 64), (257, 64, 129)]
+
+
+@pytest.mark.parametrize("shape", SMALL, ids=["x".join(map(str, s)) for s in SMALL])
+@pytest.mark.parametrize("config", ["128x256", "256x192", "64x128/t128"])
+def test_every_config_computes_the_product_on_the_interpreter(config, shape):
+    m, n, k = shape
+    rng = np.random.default_rng(hash((config, shape)) % 2**32)
+    a = rng.standard_normal((m, k)).astype(jnp.bfloat16)
+    b = rng.standard_normal((k, n)).astype(jnp.bfloat16)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(BF16), **CONFIGS[config])
+    got = np.asarray(shard_run(kern, mesh_of((1,)), a, b)[0]).astype(np.float32)
+    want = np.asarray(jnp.dot(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
+                              precision=jax.lax.Precision.HIGHEST))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
+
+
+def test_a_tile_no_lowering_can_hold_is_refused_naming_a_tile_that_fits():
+    # sm_80: the mma.sync plan holds at most 128 accumulators per thread (256 x 192 on 256 threads
+    # is 192), so the fragment would live in shared memory on the portable path: too big
+    with pytest.raises(KernelTraceError) as e:
+        generate_cuda(_ir(1000, 3000, 777, CONFIGS["256x192"]), "sm_80")
+    msg = str(e.value)
+    assert "needs" in msg and "bytes of shared memory" in msg
+    assert "256 x 192 float32" in msg and "portable path" in msg and "Use a smaller tile" in msg
+    assert "block_m x block_n = 128 x " in msg

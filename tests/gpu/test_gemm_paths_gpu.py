@@ -1,0 +1,111 @@
+"""Issue 16's GEMM paths on an H100/H200, each against a float64 host product on random data:
+tile configurations at shapes whose rows TMA cannot address (the producer's threads copy those
+tiles, gemm_sm90_load), FP8 (examples/gemm_fp8.py) and element-wise updates of the register
+accumulator.
+
+    pytest -q tests/gpu/test_gemm_paths_gpu.py      # one GPU
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_tilescale.codegen import generate_cuda
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+TOL = {"bfloat16": 2e-2, "float16": 5e-3}
+
+CONFIGS = {
+    "128x256": dict(block_m=128, block_n=256, block_k=64, num_stages=4),
+    "256x192": dict(block_m=256, block_n=192, block_k=64, num_stages=4),
+    "64x128/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=128),
+}
+
+
+def _inputs(shape_a, shape_b, dtype, seed):
+    ka, kb = jax.random.split(jax.random.key(seed))
+    return (jax.random.normal(ka, shape_a, jnp.float32).astype(dtype),
+            jax.random.normal(kb, shape_b, jnp.float32).astype(dtype))
+
+
+def _close(got, a, b, dtype):
+    want = np.asarray(a.astype(jnp.float32), np.float64) @ np.asarray(b.astype(jnp.float32), np.float64)
+    got = np.asarray(got.astype(jnp.float32), np.float64)
+    scale = float(np.max(np.abs(want)))
+    assert got.shape == want.shape and np.all(np.isfinite(got))
+    err = float(np.max(np.abs(got - want)))
+    assert err <= TOL[dtype] * scale, f"max error {err} vs scale {scale}"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("m,n,k", [
+    (1000, 3000, 777),  # the issue's case: A's rows 1554 bytes (thread-copied), B by TMA
+    (1024, 1001, 512),  # B's and C's rows odd: B thread-copied, C stored from registers
+    (999, 777, 555),  # both thread-copied, no tensor map for the operands
+    (2048, 2048, 1000),  # every row a multiple of 16 bytes: TMA only (the plain path, as before)
+])
+def test_hopper_gemm_at_any_shape(dtype, config, m, n, k):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), **CONFIGS[config])
+    a, b = _inputs((m, k), (k, n), dtype, m + 3 * n + 7 * k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a", mod.notes
+    _close(jax.jit(kern)(a, b), a, b, dtype)
+
+
+# ---- FP8 (examples/gemm_fp8.py): k32 e4m3/e5m2 wgmma, per-tensor scales on the accumulator ----
+
+fp8_example = load_example("gemm_fp8")
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (1024, 1024, 1024, {}),  # 128 x 256 x 128 tiles, 4 stages, TMA-stored bf16 C
+    (2048, 1024, 512, dict(block_m=256, block_n=128)),
+    (1000, 3000, 777, {}),  # ragged, rows of 777 bytes: the producer's threads copy A and B
+    (300, 200, 256, dict(block_m=64, block_n=128, threads=128, num_stages=3)),
+])
+def test_fp8_gemm_matches_the_dequantised_product(dtype, m, n, k, cfg):
+    fp8 = np.dtype(getattr(__import__("ml_dtypes"), dtype))
+    kern = fp8_example.gemm_fp8(m, n, k, fp8, **cfg)
+    rng = np.random.default_rng(m + n + k)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+    a8, sa = fp8_example.quantize(a, fp8)
+    b8, sb = fp8_example.quantize(b, fp8)
+    assert generate_cuda(kern.trace(a8, b8, sa, sb), "sm_90").arch == "sm_90a"
+    verdict = fp8_example.check(m, n, k, dtype, seed=m + n + k, **cfg)
+    assert verdict.ok, verdict
+
+
+def test_scaled_relu_epilogue_on_a_bf16_accumulator():
+    """The element-wise update of a register accumulator (T.Parallel on C_f before its store)."""
+    import jax_tilescale as ts
+    from jax_tilescale import language as T
+
+    m, n, k = 512, 384, 320
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(n // 128, m // 128), threads=256)
+    def scaled(A, B, s, C):
+        A_s = T.alloc_shared((128, 64), jnp.bfloat16)
+        B_s = T.alloc_shared((64, 128), jnp.bfloat16)
+        C_f = T.alloc_fragment((128, 128), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // 64, num_stages=3):
+            T.copy(A[T.ds(T.program_id(1) * 128, 128), T.ds(ko * 64, 64)], A_s)
+            T.copy(B[T.ds(ko * 64, 64), T.ds(T.program_id(0) * 128, 128)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        for i, j in T.Parallel(128, 128):
+            C_f[i, j] = T.max(C_f[i, j] * s[0], 0.0)
+        T.copy(C_f, C[T.ds(T.program_id(1) * 128, 128), T.ds(T.program_id(0) * 128, 128)])
+
+    a, b = _inputs((m, k), (k, n), "bfloat16", 11)
+    s = jnp.asarray([0.75], jnp.float32)
+    assert generate_cuda(scaled.trace(a, b, s), "sm_90").arch == "sm_90a"
+    want = np.maximum(np.asarray(a.astype(jnp.float32), np.float64) @ np.asarray(b.astype(jnp.float32), np.float64)
+                      * 0.75, 0.0)
+    got = np.asarray(jax.jit(scaled)(a, b, s).astype(jnp.float32), np.float64)
+    assert float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
