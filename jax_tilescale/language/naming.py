@@ -124,10 +124,12 @@ def c_safe_name(name: str, fallback: str) -> str:
 
 
 def unique_name(name: str, taken: set[str]) -> str:
-    """`name`, or `name_1`, `name_2`, ... the first not in `taken` (which gets it)."""
+    """`name`, or `name_1`, `name_2`, ... the first not in `taken` (which gets it); `int_` repeats as
+    `int_1` (no double underscore)."""
     candidate, i = name, 0
+    stem = name.rstrip("_") or name
     while candidate in taken:
         i += 1
-        candidate = f"{name}_{i}"
+        candidate = f"{stem}_{i}"
     taken.add(candidate)
     return candidate
