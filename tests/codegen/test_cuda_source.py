@@ -186,7 +186,7 @@ def test_non_contiguous_put_goes_row_by_row_and_signals_after_a_fence():
     wait = statement_block(m, 2)
     # NVSHMEM's wait would spin forever: the header's ts_wait gives up after the wait timeout.
     assert "ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), ts_sig, ts_sig_value, -1, ts_where, " \
-        '"T.signal_wait_until");' in wait
+        '"T.signal_wait_until on sig[program_id(0)]");' in wait  # the record names the word
     assert "nvshmem_signal_wait_until" not in wait
     assert wait.index("__threadfence();") < wait.index("__syncthreads();")
     assert "ts_wait<TS_CMP_NE, " in statement_block(m, 5)
