@@ -26,6 +26,7 @@ from cuda_corpus import _test_file, located_free
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+|\s+|.", re.S)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _WAIT_OP = re.compile(r'"(T\.\w+) on [^"]*"')
+_BUFFER_IDENT = re.compile(r"p_|ts_r_|ts_acc_")
 
 
 def _tokens(text: str) -> list[str]:
@@ -33,21 +34,38 @@ def _tokens(text: str) -> list[str]:
 
 
 def renames(a: str, b: str) -> tuple[dict[str, str] | None, str]:
-    """The identifier renaming that turns `a` into `b`, or None and why not."""
+    """The identifier renaming that turns `a` into `b`, or None and why not.
+
+    Each identifier of `a` must always become the same one of `b` (a buffer identifier of the
+    generated code, `p_*`, `ts_r_*`, `ts_acc_*`, strictly; a plain word may also stay itself where
+    it is a word of the text, such as "smem" in a comment next to a buffer called `smem` before);
+    two renamed identifiers never become the same one; and none becomes a buffer identifier that
+    `a` already held. A new name may equal a word `a` holds elsewhere (`extern "C"` next to a
+    buffer now called `C`, "signal" in a comment)."""
     ta, tb = _tokens(a), _tokens(b)
+    if len(ta) != len(tb):
+        return None, f"{len(ta)} tokens before, {len(tb)} after"
     forward: dict[str, str] = {}
-    backward: dict[str, str] = {}
+    kept: set[str] = set()  # old names also seen unchanged: a word of the text (a comment's "smem")
     for i, (x, y) in enumerate(zip(ta, tb)):
         if x == y and not _IDENT.match(x):
             continue
         if not (_IDENT.match(x) and _IDENT.match(y)):
             return None, f"token {i}: {x!r} -> {y!r} (context: {''.join(ta[max(0, i - 8):i + 8])!r})"
-        if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
-            return None, (f"token {i}: {x!r} -> {y!r} is not one to one ({x!r} -> {forward[x]!r}, "
-                          f"{backward[y]!r} -> {y!r})")
-    if len(ta) != len(tb):
-        return None, f"{len(ta)} tokens before, {len(tb)} after"
-    return {x: y for x, y in forward.items() if x != y}, ""
+        if x == y and not _BUFFER_IDENT.match(x):
+            kept.add(x)
+            continue
+        if forward.setdefault(x, y) != y:
+            return None, f"token {i}: {x!r} -> {y!r}, elsewhere -> {forward[x]!r}"
+    forward.update({x: x for x in kept if x not in forward})
+    renamed = {x: y for x, y in forward.items() if x != y}
+    targets: dict[str, str] = {}
+    for x, y in renamed.items():
+        if targets.setdefault(y, x) != x:
+            return None, f"{targets[y]!r} and {x!r} both become {y!r}"
+        if forward.get(y) == y and _BUFFER_IDENT.match(y):
+            return None, f"{x!r} becomes {y!r}, a buffer identifier the source already had"
+    return renamed, ""
 
 
 def main() -> int:

@@ -12,16 +12,21 @@ and the instruction after the allocator's call is exactly what happens to its re
 site, so two allocations on one line, or one in a loop, are each told apart. The AST only covers the
 kernel function itself, and only when its source can be read. The patterns read here are the plain
 ones (`x = T.alloc_...(...)`, `x: T = ...`, `a = b = ...`, `(x := ...)`, `obj.x = ...`, a helper's
-`return T.alloc_...(...)` assigned by its caller); anything else (an allocation inside an
-expression, a list comprehension) has no name here and the caller uses its derived one.
+`return T.alloc_...(...)` assigned by its caller); a tuple assignment `a, b = T.alloc_...(...),
+T.alloc_...(...)` stores only once the tuple is built, so there the call is found by its source
+position among the file's tuple assignments (when the file can be read). Anything else (an
+allocation inside an expression, a list comprehension) has no name here and the caller uses its
+derived one.
 """
 
 from __future__ import annotations
 
+import ast
 import bisect
 import dis
 import functools
 import keyword
+import linecache
 import re
 import sys
 from types import CodeType, FrameType
@@ -76,13 +81,57 @@ def assigned_name() -> str | None:
         frame = frame.f_back
     while frame is not None and not in_package(frame):
         following = _after_call(frame)
-        name = _store_target(following)
+        name = _store_target(following) or _unpacked_target(frame)
         if name is not None:
             return name
         if not following or following[0].opname not in _RETURNS:
             return None
         frame = frame.f_back
     return None
+
+
+def _unpacked_target(frame: FrameType) -> str | None:
+    """`a, b = T.alloc_signal(n), T.alloc_signal(n)`: the name at the call's place in the target
+    tuple. The bytecode evaluates the whole tuple before storing, so here the call is found by its
+    source span (the CALL instruction's position) among the file's tuple assignments. A kernel the
+    decorator recompiled (ast_rewrite.py) was parsed dedented: its columns are the file's less the
+    indentation of its `def`."""
+    code = frame.f_code
+    offsets, instructions = _instructions(code)
+    call = instructions[bisect.bisect_right(offsets, frame.f_lasti) - 1].positions
+    if call is None or None in (call.lineno, call.end_lineno, call.col_offset, call.end_col_offset):
+        return None
+    lines = linecache.getlines(code.co_filename)
+    if not lines or not 0 < call.lineno <= len(lines):
+        return None
+    targets = _tuple_targets("".join(lines))
+    first = lines[code.co_firstlineno - 1] if 0 < code.co_firstlineno <= len(lines) else ""
+    for shift in dict.fromkeys((0, len(first) - len(first.lstrip()))):
+        name = targets.get((call.lineno, call.col_offset + shift, call.end_lineno, call.end_col_offset + shift))
+        if name is not None:
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _tuple_targets(source: str) -> dict[tuple[int, int, int, int], str]:
+    """The source spans of calls that are elements of a tuple assigned to a tuple of names
+    (`a, b = f(), g()`), each with the name it is assigned to."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    found = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts):
+            for name, call in zip(target.elts, value.elts):
+                if isinstance(name, ast.Name) and isinstance(call, ast.Call) and call.end_lineno is not None:
+                    found[(call.lineno, call.col_offset, call.end_lineno, call.end_col_offset)] = name.id
+    return found
 
 
 # ---- a kernel's names: valid C identifiers, none a keyword or the code generator's own, unique ----

@@ -10,7 +10,6 @@ import re
 import jax
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
 from jax_tilescale import abi
@@ -42,7 +41,9 @@ def trace(fn, *inputs, out=((M, N), F32), grid=(1,), num_pes=2):
 
 
 def run_on(npes: int, kern, *inputs: np.ndarray) -> list[jax.Array]:
-    return shard_run(kern, mesh_of((npes,)), *inputs)
+    """Runs `kern` on `npes` simulated devices and waits for it: an interpreter error is raised in the
+    main thread before the results are ready (lowering/cpu.py), so inside the caller's pytest.raises."""
+    return jax.block_until_ready(shard_run(kern, mesh_of((npes,)), *inputs))
 
 
 # ---- each kind of message ------------------------------------------------------------------------
@@ -170,8 +171,7 @@ def test_run_time_errors_name_parameters():
 
     counts = np.zeros(4 * 2, np.int32)  # two rows per PE: [2] each
     with pytest.raises(ts.KernelRuntimeError) as info:
-        shard_run(bad_row, mesh_of((4,)), random_rows(np.random.default_rng(6), 4, (M, N)), counts,
-                  spec=P("x"))
+        run_on(4, bad_row, random_rows(np.random.default_rng(6), 4, (M, N)), counts)
     assert_user_names(str(info.value), "T.load row_of_pe[", "of row_of_pe (extent 2)")
 
 
@@ -228,14 +228,33 @@ def test_allocations_take_the_name_they_are_assigned_to_or_a_derived_one():
         (w := T.alloc_symmetric((4,), F32))
         holder = Holder()
         holder.inbox = T.alloc_symmetric((4,), F32)
+        a_sig, b_sig = T.alloc_signal(2), T.alloc_signal(2)  # found by the calls' source positions
         unnamed = [T.alloc_symmetric((2,), F32) for _ in range(2)]  # no name at the call: derived ones
         T.copy(T.alloc_shared((M, N), F32, name="given"), gathered)  # name= wins
         named_anyway = T.alloc_shared((M, N), F32, name="chosen")
-        del staging, t, scores, a, b, w, unnamed, named_anyway
+        del staging, t, scores, a, b, w, a_sig, b_sig, unnamed, named_anyway
 
     ir = trace(k, ((M, N), F32))
-    assert _names(ir) == ["tokens", "gathered", "staging", "t", "t_1", "scores", "a", "w", "inbox", "sym",
-                          "sym_1", "given", "chosen"]
+    assert _names(ir) == ["tokens", "gathered", "staging", "t", "t_1", "scores", "a", "w", "inbox", "a_sig",
+                          "b_sig", "sym", "sym_1", "given", "chosen"]
+
+
+def test_a_kernel_the_decorator_recompiles_names_its_tuple_assignments_too():
+    """An `if` on a kernel value makes @ts.kernel recompile the function from its dedented source:
+    the calls' positions are then the file's less the indentation."""
+    def make():
+        @ts.kernel(out_shape=SDS((M, N), F32), grid=(1,))
+        def k(tokens, gathered):
+            send, recv = T.alloc_shared((M, N), F32), T.alloc_shared((M, N), F32)
+            if T.get_pe() == 0:
+                T.copy(tokens, send)
+            T.copy(tokens, recv)
+            T.copy(recv, gathered)
+
+        return k
+
+    ir = make().trace(SDS((M, N), F32), mesh_axes=("x",), num_pes=2)
+    assert _names(ir) == ["tokens", "gathered", "send", "recv"]
 
 
 def test_registers_take_their_names_too():
