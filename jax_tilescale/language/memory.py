@@ -32,7 +32,8 @@ def buffer_name(op: str, name: str | None, fallback: str) -> str:
     return state.fresh_name(assigned_name() if name is None else name, fallback)
 
 
-def _alloc(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind, name: str | None) -> Ref:
+def _alloc(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind,
+           name: str | None = None) -> Ref:
     state = current_trace(op)
     buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind)
     state.allocs.append(buf)
