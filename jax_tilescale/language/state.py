@@ -41,9 +41,11 @@ class TraceState:
     # [0, n - 1] of every `T.serial`/`T.Pipelined` loop variable traced so far (`var_ranges`).
     loop_ranges: dict[Var, tuple[int, int]] = field(default_factory=dict)
 
-    def fresh_name(self, name: str | None, fallback: str) -> str:
-        """The kernel's name for a new buffer the user calls `name` (None: unnamed, `fallback`):
-        the one place names are made valid C identifiers and unique (language/naming.py)."""
+    def fresh_name(self, name: str | None, fallback: str | None = None) -> str:
+        """The kernel's name for a new buffer the user calls `name` (None: unnamed, `fallback`; a
+        derived name alone may come as `name`): the one place names are made valid C identifiers
+        and unique (language/naming.py). Allocators get `name` from memory.buffer_name."""
+        fallback = fallback or name or "buf"
         return unique_name(c_safe_name(fallback if name is None else name, fallback), self.names)
 
     def emit(self, stmt: Stmt) -> None:
