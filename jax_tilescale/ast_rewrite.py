@@ -66,15 +66,20 @@ def _escapes(stmts: list[ast.stmt]) -> bool:
     return any(visit(s, False) for s in stmts)
 
 
+def _is_alloc_var(value: ast.expr) -> bool:
+    """Whether `value` is a `...alloc_var(...)` call."""
+    if not isinstance(value, ast.Call):
+        return False
+    f = value.func
+    return (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None) == "alloc_var"
+
+
 def _alloc_var_names(fn: ast.AST) -> set[str]:
     """Names assigned a `...alloc_var(...)` call anywhere in the function."""
     names = set()
     for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            f = node.value.func
-            called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-            if called == "alloc_var":
-                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.Assign) and _is_alloc_var(node.value):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return names
 
 
@@ -117,7 +122,10 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Assign(self, node: ast.Assign) -> ast.stmt:
         self.generic_visit(node)
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.var_names:
+        # `v = T.alloc_var(...)` itself stays a plain store (`assign` would rebind to the new
+        # register anyway): the allocator reads the name it is stored to (language/naming.py).
+        if (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in self.var_names
+                and not _is_alloc_var(node.value)):
             old = ast.Name(id=node.targets[0].id, ctx=ast.Load())
             node.value = ast.copy_location(_call("assign", _thunk(old), node.value), node.value)
         return node

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from ..ir.expr import Expr
+from .. import abi
+from ..ir.expr import Expr, format_expr
 from ..ir.nodes import (
     BufferKind,
     Cmp,
@@ -248,10 +249,21 @@ def wait_call(cmp: Cmp, ctype: str, word: str, value: str, *, op: str, peer: str
     )
 
 
+def wait_op_text(op_name: str, word: Region) -> str:
+    """What a wait that gave up says it was (TsWaitFault.op): the statement and the word it polled
+    by the user's name of the buffer, `T.wait_ge on ready[program_id(0)]`, shortened to fit."""
+    fits = abi.DEFINES["TS_WAIT_OP_BYTES"] - 1
+    indices = ", ".join(format_expr(i) for i in word.starts)
+    for text in (f"T.{op_name} on {word.buffer.name}[{indices}]", f"T.{op_name} on {word.buffer.name}"):
+        if len(text) <= fits:
+            return text
+    return f"T.{op_name}"
+
+
 @EMIT.register(SignalWait)
 def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     # Polls like nvshmem_signal_wait_until (no back-off), but gives up after the wait timeout.
-    call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=f"T.{s.op_name}", sleep=False)
+    call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=wait_op_text(s.op_name, s.word), sleep=False)
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
@@ -282,7 +294,7 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     if s.pe is not None:
         lines += peer_pointer(ctx, s.word, s.pe, s.op_name)
         base = "ts_peer"
-    call = wait_call(s.cmp, ctype, "ts_word", "ts_value", op=f"T.{s.op_name}", sleep=True,
+    call = wait_call(s.cmp, ctype, "ts_word", "ts_value", op=wait_op_text(s.op_name, s.word), sleep=True,
                      peer="ts_peer_k" if s.pe is not None else "-1")
     lines += [
         f"const {ctype}* const ts_word = {word_pointer(ctx, s.word, ctype, base)};",

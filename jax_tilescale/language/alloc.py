@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.buffers import LEVEL_KINDS, Buffer, MemLevel
-from .memory import _shape
+from .memory import _shape, buffer_name
 from .refs import Ref
 from .source import user_source_loc
 from .state import current_trace
@@ -40,7 +40,7 @@ def _level(level: Any) -> MemLevel:
     )
 
 
-def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1") -> Ref:
+def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1", *, name: str | None = None) -> Ref:
     """A buffer of `shape` and `dtype` at memory `level` (default "l1", shared memory):
 
     - "l0": registers, a per-block register tile (as `T.alloc_fragment`; per-thread scalars are
@@ -50,6 +50,8 @@ def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1") -> Ref:
       every block of this PE (not by peers: use "symmetric" for that);
     - "symmetric": symmetric scratch that peers can put into, get from and wait on (as
       `T.alloc_symmetric`), zero when the kernel starts.
+
+    Named in messages and IR text by `name`, else by the variable it is assigned to.
     """
     lvl = _level(level)
     state = current_trace("alloc")
@@ -58,7 +60,7 @@ def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1") -> Ref:
         dt = np.dtype(dtype)
     except TypeError:
         raise KernelTraceError(f'T.alloc(level="{lvl.value}"): {dtype!r} is not a dtype', user_source_loc()) from None
-    buf = Buffer(state.fresh_name(_NAME_BASE[lvl]), dims, dt, LEVEL_KINDS[lvl], level=lvl)
+    buf = Buffer(buffer_name("alloc", name, _NAME_BASE[lvl]), dims, dt, LEVEL_KINDS[lvl], level=lvl)
     state.allocs.append(buf)
     return Ref(buf)
 

@@ -57,9 +57,9 @@ def Pipelined(n: int, num_stages: int = 2) -> _LoopRange:
     return _LoopRange("Pipelined", n, num_stages)
 
 
-def alloc_fragment(shape: Any, dtype: Any) -> Ref:
+def alloc_fragment(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
     """A register tile of the block (accumulators): per block, uninitialised until written."""
-    return _alloc("alloc_fragment", "frag", _shape(shape, "alloc_fragment"), dtype, BufferKind.FRAGMENT)
+    return _alloc("alloc_fragment", "frag", _shape(shape, "alloc_fragment"), dtype, BufferKind.FRAGMENT, name)
 
 
 def fill(buffer: RefLike, value: float) -> None:

@@ -45,7 +45,7 @@ from ..ir.values import BOOL, BinaryKind, UnaryKind, Value, as_value, binary, un
 from ..ir.values import compare as value_compare
 from ..ir.values import select as value_select
 from ._common import expr
-from .memory import _shape
+from .memory import _shape, buffer_name
 from .refs import BufferHandle, slice_region
 from .source import user_source_loc
 from .state import current_trace
@@ -411,20 +411,19 @@ for _name in ("add", "sub", "mul", "floordiv", "mod", "and_", "or_"):
     setattr(LocalVar, f"__r{_name.rstrip('_')}__", _reflected(_name))
 
 
-def _alloc_local(op: str, base: str, shape: tuple[int, ...], dtype: Any) -> Buffer:
-    state = current_trace(op)
-    return Buffer(state.fresh_name(base), shape, _local_dtype(dtype, op), BufferKind.LOCAL)
+def _alloc_local(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, name: str | None) -> Buffer:
+    return Buffer(buffer_name(op, name, fallback), shape, _local_dtype(dtype, op), BufferKind.LOCAL)
 
 
-def alloc_local(shape: Any, dtype: Any) -> LocalRef:
+def alloc_local(shape: Any, dtype: Any, *, name: str | None = None) -> LocalRef:
     """Registers of each thread (`shape` elements of an integer `dtype`), uninitialised: reading an
     element this thread has not written is an error in the interpreter (garbage on the GPU)."""
-    return LocalRef(_alloc_local("alloc_local", "reg", _shape(shape, "alloc_local"), dtype))
+    return LocalRef(_alloc_local("alloc_local", "reg", _shape(shape, "alloc_local"), dtype, name))
 
 
-def alloc_var(dtype: Any, init: Any = None) -> LocalVar:
+def alloc_var(dtype: Any, init: Any = None, *, name: str | None = None) -> LocalVar:
     """One register per thread, set to `init` (an int or kernel value) by every thread when given."""
-    var = LocalVar(_alloc_local("alloc_var", "var", (1,), dtype))
+    var = LocalVar(_alloc_local("alloc_var", "var", (1,), dtype, name))
     if init is not None:
         var.set(init)
     return var

@@ -10,6 +10,7 @@ from ..errors import KernelTraceError
 from ..ir.nodes import BLOCK_LOCAL, CLIP_KINDS, SIGNAL_DTYPE, Buffer, BufferKind, Copy
 from ..ir.verify_base import overhanging_dims
 from ._common import RefLike, region
+from .naming import assigned_name
 from .refs import Ref, as_region
 from .source import user_source_loc
 from .state import current_trace
@@ -23,28 +24,39 @@ def _shape(shape: Any, op: str) -> tuple[int, ...]:
     return shape
 
 
-def _alloc(op: str, base: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind) -> Ref:
+def buffer_name(op: str, name: str | None, fallback: str) -> str:
+    """The new buffer's name: `name=` if given, else the variable the user's code assigns the
+    allocation to (`acc = T.alloc_fragment(...)`: `acc`), else `fallback` (`smem`, `smem_1`, ...)."""
     state = current_trace(op)
-    buf = Buffer(state.fresh_name(base), shape, np.dtype(dtype), kind)
+    if name is not None and not isinstance(name, str):
+        raise KernelTraceError(f"T.{op}: name must be a string, got {name!r}", user_source_loc())
+    return state.fresh_name(assigned_name() if name is None else name, fallback)
+
+
+def _alloc(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind,
+           name: str | None = None) -> Ref:
+    state = current_trace(op)
+    buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind)
     state.allocs.append(buf)
     return Ref(buf)
 
 
-def alloc_shared(shape: Any, dtype: Any) -> Ref:
-    """A tile in the block's shared memory (one per block)."""
-    return _alloc("alloc_shared", "smem", _shape(shape, "alloc_shared"), dtype, BufferKind.SHARED)
+def alloc_shared(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
+    """A tile in the block's shared memory (one per block). Named in messages by `name`, else by
+    the variable it is assigned to."""
+    return _alloc("alloc_shared", "smem", _shape(shape, "alloc_shared"), dtype, BufferKind.SHARED, name)
 
 
-def alloc_signal(n: int = 1) -> Ref:
+def alloc_signal(n: int = 1, *, name: str | None = None) -> Ref:
     """`n` 64-bit signal words in symmetric memory, zero at the start of every launch."""
-    return _alloc("alloc_signal", "signal", _shape(n, "alloc_signal"), SIGNAL_DTYPE, BufferKind.SIGNAL)
+    return _alloc("alloc_signal", "signal", _shape(n, "alloc_signal"), SIGNAL_DTYPE, BufferKind.SIGNAL, name)
 
 
-def alloc_symmetric(shape: Any, dtype: Any) -> Ref:
+def alloc_symmetric(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
     """Kernel scratch on the symmetric heap: one buffer per PE at the same symmetric address, so
     peers can put into it, get from it, load/store it (`put_block`) and wait on its words. Zero at
     the start of every launch (like signal words, it lives in the launch's symmetric scratch)."""
-    return _alloc("alloc_symmetric", "sym", _shape(shape, "alloc_symmetric"), dtype, BufferKind.SYMMETRIC)
+    return _alloc("alloc_symmetric", "sym", _shape(shape, "alloc_symmetric"), dtype, BufferKind.SYMMETRIC, name)
 
 
 def copy(src: RefLike, dst: RefLike) -> None:

@@ -17,6 +17,7 @@ from ..errors import KernelTraceError
 from ..ir.buffers import Buffer
 from ..ir.expr import PE_VAR, TRACE_HOOKS, TraceHooks, Var, node_ranges, program_id_var
 from ..ir.nodes import Stmt
+from .naming import c_safe_name, unique_name
 from .source import user_source_loc
 from .truth import is_truth_test
 from .values import index_arith
@@ -43,13 +44,12 @@ class TraceState:
     # [0, n - 1] of every `T.serial`/`T.Pipelined` loop variable traced so far (`var_ranges`).
     loop_ranges: dict[Var, tuple[int, int]] = field(default_factory=dict)
 
-    def fresh_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}{i}"
-        self.names.add(name)
-        return name
+    def fresh_name(self, name: str | None, fallback: str | None = None) -> str:
+        """The kernel's name for a new buffer the user calls `name` (None: unnamed, `fallback`; a
+        derived name alone may come as `name`): the one place names are made valid C identifiers
+        and unique (language/naming.py). Allocators get `name` from memory.buffer_name."""
+        fallback = fallback or name or "buf"
+        return unique_name(c_safe_name(fallback if name is None else name, fallback), self.names)
 
     def emit(self, stmt: Stmt) -> None:
         (self.open_bodies[-1] if self.open_bodies else self.body).append(stmt)

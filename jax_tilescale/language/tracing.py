@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,12 +37,13 @@ def trace_kernel(
     """
     sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
     state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
+    names = _parameter_names(fn, len(inputs) + len(outputs))
     in_bufs = tuple(
-        Buffer(state.fresh_name(f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
+        Buffer(state.fresh_name(names[i], f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
         for i, (shape, dtype) in enumerate(inputs)
     )
     out_bufs = tuple(
-        Buffer(state.fresh_name(f"out{i}"), tuple(shape), np.dtype(dtype), BufferKind.OUTPUT)
+        Buffer(state.fresh_name(names[len(inputs) + i], f"out{i}"), tuple(shape), np.dtype(dtype), BufferKind.OUTPUT)
         for i, (shape, dtype) in enumerate(outputs)
     )
     try:
@@ -77,6 +79,20 @@ def trace_kernel(
         mesh_axis_sizes=sizes,
         loc=loc,
     )
+
+
+def _parameter_names(fn: Callable[..., Any], n: int) -> list[str | None]:
+    """The names of the `n` refs `fn` is called with: its positional parameters in order, then its
+    `*args` name numbered (`refs_0`, `refs_1`, ...); None where `fn` has no signature to read."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return [None] * n
+    names: list[str | None] = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    names = names[:n]
+    names += [None if star is None else f"{star}_{i}" for i in range(n - len(names))]
+    return names
 
 
 def _axis_sizes(mesh_axes: Sequence[str], num_pes: int, given: Sequence[int] | None) -> tuple[int, ...]:

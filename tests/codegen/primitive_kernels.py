@@ -24,8 +24,8 @@ def build(fn, *, name, inputs, outputs, grid, num_pes, threads=128, mesh_axes=("
 def point_to_point(npes: int = 4, rows: int = 8, n: int = 64, dtype=F32) -> KernelIR:
     """Every transfer at every scope, signals, waits (local and remote), quiet and fence.
 
-    in0: this PE's data [4 * rows, n]; in1: int32 row counts [npes] (T.load, run-time sizes).
-    out0..out3 are written by peers or by gets; out4 holds flags peers poll."""
+    a: this PE's data [4 * rows, n]; counts: int32 row counts [npes] (T.load, run-time sizes).
+    out0..out3 are written by peers or by gets; flags holds flags peers poll."""
 
     def p2p(a, counts, out0, out1, out2, out3, flags):
         me, npes_ = T.get_pe(), T.get_pe_num()

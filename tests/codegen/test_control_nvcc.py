@@ -64,20 +64,20 @@ def test_thread_dependent_if_is_per_thread_code_then_one_barrier(seed: CudaModul
     assert tail[-3:] == ["}", "__syncthreads();", "}"]  # the block meets after the if (inside its scope)
     assert "&&" in whole  # `and` is C's short-circuit
     assert "const int64_t ts_tx = threadIdx.x;" in src
-    assert "int32_t ts_r_reg[4];" in src and "int32_t ts_r_var[1];" in src
+    assert "int32_t ts_r_regs[4];" in src and "int32_t ts_r_count[1];" in src
     assert "#define TS_FAIL_SYNC() __nanosleep(1000000)" in src
 
 
 def test_block_uniform_if_keeps_block_code(seed: CudaModule) -> None:
     src = seed.source
     uniform = src[src.index("// [2] if (pe == 0)"):]
-    uniform = uniform[: uniform.index("// [3] if (var[0] > 2)")]
+    uniform = uniform[: uniform.index("// [3] if (count[0] > 2)")]
     assert "if (((int64_t)(ts_pe == (int64_t)0)) != 0) {" in uniform and "nvshmemx_putmem_block(" in uniform
 
 
 def test_registers_and_selects(seed: CudaModule) -> None:
     src = seed.source
-    assert "ts_r_reg[ts_bound(ts_tx, 4, ts_where)] = (int32_t)((ts_tx * 3));" in src
+    assert "ts_r_regs[ts_bound(ts_tx, 4, ts_where)] = (int32_t)((ts_tx * 3));" in src
     assert "((((int64_t)(ts_tx == (int64_t)1)) != 0) ? (int64_t)5 : (int64_t)6)" in src
 
 

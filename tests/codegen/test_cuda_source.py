@@ -43,8 +43,8 @@ def test_entry_and_calling_convention():
     assert "unsigned char* const ts_smem = ts_smem_raw;" in m.source  # no Hopper plan: no realignment
     assert "#include <nvshmem.h>" in m.source and "#define TS_USES_NVSHMEM 1" in m.source
     # Inputs then outputs, in IR order.
-    assert re.search(r"p_in0 = static_cast<unsigned char\*>\(args\.buffers\[0\]\)", m.source)
-    assert re.search(r"p_out0 = static_cast<unsigned char\*>\(args\.buffers\[1\]\)", m.source)
+    assert re.search(r"p_a = static_cast<unsigned char\*>\(args\.buffers\[0\]\)", m.source)
+    assert re.search(r"p_b = static_cast<unsigned char\*>\(args\.buffers\[1\]\)", m.source)
 
 
 def test_shared_layout_and_sizes():
@@ -64,7 +64,7 @@ def test_shared_layout_and_sizes():
             two_tiles, name="tiles", inputs=[((8, 8), np.float32)], outputs=[((8, 8), np.float32)], grid=(1,), num_pes=1
         )
     )
-    assert "p_smem = ts_smem + 0;" in m.source and "p_smem1 = ts_smem + 128;" in m.source
+    assert "p_t1 = ts_smem + 0;" in m.source and "p_t2 = ts_smem + 128;" in m.source
     assert m.smem_bytes == 256
     assert not m.uses_nvshmem and "#define TS_USES_NVSHMEM 0" in m.source
 
@@ -74,7 +74,7 @@ def test_scratch_layout_signals_and_grid_barrier():
     assert m.uses_nvshmem and m.grid_barrier
     # 4 signal words at 0..31, the barrier's two words at 32, rounded up to 256.
     assert m.scratch_bytes == 256
-    assert "p_signal = args.scratch + 0;" in m.source
+    assert "p_sig = args.scratch + 0;" in m.source
     assert "reinterpret_cast<unsigned int*>(args.scratch + 32)" in m.source
     assert "reinterpret_cast<unsigned int*>(args.scratch + 36)" in m.source
     barrier = statement_block(m, 8)
@@ -112,7 +112,7 @@ def test_put_checks_target_pe_and_names_the_line():
     assert "ts_target_pe(args.pe_map, args.npes, ts_mod((ts_pe + 1), 4, ts_where), ts_where," in block
     assert f'ts_where = "{put.loc.filename}:{put.loc.lineno}"' in block
     assert f'#line {put.loc.lineno} "{put.loc.filename}"' in block
-    call = "nvshmemx_putmem_nbi_block(p_out0 + ((ts_bx * 64) * 64) * 4, p_in0 + ((ts_bx * 64) * 64) * 4, 16384, "
+    call = "nvshmemx_putmem_nbi_block(p_b + ((ts_bx * 64) * 64) * 4, p_a + ((ts_bx * 64) * 64) * 4, 16384, "
     assert call + "ts_target);" in block
     # The PE check itself prints the op, the PE and the line, then traps.
     assert "printf(" in m.source and "__trap();" in m.source
@@ -186,7 +186,7 @@ def test_non_contiguous_put_goes_row_by_row_and_signals_after_a_fence():
     wait = statement_block(m, 2)
     # NVSHMEM's wait would spin forever: the header's ts_wait gives up after the wait timeout.
     assert "ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), ts_sig, ts_sig_value, -1, ts_where, " \
-        '"T.signal_wait_until");' in wait
+        '"T.signal_wait_until on sig[program_id(0)]");' in wait  # the record names the word
     assert "nvshmem_signal_wait_until" not in wait
     assert wait.index("__threadfence();") < wait.index("__syncthreads();")
     assert "ts_wait<TS_CMP_NE, " in statement_block(m, 5)

@@ -185,7 +185,7 @@ def test_plan_facts_for_the_layout():
     assert sorted(plan.stage_buffers().values()) == [4 * 128 * 64 * 2, 4 * 64 * 256 * 2] and plan.barrier_words() == 0
     mod = generate_cuda(ir, "sm_90", gemm_lowering="mma")
     assert mod.smem_bytes == 4 * (128 * 64 + 64 * 256) * 2 + 1024  # the rings, the alignment slack
-    assert "float ts_acc_frag[4][8][4] = {};" in mod.source
+    assert "float ts_acc_C_f[4][8][4] = {};" in mod.source
 
 
 def test_rings_shrink_to_fit_smaller_shared_memories():

@@ -59,18 +59,18 @@ def test_scopes_pick_the_nvshmem_function_and_the_threads(p2p: CudaModule) -> No
 
 def test_run_time_size_reads_the_input_and_checks_rows(p2p: CudaModule) -> None:
     sized = stmt(p2p, 6)
-    assert "ts_load<int32_t>(p_in1, ts_bound(ts_pe, 4, ts_where))" in sized
+    assert "ts_load<int32_t>(p_counts, ts_bound(ts_pe, 4, ts_where))" in sized
     assert "const size_t ts_bytes = ts_row_bytes(" in sized and ", 256, (int64_t)0, 32, ts_pe, 32, ts_where);" in sized
-    assert "nvshmemx_putmem_nbi_block(p_out3 + (ts_pe * 64) * 4, p_in0, ts_bytes, ts_target);" in sized
+    assert "nvshmemx_putmem_nbi_block(p_out3 + (ts_pe * 64) * 4, p_a, ts_bytes, ts_target);" in sized
 
 
 def test_signal_op_fence_and_gets(p2p: CudaModule) -> None:
     assert "nvshmem_fence();\n    __syncthreads();" in stmt(p2p, 7)
     assert "nvshmemx_signal_op(ts_sig, ts_sig_value, NVSHMEM_SIGNAL_ADD, ts_target);" in stmt(p2p, 8)
-    assert "nvshmemx_getmem_block(p_smem, p_in0 + " in stmt(p2p, 11)
+    assert "nvshmemx_getmem_block(p_tile, p_a + " in stmt(p2p, 11)
     assert "nvshmem_getmem_nbi(ts_dst, ts_src, 256, ts_target);" in stmt(p2p, 12)
     assert "source PE outside the kernel PE space" in stmt(p2p, 12)
-    assert "nvshmemx_getmem_nbi_block(p_smem + 768, p_in0 + 800, 32, ts_target);" in stmt(p2p, 15)
+    assert "nvshmemx_getmem_nbi_block(p_tile + 768, p_a + 800, 32, ts_target);" in stmt(p2p, 15)
 
 
 def test_peer_copies_go_through_nvshmem_ptr_with_a_reachability_check(p2p: CudaModule) -> None:
@@ -89,19 +89,19 @@ def test_peer_copies_go_through_nvshmem_ptr_with_a_reachability_check(p2p: CudaM
 def test_waits_poll_local_and_remote_words_and_give_up_after_the_timeout(p2p: CudaModule) -> None:
     # ts_wait (the device header): system-scope polls with back-off, the wait site for a timeout's report.
     local, remote, remote_out = stmt(p2p, 22), stmt(p2p, 23), stmt(p2p, 24)
-    assert "const int32_t* const ts_word = reinterpret_cast<int32_t*>(p_sym1);" in local
+    assert "const int32_t* const ts_word = reinterpret_cast<int32_t*>(p_word);" in local
     assert "ts_wait<TS_CMP_EQ, true, true, int32_t>(ts_wait_ctx(args), ts_word, ts_value, -1, ts_where, " \
-        '"T.wait_eq");' in local
-    assert "ts_peer_ptr(p_sym1, ts_peer_nv" in remote and "reinterpret_cast<int32_t*>(ts_peer) + 1" in remote
+        '"T.wait_eq on word[0]");' in local  # the record names the word by the kernel's name
+    assert "ts_peer_ptr(p_word, ts_peer_nv" in remote and "reinterpret_cast<int32_t*>(ts_peer) + 1" in remote
     assert "ts_wait_ctx(args), ts_word, ts_value, ts_peer_k, ts_where, " in remote  # names the polled PE
     assert "ts_wait<TS_CMP_NE, true, true, uint64_t>(" in remote_out
-    assert "ts_load<int32_t>(p_in1, 0)" in stmt(p2p, 27)
+    assert "ts_load<int32_t>(p_counts, 0)" in stmt(p2p, 27)
 
 
 def test_scratch_layout_of_signals_symmetric_buffers_and_barriers(p2p: CudaModule, coll: CudaModule) -> None:
     # 4 signal words (32 bytes), then symmetric buffers at 128-byte offsets.
-    assert "p_signal = args.scratch + 0;" in p2p.source and "p_sym = args.scratch + 128;" in p2p.source
-    assert "p_sym1 = args.scratch + 2176;" in p2p.source and p2p.scratch_bytes == 2304
+    assert "p_sig = args.scratch + 0;" in p2p.source and "p_sym = args.scratch + 128;" in p2p.source
+    assert "p_word = args.scratch + 2176;" in p2p.source and p2p.scratch_bytes == 2304
     # Collectives: grid barrier words, then the two TsTeamBarrier states (barrier_all's and the team's).
     assert coll.grid_barrier
     assert "reinterpret_cast<unsigned int*>(args.scratch + 512)" in coll.source
@@ -122,7 +122,7 @@ def test_barriers_and_collectives_use_the_pe_space_barrier(coll: CudaModule) -> 
     assert "if (ts_pe == ts_root) {" in bcast and "for (int32_t ts_q = 0; ts_q < args.npes; ++ts_q) {" in bcast
     assert "nvshmem_putmem_nbi(ts_dst, ts_src, 512, args.pe_map[ts_q]);" in bcast
     fcollect = stmt(coll, 10)
-    assert "unsigned char* const ts_dst = p_out1 + ((ts_pe * 4) * 32) * 4;" in fcollect
+    assert "unsigned char* const ts_dst = p_gathered + ((ts_pe * 4) * 32) * 4;" in fcollect
     assert "nvshmem_putmem_nbi(ts_dst, ts_src, 512, args.pe_map[ts_q]);" in fcollect
     assert "nvshmemx_barrier_all" not in coll.source  # teams: never NVSHMEM's world barrier
 

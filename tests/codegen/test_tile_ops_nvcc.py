@@ -314,6 +314,6 @@ def test_once_per_block_statements_take_the_shape_per_thread_code_expects(built)
     """Outside a Parallel: `if (threadIdx.x == 0) {` then a block barrier (common.thread0 and
     ctx.block_sync, which give per-thread code instead inside thread-dependent ifs)."""
     src = built["element_atomics-f32"][0].source
-    tail = src[src.rindex("atomic_add(out0[0], "):]
+    tail = src[src.rindex("atomic_add(add[0], "):]
     assert "if (threadIdx.x == 0) {" in tail and "__syncthreads();" in tail
-    assert "ts_atomic_add(&reinterpret_cast<float*>(p_out0)[0], (float)(1.0f));" in tail  # the 1 took float32
+    assert "ts_atomic_add(&reinterpret_cast<float*>(p_add)[0], (float)(1.0f));" in tail  # the 1 took float32

@@ -49,7 +49,7 @@ def test_parallel_if_is_a_plain_c_if_inside_the_iteration(modules):
     loop = body[body.index("for (uint32_t ts_it"):body.index("__syncthreads();")]
     # The guard (index conditions, short-circuit `and`), then the value condition in float32.
     assert "if (((int64_t)((((int64_t)(((ts_bx * 16) + ts_i0) < (int64_t)37)) != 0) && " in loop
-    assert "if ((ts_rep(reinterpret_cast<__nv_bfloat16*>(p_in0)[" in loop and "> 0.0f)) {" in loop
+    assert "if ((ts_rep(reinterpret_cast<__nv_bfloat16*>(p_x)[" in loop and "> 0.0f)) {" in loop
     assert "} else {" in loop and "__float2bfloat16_rn(" in loop
     # Columns are proven in bounds by j < 53 (narrowed), rows by the multi-variable guard only at run time.
     assert "ts_elem_index(((ts_bx * 16) + ts_i0), 37, ts_where)" in loop and "ts_elem_index(ts_i1" not in loop
@@ -63,10 +63,10 @@ def test_and_reads_its_right_side_only_where_the_left_holds(modules):
 def test_block_level_element_conditions(modules):
     body = _body(modules["block_level"])
     # Block-uniform: every thread evaluates the flag and takes the same side (a T.copy inside).
-    assert "if ((ts_rep(reinterpret_cast<float*>(p_in0)[(int64_t)ts_bx * 64]) > 0.0f)) {" in body
+    assert "if ((ts_rep(reinterpret_cast<float*>(p_x)[(int64_t)ts_bx * 64]) > 0.0f)) {" in body
     # Thread-dependent: a per-thread branch (the atomic issued by each thread of it), then the block meets.
     start = body.index("ts_tx < (int64_t)8")
     inner = body[start:]
     # tx < 8 (the enclosing if) proves the index: no run-time check.
-    assert "if ((ts_rep(reinterpret_cast<float*>(p_in0)[(int64_t)ts_bx * 64 + (int64_t)ts_tx]) > 0.0f)) {" in inner
+    assert "if ((ts_rep(reinterpret_cast<float*>(p_x)[(int64_t)ts_bx * 64 + (int64_t)ts_tx]) > 0.0f)) {" in inner
     assert "ts_atomic_add(" in inner and "// this thread" in inner

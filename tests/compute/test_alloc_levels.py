@@ -141,3 +141,17 @@ def test_global_scratch_is_a_slice_of_the_launch_scratch_in_cuda():
     mod = generate_cuda(ir, "sm_90")
     assert mod.scratch_bytes >= 4 * 64 * 4
     assert "args.scratch + 0;" in mod.source and "level=global" in mod.source
+
+
+def test_alloc_is_named_by_its_variable_or_by_name():
+    """T.alloc buffers are called like every other allocation: by the assigned variable, else `name=`."""
+    k = _staged_kernel()
+    names = {b.level: b.name for b in k.trace(SDS((4, 64), jnp.float32)).allocs}
+    assert names == {MemLevel.L1: "s", MemLevel.L0: "f", MemLevel.GLOBAL: "g"}
+
+    @ts.kernel(out_shape=SDS((1, 64), jnp.float32), grid=(1,))
+    def named(x, out):
+        T.copy(x, T.alloc((1, 64), jnp.float32, level="l1", name="staging"))
+        T.copy(x, out)
+
+    assert [b.name for b in named.trace(SDS((1, 64), jnp.float32)).allocs] == ["staging"]

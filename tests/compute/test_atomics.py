@@ -132,8 +132,8 @@ def test_atomic_and_plain_write_from_another_block_race():
         T.barrier_all()
         y[bx] = acc[bx]
 
-    with pytest.raises(ts.RaceError, match=r"data race on PE 0's symmetric buffer sym: elements sym\[0\].*"
-                                        r"\n  write of sym\[0\].*block \(0,\).*\n  atomic update of sym\[0\].*"
+    with pytest.raises(ts.RaceError, match=r"data race on PE 0's symmetric buffer acc: elements acc\[0\].*"
+                                        r"\n  write of acc\[0\].*block \(0,\).*\n  atomic update of acc\[0\].*"
                                         r"block \(1,\)"):
         run1(k, rand(np.random.default_rng(53), (2,), np.float32))
 
@@ -147,7 +147,7 @@ def test_plain_read_of_an_element_other_iterations_update_atomically_is_a_race()
             T.atomic_add(s[0], x[i])
             y[i] = s[i]
 
-    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*smem\[0\].*updates atomically"):
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*s\[0\].*updates atomically"):
         run1(k, rand(np.random.default_rng(54), (8,), np.float32))
 
 

@@ -102,7 +102,7 @@ def test_python_if_on_kernel_values_traces_both_branches_and_keeps_plain_ifs() -
     assert isinstance(first.then_body[0], Put) and isinstance(first.else_body[0], If)
     assert format_expr(first.else_body[0].cond) == "((tx > 0) and (tx < 3))"
     assert format_expr(top[2].value) == "if_then_else((pe == 1), 7, 9)"
-    assert format_expr(top[3].cond).startswith("(var[0] <= 8)")
+    assert format_expr(top[3].cond).startswith("(v[0] <= 8)")
     # Source locations are the user's lines (the rewrite keeps line numbers).
     import inspect
 
@@ -261,7 +261,7 @@ def test_unsatisfied_wait_inside_a_thread_branch_is_a_deadlock_naming_pe_word_an
     res = launch(session(ir), [[np.arange(4, dtype=I32)]] * 2)
     assert all(isinstance(e, DeadlockError) for e in res.errors)
     msg = str(res.errors[0])
-    assert "PE 0" in msg and "PE 1" in msg and "wait_eq(signal[1] == 4) (thread 1)" in msg and "signal[1] is 3" in msg
+    assert "PE 0" in msg and "PE 1" in msg and "wait_eq(sig[1] == 4) (thread 1)" in msg and "sig[1] is 3" in msg
 
 
 def test_reading_an_unwritten_register_is_an_error() -> None:
@@ -275,7 +275,7 @@ def test_reading_an_unwritten_register_is_an_error() -> None:
 
     ir = kernel_of(k, inputs=[((4,), I32)], outputs=[((4,), I32)], num_pes=1)
     res = launch(session(ir, check_coverage=False), [[np.arange(4, dtype=I32)]])
-    assert isinstance(res.errors[0], KernelRuntimeError) and "thread 1 reads the register reg[0]" in str(res.errors[0])
+    assert isinstance(res.errors[0], KernelRuntimeError) and "thread 1 reads the register r[0]" in str(res.errors[0])
 
 
 def test_register_stores_wrap_like_c() -> None:

@@ -118,7 +118,7 @@ def trace(fn, inputs=(((M, N), F32),), outputs=(((M, N), F32),), threads=128):
 
 def test_cumsum_prints_its_operands():
     text = format_kernel(trace(cumsum_slice))
-    assert "cumsum(smem[3 +: 17, 5 +: 35] -> smem[3 +: 17, 5 +: 35], dim=1, reverse=True)" in text
+    assert "cumsum(s[3 +: 17, 5 +: 35] -> s[3 +: 17, 5 +: 35], dim=1, reverse=True)" in text
 
 
 def _shared(shape=(M, N), dtype=F32):
@@ -128,8 +128,8 @@ def _shared(shape=(M, N), dtype=F32):
 @pytest.mark.parametrize("body, message", [
     (lambda x, y: T.cumsum(_shared(), _shared((M, N - 1))), r"dst has the shape of src"),
     (lambda x, y: T.cumsum(_shared(), dim=2), r"dim=2 is not a dimension"),
-    (lambda x, y: T.cumsum(x), r"the src in0 is a input buffer; cumsum works on on-chip tiles"),
-    (lambda x, y: T.cumsum(_shared(), y), r"the dst out0 is a output buffer"),
+    (lambda x, y: T.cumsum(x), r"the src x is a input buffer; cumsum works on on-chip tiles"),
+    (lambda x, y: T.cumsum(_shared(), y), r"the dst y is a output buffer"),
     (lambda x, y: T.cumsum(_shared((M, N), np.bool_)), r"cumsum: the src smem is bool"),
     (lambda x, y: T.cumsum(_shared(), dim=1.0), r"T.cumsum: dim must be an int"),
 ])
@@ -144,7 +144,7 @@ def test_cumsum_between_different_slices_of_one_tile_is_refused():
         s = _shared()
         T.cumsum(s[0:10, :], s[10:20, :], dim=1)
 
-    with pytest.raises(KernelTraceError, match="different slices of smem; cumsum works in place"):
+    with pytest.raises(KernelTraceError, match="different slices of s; cumsum works in place"):
         trace(k)
 
 

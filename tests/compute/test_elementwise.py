@@ -275,8 +275,8 @@ def test_type_rules_of_the_value_nodes():
     assert third.value.dtype == FLOAT32 and third.value.lhs.lhs.x.dtype == INT64
     text = k.ir_text(*args)
     assert "for i0, i1 in Parallel(4, 4):" in text
-    assert "    out0[i0, i1] = ((in0[i0, i1] * in0[i0, i1]) + float32(0.10000000149011612))" in text
-    assert "    out1[i0, i1] = (in0[i0, i1] - bfloat16(0.10009765625))" in text
+    assert "    y[i0, i1] = ((x[i0, i1] * x[i0, i1]) + float32(0.10000000149011612))" in text
+    assert "    z[i0, i1] = (x[i0, i1] - bfloat16(0.10009765625))" in text
 
 
 # ---- races between iterations ---------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_accumulating_into_one_element_from_every_iteration_is_a_race():
         T.copy(acc, y)
 
     x = rand(np.random.default_rng(17), (16,), np.float32)
-    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .* frag\[0\] .*touched by two "
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .* acc\[0\] .*touched by two "
                                         r"iterations") as info:
         run1(k, x)
     assert "iteration (i0=0)" in str(info.value) and "iteration (i0=1)" in str(info.value)
@@ -308,7 +308,7 @@ def test_reading_a_neighbour_written_in_the_same_parallel_is_a_race():
         T.copy(s, y)
 
     x = rand(np.random.default_rng(18), (16,), np.float32)
-    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*smem\[1\]"):
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*s\[1\]"):
         run1(k, x)
 
 

@@ -60,9 +60,9 @@ def test_explicit_if_else_all_any_and_if_then_else_on_values():
 def test_ir_prints_value_conditions_and_short_circuits():
     text = K.case_masked_tile(F32).kernel.ir_text(np.zeros((37, 53), np.float32))
     assert "if ((((program_id(0) * 16) + i0) < 37) and (i1 < 53)):" in text
-    assert "if (in0[((program_id(0) * 16) + i0), i1] > float32(0.0)):" in text
+    assert "if (x[((program_id(0) * 16) + i0), i1] > float32(0.0)):" in text
     text = K.case_shared_then_global(F32).kernel.ir_text(np.zeros((32, 40), np.float32))
-    assert "if ((frag[i0, i1] == float32(0.0)) and ((i1 % 2) == 1)):" in text and "else:" in text
+    assert "if ((f[i0, i1] == float32(0.0)) and ((i1 % 2) == 1)):" in text and "else:" in text
 
 
 # ---- semantics ----------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_race_detector_sees_only_the_iterations_that_take_the_branch():
     (got,) = run1(_argmax_store(n), x)
     assert int(got[0]) == int(np.argmax(x))
     x[5] = x[40] = x.max() + 1
-    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*out0\[0\].*iteration \(i0=5\)"):
+    with pytest.raises(ts.RaceError, match=r"data race in the T.Parallel .*o\[0\].*iteration \(i0=5\)"):
         run1(_argmax_store(n), x)
 
 
@@ -112,7 +112,7 @@ def test_a_branch_not_taken_reads_nothing():
     want = np.zeros((m, width), np.float32)
     want[:, :n] = np.where(x > 0, x, 0)
     np.testing.assert_array_equal(got, want)
-    with pytest.raises(Exception, match=r"out-of-bounds element in0\[i0, i1\].*i1.*is 40"):
+    with pytest.raises(Exception, match=r"out-of-bounds element x\[i0, i1\].*i1.*is 40"):
         run1(k, x, np.array([n + 1], np.int32))
 
 
@@ -154,7 +154,7 @@ def test_guarded_accesses_pass_the_verifier_only_under_their_guard():
     (got,) = run1(make(True), x)
     np.testing.assert_array_equal(got[:, :n], (x > 0).astype(np.float32))
     assert not got[:, n:].any()
-    with pytest.raises(KernelTraceError, match=r"read in0\[i0, i1\]: the slice of in0 along dimension 1 starts at i1, "
+    with pytest.raises(KernelTraceError, match=r"read x\[i0, i1\]: the slice of x along dimension 1 starts at i1, "
                                                r"which can be 63"):
         make(False).trace(x)
 
@@ -221,7 +221,7 @@ def test_thread_dependent_element_condition_refuses_block_operations():
                 T.copy(x, s)
 
     with pytest.raises(KernelTraceError, match=r"copy needs the whole block, but it is inside the thread-dependent "
-                                               r"`if \(in0\[tx, 0\] > float32\(0.0\)\)`"):
+                                               r"`if \(x\[tx, 0\] > float32\(0.0\)\)`"):
         _trace(k)
 
 

@@ -36,9 +36,9 @@ def runs_correctly(k: ts.TileKernel) -> None:
 
 
 @pytest.mark.parametrize("bad,match", [
-    (np.ones((32, COLS), np.float32), r"slice \[0:64\] is out of bounds for dimension 0 of in0 \(extent 32\)"),
-    (np.ones((ROWS, COLS), np.float16), r"dtypes differ: in0 is float16, out0 is float32"),
-    (np.ones((ROWS,), np.float32), r"too many indices for in0"),
+    (np.ones((32, COLS), np.float32), r"slice \[0:64\] is out of bounds for dimension 0 of src \(extent 32\)"),
+    (np.ones((ROWS, COLS), np.float16), r"dtypes differ: src is float16, dst is float32"),
+    (np.ones((ROWS,), np.float32), r"too many indices for src"),
 ])
 def test_input_that_does_not_fit_the_kernel(bad, match):
     k = copy_kernel()
@@ -74,7 +74,7 @@ def test_binding_with_arrays_unlike_the_traced_ones():
     ir = k.trace(jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32))
     call = CallSpec(ir, (), None)
     pe_info = jnp.zeros((2,), jnp.int32)
-    with pytest.raises(ts.KernelTraceError, match=r"input in0 was traced as float32\[64, 8\], got float32\[32, 8\]"):
+    with pytest.raises(ts.KernelTraceError, match=r"input src was traced as float32\[64, 8\], got float32\[32, 8\]"):
         jax.jit(lambda x: tilescale_call_p.bind(pe_info, x, call=call))(jnp.ones((32, COLS), jnp.float32))
     with pytest.raises(ts.KernelTraceError, match="takes 1 inputs, got 2"):
         jax.jit(lambda x: tilescale_call_p.bind(pe_info, x, x, call=call))(GOOD)

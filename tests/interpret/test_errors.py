@@ -39,7 +39,7 @@ def test_wait_for_a_signal_nobody_sends_is_a_deadlock(npes: int) -> None:
     assert len(messages) == 1, "every PE reports the same deadlock"
     msg = messages.pop()
     for pe in range(npes):
-        assert f"PE {pe} block (0,) waits for signal_wait_until(signal[1] == 1): signal[1] is 0, at {loc}" in msg
+        assert f"PE {pe} block (0,) waits for signal_wait_until(sig[1] == 1): sig[1] is 0, at {loc}" in msg
     assert "no put is in flight" in msg
 
 
@@ -61,8 +61,8 @@ def test_signal_off_by_one_is_a_deadlock(npes: int) -> None:
         assert isinstance(err, DeadlockError)
         msg = str(err)
         for pe in range(npes):
-            assert f"PE {pe} blocks (0,), (1,), (2,), (3,) wait for signal_wait_until(signal[0] == 2): " \
-                f"signal[0] is 1, at {loc}" in msg
+            assert f"PE {pe} blocks (0,), (1,), (2,), (3,) wait for signal_wait_until(sig[0] == 2): " \
+                f"sig[0] is 1, at {loc}" in msg
 
 
 def test_dynamic_pe_out_of_range() -> None:
@@ -93,7 +93,7 @@ def test_dynamic_region_out_of_bounds() -> None:
     kernel = build(bad_rows, inputs=[((4 * BM, N), F32)], outputs=[((M, N), F32)], grid=(2,), num_pes=4)
     res = launch(session(kernel), inputs(4))
     msg = str(res.errors[3])
-    assert "copy: out-of-bounds src" in msg and "in0" in msg
+    assert "copy: out-of-bounds src a[" in msg and "along dimension 0 of a (extent 64)" in msg
     assert f"is {4 * BM}, and [{4 * BM}, {5 * BM}) leaves [0, {4 * BM})" in msg
     assert "PE 3, block (0,)" in msg and stmt_loc(kernel, Copy) in msg
     assert all(str(res.errors[pe]).startswith("PE 3 failed") for pe in range(3))
@@ -146,7 +146,7 @@ def test_wrong_inputs_fail_every_pe() -> None:
     data = inputs(2)
     data[1] = [data[1][0].astype(np.float64)]
     res = launch(session(kernel, timeout_s=30), data)
-    assert "input in0 must be float32[64, 8], PE 1 passed float64[64, 8]" in str(res.errors[1])
+    assert "input a must be float32[64, 8], PE 1 passed float64[64, 8]" in str(res.errors[1])
     assert str(res.errors[0]).startswith("PE 1 failed")
     assert res.elapsed_s < 5
 
@@ -183,7 +183,7 @@ def test_deadlock_report_names_barrier_and_kernel_end_waiters(then: str) -> None
         assert "PE 0 waits for the end of the kernel (all PEs finish, then every put is delivered) (1 of 4 arrived)" \
             in msg
     for pe in (1, 2, 3):
-        assert f"PE {pe} blocks (0,), (1,) wait for signal_wait_until(signal[0] >= 1): signal[0] is 0, at {wait_loc}" \
+        assert f"PE {pe} blocks (0,), (1,) wait for signal_wait_until(sig[0] >= 1): sig[0] is 0, at {wait_loc}" \
             in msg
 
 

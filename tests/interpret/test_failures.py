@@ -37,7 +37,7 @@ def test_unwritten_outputs_are_reported_alike_by_every_pe() -> None:
     messages = {str(e) for e in res.errors}
     assert len(messages) == 1 and all(type(e) is KernelRuntimeError for e in res.errors)
     msg = messages.pop()
-    assert not msg.startswith("PE ") and f"output out0 (float32[{M}, {N}]) of PE 2: {BM * N} of {M * N}" in msg
+    assert not msg.startswith("PE ") and f"output b (float32[{M}, {N}]) of PE 2: {BM * N} of {M * N}" in msg
 
 
 def test_mismatched_collectives_are_reported_alike_by_every_pe() -> None:
@@ -87,6 +87,6 @@ def test_a_negative_run_time_size_says_it_is_negative(op: str) -> None:
     res = launch(session(kernel), [[x[0], sizes] for x in inputs(3)])
     msg = str(res.errors[2])
     loc = kernel.body[-1].loc
-    assert f"{op}mem_block: size=(in1[pe] * 32) is negative: -96 bytes (PE 2, block (0,), at {loc})" in msg, msg
+    assert f"{op}mem_block: size=(sizes[pe] * 32) is negative: -96 bytes (PE 2, block (0,), at {loc})" in msg, msg
     assert "whole number" not in msg
     assert str(res.errors[0]) == f"PE 2 failed: {msg}"

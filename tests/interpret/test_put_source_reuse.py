@@ -71,9 +71,9 @@ def test_reusing_the_source_before_quiet_is_a_race(scope: str, signal: bool, del
     assert len(messages) == 1, "every PE reports the same race"
     msg = messages.pop()
     put_loc, fill_loc = stmt_loc(kernel, Put), stmt_loc(kernel, Fill)
-    assert "the shared tile smem of PE " in msg
-    assert f"at {put_loc} (delivery of a transfer issued by PE " in msg and "read of smem[0:16, 0:8] on PE " in msg
-    assert "write of smem[0:16, 0:8] on PE " in msg and f"by fill at {fill_loc} (PE " in msg
+    assert "the shared tile tile of PE " in msg
+    assert f"at {put_loc} (delivery of a transfer issued by PE " in msg and "read of tile[0:16, 0:8] on PE " in msg
+    assert "write of tile[0:16, 0:8] on PE " in msg and f"by fill at {fill_loc} (PE " in msg
     assert "reads its source until it completes" in msg and "T.quiet()" in msg
 
 

@@ -57,14 +57,14 @@ def test_two_blocks_writing_the_same_rows() -> None:
     kernel = build(overlapping, inputs=[((M, N), F32)], outputs=[((M, N), F32)], grid=(NB,), num_pes=2)
     msg = race_message(launch(session(kernel), inputs(2, seed=1)))
     first, second = stmt_loc(kernel, Copy, 0), stmt_loc(kernel, Copy, 1)
-    assert "data race on PE " in msg and "output buffer out0" in msg
+    assert "data race on PE " in msg and "output buffer b" in msg
     # Blocks run statement by statement: block 1 wrote rows 16:32 (first copy) before block 0's
     # second copy writes rows 8:24.
-    assert f"write of out0[16:32, 0:8] on PE 0 by copy at {first} (PE 0, block (1,))" in msg or \
-        f"write of out0[16:32, 0:8] on PE 1 by copy at {first} (PE 1, block (1,))" in msg
-    assert f"write of out0[8:24, 0:8] on PE 0 by copy at {second} (PE 0, block (0,))" in msg or \
-        f"write of out0[8:24, 0:8] on PE 1 by copy at {second} (PE 1, block (0,))" in msg
-    assert "elements out0[16:24, 0:8]" in msg
+    assert f"write of b[16:32, 0:8] on PE 0 by copy at {first} (PE 0, block (1,))" in msg or \
+        f"write of b[16:32, 0:8] on PE 1 by copy at {first} (PE 1, block (1,))" in msg
+    assert f"write of b[8:24, 0:8] on PE 0 by copy at {second} (PE 0, block (0,))" in msg or \
+        f"write of b[8:24, 0:8] on PE 1 by copy at {second} (PE 1, block (0,))" in msg
+    assert "elements b[16:24, 0:8]" in msg
 
 
 def test_blocks_writing_disjoint_rows_of_one_output_is_fine() -> None:
@@ -99,7 +99,7 @@ def test_peer_put_against_a_local_store(delivery: str) -> None:
     msg = race_message(launch(session(kernel, delivery=delivery), inputs(4, seed=3)))
     assert f"by putmem_nbi_block at {stmt_loc(kernel, Put)} (delivery of a transfer issued by PE " in msg
     assert f"by copy at {stmt_loc(kernel, Copy)} (PE " in msg
-    assert msg.count("write of out0[") == 2
+    assert msg.count("write of b[") == 2
 
 
 # --- put-with-signal: read before / after the wait ----------------------------------------------
@@ -126,8 +126,8 @@ def signalled_kernel(early_read: bool, op: T.SignalOp):
 def test_reading_before_waiting_for_the_signal_is_a_race(delivery: str, op: T.SignalOp) -> None:
     kernel = signalled_kernel(early_read=True, op=op)
     msg = race_message(launch(session(kernel, delivery=delivery), inputs(4, seed=4)))
-    assert "read of out0[" in msg and f"by copy at {stmt_loc(kernel, Copy)} (PE " in msg
-    assert "write of out0[" in msg and f"by putmem_signal_nbi_block at {stmt_loc(kernel, Put)} (delivery" in msg
+    assert "read of recv[" in msg and f"by copy at {stmt_loc(kernel, Copy)} (PE " in msg
+    assert "write of recv[" in msg and f"by putmem_signal_nbi_block at {stmt_loc(kernel, Put)} (delivery" in msg
 
 
 @pytest.mark.parametrize("op", [T.SignalOp.SET, T.SignalOp.ADD])
@@ -192,7 +192,7 @@ def test_reading_a_peers_put_without_a_barrier_is_a_race(sync: str, delivery: st
     kernel = exchange_kernel(sync)
     msg = race_message(launch(session(kernel, delivery=delivery), inputs(4, seed=7)))
     assert f"by putmem_nbi_block at {stmt_loc(kernel, Put)} (delivery of a transfer issued by PE " in msg
-    assert "read of out0[" in msg and f"by copy at {stmt_loc(kernel, Copy)} (PE " in msg
+    assert "read of recv[" in msg and f"by copy at {stmt_loc(kernel, Copy)} (PE " in msg
 
 
 @pytest.mark.parametrize("delivery", ["late", "eager"])
@@ -329,7 +329,7 @@ def test_a_grid_that_does_not_cover_the_output_is_reported(npes: int) -> None:
     messages = [str(e) for e in res.errors]
     assert all(isinstance(e, KernelRuntimeError) for e in res.errors)
     msg = next(m for m in messages if not m.startswith("PE "))  # the PE that found it; others: "PE k failed: ..."
-    assert f"output out0 (float32[{M}, {N}]) of PE 0: {BM * N} of {M * N} elements were never written, " \
+    assert f"output b (float32[{M}, {N}]) of PE 0: {BM * N} of {M * N} elements were never written, " \
         f"the first at [{(NB - 1) * BM}, 0]" in msg
     assert f"Does the grid ({NB - 1},) cover every output?" in msg
     assert all(m == msg or (m.startswith("PE ") and msg in m) for m in messages)

@@ -83,7 +83,7 @@ def test_a_deadlock_after_a_loop_is_still_reported_at_once() -> None:
     res = launch(session(kernel, timeout_s=60), inputs(2))
     assert res.elapsed_s < 10  # not the 60 s limit
     assert all(isinstance(e, DeadlockError) for e in res.errors)
-    assert f"waits for signal_wait_until(signal[0] == 1): signal[0] is 0, at {stmt_loc(kernel, SignalWait)}" \
+    assert f"waits for signal_wait_until(sig[0] == 1): sig[0] is 0, at {stmt_loc(kernel, SignalWait)}" \
         in str(res.errors[0])
 
 

@@ -43,7 +43,7 @@ def test_missing_quiet_after_getmem_nbi_is_a_race() -> None:
     res = launch(session(kernel), inputs(2))
     msg = str(res.errors[0])
     assert all(isinstance(e, RaceError) for e in res.errors)
-    assert "getmem_nbi_block" in msg and stmt_loc(kernel, Get) in msg and "read of out0[0:16, 0:8]" in msg
+    assert "getmem_nbi_block" in msg and stmt_loc(kernel, Get) in msg and "read of recv[0:16, 0:8]" in msg
 
 
 def test_getmem_nbi_into_shared_memory_must_land_before_the_block_ends() -> None:
@@ -55,7 +55,7 @@ def test_getmem_nbi_into_shared_memory_must_land_before_the_block_ends() -> None
     kernel = build(lost, inputs=[((M, N), F32)], outputs=[((M, N), F32)], grid=(1,), num_pes=2)
     res = launch(session(kernel), inputs(2))
     msg = str(res.errors[0]) + str(res.errors[1])
-    assert "getmem_nbi into the shared tile smem" in msg and "T.quiet()" in msg and stmt_loc(kernel, Get) in msg
+    assert "getmem_nbi into the shared tile tile" in msg and "T.quiet()" in msg and stmt_loc(kernel, Get) in msg
 
 
 @pytest.mark.parametrize("npes", [2, 4])
@@ -78,7 +78,7 @@ def test_remote_wait_on_the_wrong_peer_deadlocks_naming_peer_word_and_value(npes
     assert all(isinstance(e, DeadlockError) and str(e) == msg for e in res.errors)
     for pe in range(npes):
         nxt = (pe + 1) % npes
-        assert f"PE {pe} block (0,) waits for wait_eq(sym[1] == 1 on PE {nxt}): sym[1] is 0, at {loc}" in msg
+        assert f"PE {pe} block (0,) waits for wait_eq(flag[1] == 1 on PE {nxt}): flag[1] is 0, at {loc}" in msg
 
 
 @pytest.mark.parametrize("npes", [2, 4])
@@ -99,7 +99,7 @@ def test_signal_op_value_off_by_one_deadlocks_naming_word_comparison_and_value(n
     assert all(isinstance(e, DeadlockError) for e in res.errors)
     loc = stmt_loc(kernel, WaitUntil)
     for pe in range(npes):
-        assert f"PE {pe} block (0,) waits for wait_ge(signal[0] >= 2): signal[0] is 1, at {loc}" in msg
+        assert f"PE {pe} block (0,) waits for wait_ge(sig[0] >= 2): sig[0] is 1, at {loc}" in msg
 
 
 def test_mismatched_team_collectives_name_each_pes_call() -> None:
@@ -133,7 +133,7 @@ def test_a_pe_that_skips_a_team_barrier_is_a_deadlock_report() -> None:
     msg = str(res.errors[0])
     assert isinstance(res.errors[0], DeadlockError)
     assert "PE 0 block (0,) waits for barrier_all_block (team collective call 1 of each PE: 1 of 2 PEs arrived)" in msg
-    assert "PE 1 block (0,) waits for signal_wait_until(signal[0] == 1): signal[0] is 0" in msg
+    assert "PE 1 block (0,) waits for signal_wait_until(sig[0] == 1): sig[0] is 0" in msg
 
 
 def test_run_time_size_past_the_buffer_is_reported() -> None:
@@ -145,7 +145,7 @@ def test_run_time_size_past_the_buffer_is_reported() -> None:
                    num_pes=2)
     res = launch(session(kernel), inputs(2, extra=(np.array([13], np.int32),)))
     msg = str(res.errors[0]) + str(res.errors[1])
-    assert "is 13 rows from row 4 of the destination out0, past its 16 rows" in msg
+    assert "is 13 rows from row 4 of the destination out, past its 16 rows" in msg
 
 
 def test_load_out_of_bounds_at_run_time() -> None:
@@ -157,6 +157,6 @@ def test_load_out_of_bounds_at_run_time() -> None:
                    num_pes=4)
     res = launch(session(kernel), inputs(4, extra=(np.zeros(4, np.int32),)))
     assert isinstance(res.errors[3], KernelRuntimeError)
-    assert "T.load in1[((pe * 3) % 5)] is out of bounds: index 4 along dimension 0 of in1 (extent 4)" in str(
+    assert "T.load idx[((pe * 3) % 5)] is out of bounds: index 4 along dimension 0 of idx (extent 4)" in str(
         res.errors[3]
     )

@@ -48,11 +48,11 @@ def test_destinations_and_sources_must_be_addressable():
         tile = T.alloc_shared((M, N), F32)
         T.broadcast(tile, a, 0)
 
-    raises_here(get_from_shared, "getmem_block: the source smem is a shared buffer")
-    raises_here(get_into_input, "getmem_block: the destination in0 is a input buffer")
-    raises_here(put_block_into_shared, "put_block: the destination smem is a shared buffer")
-    raises_here(get_block_from_shared, "get_block: the source smem is a shared buffer")
-    raises_here(broadcast_into_shared, "broadcast: the destination smem is a shared buffer")
+    raises_here(get_from_shared, "getmem_block: the source tile is a shared buffer")
+    raises_here(get_into_input, "getmem_block: the destination a is a input buffer")
+    raises_here(put_block_into_shared, "put_block: the destination tile is a shared buffer")
+    raises_here(get_block_from_shared, "get_block: the source tile is a shared buffer")
+    raises_here(broadcast_into_shared, "broadcast: the destination tile is a shared buffer")
 
 
 def test_words_signals_and_waits():
@@ -72,7 +72,7 @@ def test_words_signals_and_waits():
         T.wait_eq(sym[0:2], 1)
 
     raises_here(wait_on_float, "wait_eq: the word must be a 32- or 64-bit integer")
-    raises_here(wait_on_input, "wait_ge: the word in1 is a input buffer")
+    raises_here(wait_on_input, "wait_ge: the word c is a input buffer")
     raises_here(signal_op_on_data, "signal_op: the signal must be a word of T.alloc_signal")
     raises_here(wait_on_two_words, "waits for one word")
 
@@ -106,7 +106,7 @@ def test_sizes_must_agree_or_be_whole_rows():
     def fcollect_shape(a, c, b):
         T.fcollect(b, a[0:8, :])
 
-    raises_here(wrong_static, r"size=256 bytes but the source slice in0\[:, :\] holds 512 bytes")
+    raises_here(wrong_static, r"size=256 bytes but the source slice a\[:, :\] holds 512 bytes")
     raises_here(wrong_elements, "size=127 elements but the source slice")
     raises_here(dynamic_not_rows, "with a run-time size the source says where the transfer starts: one whole row")
     raises_here(fcollect_shape, r"needs \[32, 8\]")
@@ -127,7 +127,7 @@ def test_loads_are_integer_inputs_in_bounds():
 
     raises_here(load_output, "only kernel inputs can be read as values")
     raises_here(load_float, "T.load reads integers")
-    raises_here(load_out_of_bounds, r"T.load in1\[\(program_id\(0\) \+ 3\)\] is out of bounds: .* can be 4")
+    raises_here(load_out_of_bounds, r"T.load c\[\(program_id\(0\) \+ 3\)\] is out of bounds: .* can be 4")
     raises_here(load_slice, "T.load reads one element")
 
 
@@ -145,15 +145,15 @@ def test_printer_shows_the_new_statements():
 
     text = format_kernel(build(everything))
     for line in [
-        "alloc signal: signal uint64[2]",
+        "alloc sig: signal uint64[2]",
         "alloc sym: symmetric float32[16, 8]",
-        "getmem_nbi_warp(sym[:, :] <- in0[:, :], pe=1)",
-        "put_warp(out0[:, :] <- in0[:, :], dst_pe=in1[1])",
-        "signal_op(signal[0] SET 3, pe=2)",
-        "wait_ne(signal[0] != 0, pe=3)",
+        "getmem_nbi_warp(sym[:, :] <- a[:, :], pe=1)",
+        "put_warp(b[:, :] <- a[:, :], dst_pe=c[1])",
+        "signal_op(sig[0] SET 3, pe=2)",
+        "wait_ne(sig[0] != 0, pe=3)",
         "sync_all_block()",
-        "fcollect_block(out0[:, :] <- in0[0 +: 4, :] of every PE)",
-        "broadcast_warp(out0[:, :] <- in0[:, :], root=2)",
+        "fcollect_block(b[:, :] <- a[0 +: 4, :] of every PE)",
+        "broadcast_warp(b[:, :] <- a[:, :], root=2)",
     ]:
         assert line in text, text
 

@@ -90,11 +90,12 @@ def expect_timeout(k, what: str, line: int, value_text: str) -> float:
 
 
 # A. Every PE waits for a signal nobody sends.
-expect_timeout(wait_for_a_signal_nobody_sends, "T.signal_wait_until", SIGNAL_LINE, "the word is 0, expected == 1")
+expect_timeout(wait_for_a_signal_nobody_sends, "T.signal_wait_until on sig[0]", SIGNAL_LINE,
+               "the word is 0, expected == 1")
 
 # B. Only PE 1 waits; PE 0's call is not disturbed.
 if rank == 1:
-    expect_timeout(only_pe_one_waits, "T.wait_ge", WORD_LINE, "the word is 0, expected >= 1")
+    expect_timeout(only_pe_one_waits, "T.wait_ge on word[0]", WORD_LINE, "the word is 0, expected >= 1")
 else:
     f, x = call(only_pe_one_waits)
     t0 = time.monotonic()
