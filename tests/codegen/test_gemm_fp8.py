@@ -90,10 +90,10 @@ def test_fp8_takes_the_hopper_lowering(dtype, ptx):
     # A and B as bytes (UINT8 = 0), boxes of 128 one-byte columns; C in bf16 (9) through TMA
     assert maps[:, 1].tolist() == [0, 0, 9] and maps[:2, 6].tolist() == [128, 128]
     # 4 K-steps of 32 bytes per 128-byte stage row, 128 x 256 x 128 tiles, 4 stages
-    assert src.count(f"ts_wgmma_m64n256k32_{ptx}_kk(ts_acc_frag") == 4
+    assert src.count(f"ts_wgmma_m64n256k32_{ptx}_kk(ts_acc_C_f") == 4
     assert mod.smem_bytes == 4 * (128 * 128 + 256 * 128) + 1024 + 128
     # the scales: one multiply per accumulator, in registers, no shared-memory fragment
-    assert "__fmul_rn(ts_rep(ts_acc_frag[ts_m][ts_j * 4 + ts_h * 2 + 0])" in src
+    assert "__fmul_rn(ts_rep(ts_acc_C_f[ts_m][ts_j * 4 + ts_h * 2 + 0])" in src
 
 
 def test_fp8_with_b_stored_k_by_n_is_refused_naming_the_layout():

@@ -29,7 +29,7 @@ def test_local_region_is_a_plain_copy_and_remote_region_a_peer_load_or_getmem():
     _, local = view_cuda.lowered(remote=False)
     _, remote = view_cuda.lowered(remote=True)
     assert "nvshmem" not in local
-    assert "nvshmem_ptr(p_in0, ts_peer_nv)" in remote and "nvshmemx_getmem_block(" in remote
+    assert "nvshmem_ptr(p_x, ts_peer_nv)" in remote and "nvshmemx_getmem_block(" in remote
 
 
 def _replica_write():
@@ -70,7 +70,7 @@ def _node_and_global():
 
 def test_replica_write_stores_through_nvshmem_ptr_or_puts_and_quiets():
     src = generate_cuda(_replica_write(), "sm_90").source
-    assert "nvshmem_ptr(p_out0, ts_peer_nv)" in src and "nvshmemx_putmem_block(" in src and "nvshmem_quiet();" in src
+    assert "nvshmem_ptr(p_out, ts_peer_nv)" in src and "nvshmemx_putmem_block(" in src and "nvshmem_quiet();" in src
 
 
 @pytest.mark.parametrize("make", [_replica_write, _replica_reduce, _node_and_global],

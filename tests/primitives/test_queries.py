@@ -68,9 +68,9 @@ def test_queries_match_axis_index(mesh_shape: tuple[int, int], axes: tuple[str, 
     assert len(set(got.reshape(mesh.size, K)[:, 0])) == int(np.prod([mesh.shape[a] for a in axes]))
 
 
-def test_scale_other_than_device_and_unknown_axes_are_trace_errors() -> None:
-    def block_scale(a, b):
-        T.Scale("block")
+def test_unknown_scale_and_unknown_axes_are_trace_errors() -> None:
+    def unknown_scale(a, b):  # every HDA level is a scale (tests/compute/test_scales.py); this is none
+        T.Scale("galaxy")
 
     def bad_axis(a, b):
         T.axis_index("z")
@@ -79,7 +79,7 @@ def test_scale_other_than_device_and_unknown_axes_are_trace_errors() -> None:
         T.copy(a, b)
         T.putmem_nbi_block(b, a, pe=T.pe_of(x=T.axis_index("x") + 1))
 
-    for fn, match in [(block_scale, "only T.Scale"), (bad_axis, "mesh axes"), (bad_coord, "can be 4")]:
+    for fn, match in [(unknown_scale, "is not a scale"), (bad_axis, "mesh axes"), (bad_coord, "can be 4")]:
         kern = ts.kernel(fn, out_shape=jax.ShapeDtypeStruct((8,), F32), grid=(1,), mesh_axes=("x",))
         with pytest.raises(KernelTraceError, match=match):
             kern.trace(jax.ShapeDtypeStruct((8,), F32), mesh_axes=("x",), num_pes=4)
