@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>  // cudaStream_t, for PlatformStream (types only; nothing is linked)
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +30,26 @@ namespace jax_tilescale {
 namespace {
 
 std::atomic<int64_t> g_default_pe{0};
+
+// Communicating launches of this process, numbered from 1 (TsLaunchArgs.seq). Every process runs the same
+// program, so the same call has the same number on every PE (the workspace's growth relies on it too).
+uint64_t g_launch_seq = 0;  // guarded by the workspace's mutex
+
+// TILESCALE_TRACE_LAUNCH=1: one line on stderr per step of a communicating launch (diagnosing hangs).
+bool TraceLaunch() {
+  static const bool on = [] {
+    const char* v = std::getenv("TILESCALE_TRACE_LAUNCH");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+#define TS_TRACE(...)                                \
+  do {                                               \
+    if (TraceLaunch()) {                             \
+      fprintf(stderr, "[tilescale launch] " __VA_ARGS__); \
+      fflush(stderr);                                \
+    }                                                \
+  } while (0)
 
 constexpr const char* kNotInitialised =
     "NVSHMEM is not initialised: run under `python -m jax_tilescale.launch` or call "
@@ -52,7 +74,12 @@ struct LaunchState {
   int32_t npes = 1;
   std::vector<int32_t> host_pe_map;
   CUdeviceptr pe_map = 0;
-  CUdeviceptr plain_scratch = 0;  // scratch of a launch without NVSHMEM (not symmetric)
+  CUdeviceptr plain_scratch = 0;  // scratch of a launch without NVSHMEM (not symmetric), zeroed once
+  CUdeviceptr plain_ctl = 0;      // its launch-control word (TS_CTL_BLOCKS_DONE), zeroed once
+  // Tensor maps encoded for the buffer addresses of the last launch: re-encoded only when they change.
+  std::mutex maps_mutex;
+  std::vector<void*> map_buffers;
+  std::vector<CUtensorMap> maps;
   uint64_t wait_timeout_ns = 0;   // waits give up after this long (0: never); wait_timeout.h
   std::unique_ptr<WaitFaultRecord> wait_record;  // where a wait that gives up reports
 
@@ -64,6 +91,7 @@ struct LaunchState {
     if (cu->cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return;
     if (pe_map != 0) cu->cuMemFree(pe_map);
     if (plain_scratch != 0) cu->cuMemFree(plain_scratch);
+    if (plain_ctl != 0) cu->cuMemFree(plain_ctl);
     wait_record.reset();
     CUcontext popped;
     cu->cuCtxPopCurrent(&popped);
@@ -211,22 +239,41 @@ ffi::Error Load(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext 
     return CuFailed(s, "cuMemcpyHtoDAsync(pe_map)", r);
   }
   if (!s.config.uses_nvshmem && s.scratch_bytes > 0) {
+    // Zeroed once: each launch leaves it zero for the next (ts_call_end in the device header).
+    const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(0);
     if (CUresult r = cu.cuMemAlloc(&s.plain_scratch, static_cast<size_t>(s.scratch_bytes)); r != CUDA_SUCCESS) {
       return CuFailed(s, "cuMemAlloc(scratch)", r);
+    }
+    if (CUresult r = cu.cuMemAlloc(&s.plain_ctl, ctl_bytes); r != CUDA_SUCCESS) return CuFailed(s, "cuMemAlloc(ctl)", r);
+    if (CUresult r = cu.cuMemsetD8Async(s.plain_scratch, 0, s.scratch_bytes, stream); r != CUDA_SUCCESS) {
+      return CuFailed(s, "cuMemsetD8Async(scratch)", r);
+    }
+    if (CUresult r = cu.cuMemsetD8Async(s.plain_ctl, 0, ctl_bytes, stream); r != CUDA_SUCCESS) {
+      return CuFailed(s, "cuMemsetD8Async(ctl)", r);
     }
   }
   return ffi::Error::Success();
 }
 
-ffi::Error LaunchKernel(const DriverApi& cu, const LaunchState& s, CUstream stream, TsLaunchArgs& args) {
+ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, TsLaunchArgs& args) {
   // Kernels with bulk tensor copies take their tensor maps, encoded for this launch's buffers, second.
-  std::vector<CUtensorMap> maps;
+  // Encoding costs host time, so the maps of the last buffer addresses are kept (XLA usually reuses them).
+  std::unique_lock<std::mutex> maps_lock(s.maps_mutex, std::defer_lock);
+  CUtensorMap* maps = nullptr;
   if (!s.tensor_maps.empty()) {
-    if (std::string err = EncodeTensorMaps(cu, s.tensor_maps, args.buffers, &maps); !err.empty()) {
-      return Internal(s, err);
+    maps_lock.lock();
+    std::vector<void*> buffers(args.buffers, args.buffers + s.staged.size());
+    if (s.maps.empty() || buffers != s.map_buffers) {
+      std::vector<CUtensorMap> encoded;
+      if (std::string err = EncodeTensorMaps(cu, s.tensor_maps, args.buffers, &encoded); !err.empty()) {
+        return Internal(s, err);
+      }
+      s.maps = std::move(encoded);
+      s.map_buffers = std::move(buffers);
     }
+    maps = s.maps.data();  // cuLaunchKernel copies the parameters before it returns
   }
-  void* params[] = {&args, maps.data()};
+  void* params[] = {&args, maps};
   const KernelConfig& c = s.config;
   const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
              gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
@@ -246,6 +293,32 @@ struct Param {
   size_t offset;  // in the workspace, when staged
 };
 
+// Loads the call site once (module, PE map, plain scratch): from the initialize stage, which XLA runs
+// outside any command-buffer capture, or from the first execute if that stage did not run.
+ffi::Error EnsureLoaded(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext ctx) {
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.loaded) {
+      ffi::Error err = Load(cu, s, stream, ctx);
+      s.loaded = true;
+      if (err.failure()) s.load_error = err.message();
+    }
+  }
+  if (!s.load_error.empty()) return ffi::Error(ffi::ErrorCode::kInternal, s.load_error);
+  return ffi::Error::Success();
+}
+
+ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs, ffi::RemainingRets) {
+  LaunchState& s = *state;
+  auto stream = reinterpret_cast<CUstream>(cuda_stream);
+  std::string driver_error;
+  const DriverApi* cu = Driver(&driver_error);
+  if (cu == nullptr) return Internal(s, driver_error);
+  StreamContext scope(*cu, stream);
+  if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
+  return EnsureLoaded(*cu, s, stream, scope.ctx());
+}
+
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
   LaunchState& s = *state;
@@ -262,16 +335,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   }
   StreamContext scope(cu, stream);
   if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
-
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (!s.loaded) {
-      ffi::Error err = Load(cu, s, stream, scope.ctx());
-      s.loaded = true;
-      if (err.failure()) s.load_error = err.message();
-    }
-  }
-  if (!s.load_error.empty()) return ffi::Error(ffi::ErrorCode::kInternal, s.load_error);
+  if (ffi::Error err = EnsureLoaded(cu, s, stream, scope.ctx()); err.failure()) return err;
 
   // Operand 0 is pe_info (for the CPU interpreter); the kernel's buffers are the rest, then the results.
   if (args.size() < 1) return Internal(s, "missing the pe_info operand");
@@ -307,18 +371,19 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   launch.wait_timeout_ns = launch.wait_fault != nullptr ? s.wait_timeout_ns : 0;
 
   if (!s.config.uses_nvshmem) {
-    // A plain launch: no peers, so nothing is staged and the scratch needs no symmetry.
+    // A plain launch: no peers, so nothing is staged and the scratch needs no symmetry. The kernel leaves
+    // its scratch zero for the next launch (ts_call_end), so no memset: with no scratch, a launch is all
+    // there is, and XLA may capture it in a command buffer (the graph-compatible target).
     for (size_t i = 0; i < n_params; ++i) launch.buffers[i] = params[i].data;
     launch.scratch = reinterpret_cast<unsigned char*>(s.plain_scratch);
-    if (s.scratch_bytes > 0) {
-      if (CUresult r = cu.cuMemsetD8Async(s.plain_scratch, 0, s.scratch_bytes, stream); r != CUDA_SUCCESS) {
-        return CuFailed(s, "cuMemsetD8Async(scratch)", r);
-      }
-    }
+    launch.ctl = reinterpret_cast<uint64_t*>(s.plain_ctl);
     return LaunchKernel(cu, s, stream, launch);
   }
 
-  // Workspace layout of this call: scratch, then each staged buffer, each 256-byte aligned.
+  // Workspace layout of this call, in the half of the workspace the launch number's parity picks:
+  // scratch, then each staged buffer, each 256-byte aligned. Alternating halves lets a peer that has
+  // passed this launch's end-of-call barrier start its next launch (and write into this PE's other half)
+  // while this PE still copies out and zeroes this one.
   size_t total = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
   for (Param& p : params) {
     if (p.staged == kDirect) continue;
@@ -328,24 +393,30 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
   SymmetricWorkspace& ws = SymmetricWorkspace::Get();
   std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  TS_TRACE("%s: reserve %zu bytes x 2\n", s.config.entry.c_str(), total);
   unsigned char* base = nullptr;
   if (total > 0) {
-    if (std::string err = ws.Reserve(total, stream, cu, *shm, s.config.entry, &base); !err.empty()) {
+    if (std::string err = ws.Reserve(2 * total, stream, cu, *shm, s.config.entry, &base); !err.empty()) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
     }
   }
+  TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
+  uint64_t* ctl = nullptr;
+  if (std::string err = ws.Control(stream, cu, *shm, s.config.entry, &ctl); !err.empty()) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+  }
+  launch.seq = ++g_launch_seq;
+  launch.ctl = ctl;
+  launch.ctl_slots = shm->nvshmem_n_pes();
+  if (base != nullptr && (launch.seq & 1)) base += ws.bytes_locked() / 2;  // the same offset on every PE
   launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
   for (size_t i = 0; i < n_params; ++i) {
     launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + params[i].offset;
   }
 
-  // 1. zero the scratch, copy staged inputs in.
-  if (s.scratch_bytes > 0) {
-    if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base), 0, s.scratch_bytes, stream);
-        r != CUDA_SUCCESS) {
-      return CuFailed(s, "cuMemsetD8Async(scratch)", r);
-    }
-  }
+  TS_TRACE("%s: seq %llu, scratch %p, ctl %p, launching\n", s.config.entry.c_str(),
+           static_cast<unsigned long long>(launch.seq), static_cast<void*>(launch.scratch), static_cast<void*>(ctl));
+  // 1. staged inputs in (the kernel's entry barrier keeps peers from reading them before it starts).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     if (!(p.staged & kCopyIn) || p.bytes == 0) continue;
@@ -355,13 +426,11 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
       return CuFailed(s, "copying buffer " + std::to_string(i) + " into the symmetric workspace", r);
     }
   }
-  // 2. nobody signals or writes into this PE before it has zeroed its scratch and copied out the last call.
-  shm->nvshmemx_barrier_all_on_stream(cuda_stream);
-  // 3. launch.
+  // 2. launch: the kernel ends with its end-of-call barrier, so every PE's remote writes into this PE are
+  // complete when it ends, and it leaves its scratch zero (ts_call_end in the device header).
   if (ffi::Error err = LaunchKernel(cu, s, stream, launch); err.failure()) return err;
-  // 4. every PE's remote writes are complete and visible (the barrier includes quiet).
-  shm->nvshmemx_barrier_all_on_stream(cuda_stream);
-  // 5. staged outputs back to XLA's buffers.
+  TS_TRACE("%s: launched\n", s.config.entry.c_str());
+  // 3. staged outputs back to XLA's buffers.
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     if (!(p.staged & kCopyOut) || p.bytes == 0) continue;
@@ -402,9 +471,26 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
                                   .Attr<bool>("grid_barrier")
                                   .Attr<ffi::Span<const int64_t>>("tensor_maps"));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInitialize, jax_tilescale::Initialize,
+                              ffi::Ffi::BindInitialize()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::State<jax_tilescale::LaunchState>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecute, jax_tilescale::Execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::State<jax_tilescale::LaunchState>>()
                                   .RemainingArgs()
                                   .RemainingRets());
+
+// The same execute, declared compatible with XLA's command buffers (CUDA graphs): the lowering uses it for
+// launches with no host work that changes per call (CudaModule.graph_safe: no NVSHMEM, no scratch).
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecuteGraph, jax_tilescale::Execute,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::State<jax_tilescale::LaunchState>>()
+                                  .RemainingArgs()
+                                  .RemainingRets(),
+                              {ffi::Traits::kCmdBufferCompatible});

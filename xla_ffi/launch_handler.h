@@ -8,7 +8,9 @@
 
 // Stage handlers, exported as C symbols so that both nanobind capsules and ctypes can reach them.
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TsLaunchInstantiate);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TsLaunchInitialize);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(TsLaunchExecute);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(TsLaunchExecuteGraph);  // TsLaunchExecute, command-buffer compatible
 
 namespace jax_tilescale {
 

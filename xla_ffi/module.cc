@@ -43,13 +43,16 @@ NB_MODULE(_ffi, m) {
 
   m.def(
       "registrations",
-      []() {
+      [](bool graph) {
         nb::dict stages;
         stages["instantiate"] = Capsule(TsLaunchInstantiate);
-        stages["execute"] = Capsule(TsLaunchExecute);
+        stages["initialize"] = Capsule(TsLaunchInitialize);
+        stages["execute"] = graph ? Capsule(TsLaunchExecuteGraph) : Capsule(TsLaunchExecute);
         return stages;
       },
-      "Stage name -> handler capsule, for jax.ffi.register_ffi_target(..., api_version=1).");
+      nb::arg("graph") = false,
+      "Stage name -> handler capsule, for jax.ffi.register_ffi_target(..., api_version=1); graph=True: the "
+      "execute stage declared compatible with XLA's command buffers (for launches with no per-call host work).");
 
   m.def(
       "type_registrations",
@@ -74,6 +77,7 @@ NB_MODULE(_ffi, m) {
         d["sizeof(TsLaunchArgs)"] = sizeof(TsLaunchArgs);
         d["sizeof(TsWaitFault)"] = sizeof(TsWaitFault);
         d["offsetof(TsLaunchArgs, wait_fault)"] = offsetof(TsLaunchArgs, wait_fault);
+        d["offsetof(TsLaunchArgs, ctl)"] = offsetof(TsLaunchArgs, ctl);
         d["TS_STAGE_COPY_OUT"] = static_cast<int64_t>(ts::kCopyOut);
         d["TS_STAGE_COPY_IN"] = static_cast<int64_t>(ts::kCopyIn);
         d["TS_CMP_EQ"] = TS_CMP_EQ;

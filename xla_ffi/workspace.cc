@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "heap_check.h"
+#include "launch_abi.h"
 
 namespace jax_tilescale {
 namespace {
@@ -63,16 +64,55 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
   base_ = static_cast<unsigned char*>(p);
   bytes_ = grow_to;
   capacity_ = std::max(capacity_, grow_to);
+  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base_), 0, bytes_, stream); r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: zeroing the new symmetric workspace failed: " + CuErrorText(r);
+  }
+  if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
   *base = base_;
+  return "";
+}
+
+std::string SymmetricWorkspace::WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                           const std::string& entry) {
+  // Every PE has zeroed what it just allocated before any PE goes on: a min-reduction over the world (the
+  // agreement of heap_check.h, which ends with the host waiting for it). Not nvshmemx_barrier_all_on_stream:
+  // with two PEs on one GPU, an nvshmem_malloc after an on-stream barrier hung (measured 2026-12-01).
+  bool all_ok = false;
+  size_t min_free = 0;
+  if (std::string err = AgreeOnGrowth(cu, shm, stream, agree_, true, 0, &all_ok, &min_free); !err.empty()) {
+    return "kernel `" + entry + "`: " + err;
+  }
+  return "";
+}
+
+std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                              const std::string& entry) {
+  if (agree_ != nullptr) return "";
+  // One allocation, the process's first collective one (every PE reaches it at its first communicating
+  // launch): the agreement's words, then the launch-control words, which start zero and are never cleared.
+  const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(shm.nvshmem_n_pes()));
+  agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes + ctl_bytes));
+  if (agree_ == nullptr) {
+    return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes + ctl_bytes) + ") failed";
+  }
+  control_ = reinterpret_cast<uint64_t*>(agree_ + kAgreeBytes);
+  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, ctl_bytes, stream);
+      r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
+  }
+  return WaitForAll(stream, cu, shm, entry);
+}
+
+std::string SymmetricWorkspace::Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                        const std::string& entry, uint64_t** ctl) {
+  if (std::string err = EnsureControl(stream, cu, shm, entry); !err.empty()) return err;
+  *ctl = control_;
   return "";
 }
 
 std::string SymmetricWorkspace::CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu,
                                             const NvshmemApi& shm, const std::string& entry) {
-  if (agree_ == nullptr) {  // collective too: every PE reaches its first growth at the same call
-    agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes));
-    if (agree_ == nullptr) return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes) + ") failed";
-  }
+  if (std::string err = EnsureControl(stream, cu, shm, entry); !err.empty()) return err;
   HeapFacts f;
   f.needed = bytes;
   f.request = grow_to;
@@ -94,11 +134,12 @@ std::string SymmetricWorkspace::CheckGrowth(size_t bytes, size_t grow_to, CUstre
 
 std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (base_ == nullptr && agree_ == nullptr) return "";
+  if (base_ == nullptr && agree_ == nullptr && control_ == nullptr) return "";
   const NvshmemApi* shm = Nvshmem();
   if (shm == nullptr || !shm->initialized()) {
     // NVSHMEM is already gone and took its heap with it.
     base_ = agree_ = nullptr;
+    control_ = nullptr;
     bytes_ = capacity_ = 0;
     return "";
   }
@@ -111,8 +152,9 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   }
   // Collective, like the allocations: every PE holds the same regions.
   if (base_ != nullptr) shm->nvshmem_free(base_);
-  if (agree_ != nullptr) shm->nvshmem_free(agree_);
+  if (agree_ != nullptr) shm->nvshmem_free(agree_);  // the control words with it
   base_ = agree_ = nullptr;
+  control_ = nullptr;
   bytes_ = capacity_ = 0;
   return "";
 }

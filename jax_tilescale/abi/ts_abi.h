@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TS_ABI_VERSION 2
+#define TS_ABI_VERSION 3
 #define TS_MAX_BUFFERS 32
-#define TS_LAUNCH_ARGS_BYTES 304  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 (LP64)
+#define TS_LAUNCH_ARGS_BYTES 328  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 (LP64)
 #define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)
 
 // The `staged` attribute, one per kernel buffer, read as bit flags (3: an aliased in/out buffer).
@@ -26,6 +26,16 @@
 #define TS_CMP_LT 4
 #define TS_CMP_LE 5
 
+// The launch-control words `TsLaunchArgs.ctl` points at (uint64 each; W = ctl_slots). Word 0 counts
+// the blocks of the running launch that have finished (the last one resets it); then, for kernels
+// that communicate, one word per NVSHMEM PE for the entry barrier and one for the end-of-call
+// barrier: the word of PE w holds the `seq` of the last launch in which w arrived. Launch numbers
+// only grow, so the words are never cleared (docs/calling_convention.md, "End of a call").
+#define TS_CTL_BLOCKS_DONE 0
+#define TS_CTL_ENTRY(w) (1 + (w))
+#define TS_CTL_EXIT(w, W) (1 + (W) + (w))
+#define TS_CTL_WORDS(W) (1 + 2 * (W))
+
 struct TsWaitFault;
 
 struct TsLaunchArgs {              // the kernel's only parameter, passed by value
@@ -38,6 +48,12 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
   uint64_t wait_timeout_ns;        // a wait not satisfied after this long gives up (0: never)
   uint64_t launch_id;              // this launch, unique in the process and never 0
   TsWaitFault* wait_fault;         // host-mapped record of this call site (device address)
+  uint64_t seq;                    // this launch's number among the process's communicating launches:
+                                   // the same on every PE for the same call (>= 1); its parity picks
+                                   // the half of the symmetric workspace the launch uses
+  uint64_t* ctl;                   // launch-control words (TS_CTL_*), symmetric for kernels that communicate
+  int32_t ctl_slots;               // W: NVSHMEM PEs with a slot in `ctl` (0 for a plain launch)
+  int32_t reserved;                // zero
 };
 
 // The handler copies the parameter block by size from the cubin's metadata, so host and device
@@ -51,6 +67,9 @@ static_assert(offsetof(TsLaunchArgs, buffers) == 24, "TsLaunchArgs.buffers at 24
 static_assert(offsetof(TsLaunchArgs, wait_timeout_ns) == 24 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_timeout_ns");
 static_assert(offsetof(TsLaunchArgs, launch_id) == 32 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.launch_id");
 static_assert(offsetof(TsLaunchArgs, wait_fault) == 40 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_fault");
+static_assert(offsetof(TsLaunchArgs, seq) == 48 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.seq");
+static_assert(offsetof(TsLaunchArgs, ctl) == 56 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl");
+static_assert(offsetof(TsLaunchArgs, ctl_slots) == 64 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl_slots");
 
 // What a wait that gave up tells the host. Pinned host memory mapped into the device, one per call
 // site; the first wait of a launch to give up fills it, writes `launch_id` last, and the runtime's

@@ -26,7 +26,7 @@ from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops
 from .body import RESTORE, emit_body
-from .common import INDENT, MOVE_TYPES, c_identifier, comment, indent
+from .common import INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
@@ -54,6 +54,12 @@ class CudaModule:
     arch: str = "sm_90"  # what to compile for (sm_90a when the kernel uses wgmma)
     tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
     notes: tuple[str, ...] = ()  # GEMM loops that took another lowering than the preferred one, and why
+
+    @property
+    def graph_safe(self) -> bool:
+        """The launch needs no host work that changes from call to call (no NVSHMEM, no scratch, so no
+        waits and no launch-control words): XLA may capture it in a command buffer (CUDA graph)."""
+        return not self.uses_nvshmem and self.scratch_bytes == 0
 
 
 @functools.lru_cache(maxsize=8)
@@ -190,10 +196,13 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += plan.declarations()
         params += plan.kernel_params()
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
+    start, end = _call_start(kernel), _call_end(kernel, layout.scratch_bytes)
     out += [
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
+        *indent(start),
         *indent(_prologue(ctx)),
         *indent(_frame_body(ctx, emit_body(kernel.body, ctx))),
+        *indent(end),
         "}",
         "",
     ]
@@ -215,6 +224,35 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),
         notes=tuple(notes),
     )
+
+
+def _call_start(kernel: KernelIR) -> list[str]:
+    """The entry barrier, for kernels whose peers read this PE's inputs (docs/calling_convention.md,
+    "End of a call"): the handler copies such inputs into the symmetric workspace before the launch,
+    and a peer may not read them before this PE's launch has begun."""
+    read_inputs = [b for b in kernel.inputs if b in kernel.remote_read()]
+    if not read_inputs:
+        return []
+    names = ", ".join(b.name for b in read_inputs)
+    return [
+        comment(f"entry barrier: peers read {names}, which the handler copies in before the launch"),
+        f"ts_call_start(args, {c_string(str(kernel.loc))});",
+    ]
+
+
+def _call_end(kernel: KernelIR, scratch_bytes: int) -> list[str]:
+    """How a launch ends (docs/calling_convention.md, "End of a call"): a kernel that communicates
+    ends with a device-side barrier over its PE space (its remote writes are complete when the call
+    returns, and no peer writes into the scratch half it zeroes); a kernel with scratch zeroes it for
+    the next launch; a plain kernel without scratch ends with its last statement."""
+    if kernel.uses_nvshmem():
+        why = ("end of call: every block quiets, the last one meets every PE of the kernel's PE space "
+               "(remote writes complete when the call returns) and zeroes the scratch for the launch after next")
+    elif scratch_bytes > 0:
+        why = "end of call: the last block to finish zeroes the scratch for the next launch"
+    else:
+        return []
+    return [comment(why), f"ts_call_end(args, {scratch_bytes}u, {c_string(str(kernel.loc))});"]
 
 
 def _frame_body(ctx: Ctx, body: list) -> list:

@@ -356,3 +356,72 @@ __device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe
   atomicExch(&b->passed, k + 1u);
 }
 #endif
+
+// ---- start and end of a call (docs/calling_convention.md, "End of a call") ----
+// The handler neither zeroes the scratch nor runs host-side barriers: the kernel leaves its scratch
+// zero for the next launch that uses the same half of the workspace (launches alternate halves by the
+// parity of `seq`), and proves its remote writes complete before it ends.
+
+#if TS_USES_NVSHMEM
+// Thread 0 of the calling block: marks this PE arrived (word `slot(w)` = seq on every PE of the kernel's
+// PE space) and waits for every other PE's arrival. Launch numbers only grow, so a word holding a later
+// launch's number also proves arrival; nothing is ever cleared.
+__device__ __noinline__ void ts_call_meet(const TsLaunchArgs& args, bool exit_slots, bool signal, const char* where,
+                                          const char* op) {
+  const int32_t W = args.ctl_slots;
+  uint64_t* slots = args.ctl + (exit_slots ? TS_CTL_EXIT(0, W) : TS_CTL_ENTRY(0));
+  const int32_t me = args.pe_map[args.pe];
+  if (signal) {
+    for (int32_t k = 0; k < args.npes; ++k) {
+      if (k != args.pe) nvshmemx_signal_op(slots + me, args.seq, NVSHMEM_SIGNAL_SET, args.pe_map[k]);
+    }
+  }
+  const TsWaitCtx wait = ts_wait_ctx(args);
+  for (int32_t k = 0; k < args.npes; ++k) {
+    if (k != args.pe) ts_wait<TS_CMP_GE, true, true, uint64_t>(wait, slots + args.pe_map[k], args.seq, k, where, op);
+  }
+  __threadfence_system();
+}
+
+// Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
+// copies the handler fills before the launch): no peer reads them before this PE's launch began,
+// which is after its copies in stream order. Block (0,0,0) announces the arrival.
+__device__ __noinline__ void ts_call_start(const TsLaunchArgs& args, const char* where) {
+  if (threadIdx.x == 0) {
+    const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    ts_call_meet(args, false, first, where, "the entry barrier (peers read this kernel's inputs)");
+  }
+  __syncthreads();
+}
+#endif
+
+// Last thing of every block. The last block to finish (counted in ctl[TS_CTL_BLOCKS_DONE]) waits, for a
+// kernel that communicates, until every PE of its PE space has finished with its remote writes (each
+// block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes
+// the `scratch_bytes` of scratch this launch used: no PE writes into that half of the workspace again
+// before every PE has passed this launch's barrier, and the next launch that uses it is two launches on.
+__device__ __noinline__ void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
+  // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
+  int last = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#if TS_USES_NVSHMEM
+    nvshmem_quiet();
+#endif
+    __threadfence();
+    const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
+    unsigned int* done = reinterpret_cast<unsigned int*>(args.ctl + TS_CTL_BLOCKS_DONE);
+    last = atomicAdd(done, 1u) == nblocks - 1u;
+    if (last) {
+      __threadfence();
+#if TS_USES_NVSHMEM
+      ts_call_meet(args, true, true, where, "the end-of-call barrier");
+#endif
+      atomicExch(done, 0u);
+    }
+  }
+  if (!__syncthreads_or(last) || scratch_bytes == 0) return;
+  // The scratch is 256-byte aligned and its size a multiple of 256 (codegen/layout.py).
+  uint4* words = reinterpret_cast<uint4*>(args.scratch);
+  for (uint32_t i = threadIdx.x; i < scratch_bytes / 16u; i += blockDim.x) words[i] = make_uint4(0u, 0u, 0u, 0u);
+}

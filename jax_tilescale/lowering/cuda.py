@@ -23,6 +23,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     from ..codegen import generate_cuda
     from ..compiler import compile_cubin
     from ..runtime import ensure_initialized, ensure_registered
+    from ..runtime.ffi_registry import GRAPH_TARGET_NAME, TARGET_NAME
     from ..runtime.wait_timeout import timeout_ns as wait_timeout_ns
 
     k = call.kernel
@@ -40,7 +41,11 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     module = generate_cuda(k, arch=cuda_arch())
     cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
-    rule = jax.ffi.ffi_lowering("jax_tilescale_launch", has_side_effect=True)
+    # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs); a kernel
+    # that communicates needs its launch number and workspace half per call, so it is never captured. A
+    # graph-safe kernel is a pure function of its inputs, so XLA may also schedule it as one.
+    target = GRAPH_TARGET_NAME if module.graph_safe else TARGET_NAME
+    rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe)
     return rule(
         ctx,
         pe_info,

@@ -11,6 +11,9 @@ import jax
 from ..errors import LaunchError
 
 TARGET_NAME = "jax_tilescale_launch"
+# The same handler with its execute stage declared compatible with XLA's command buffers (CUDA graphs):
+# for launches with no host work that changes per call (codegen's CudaModule.graph_safe).
+GRAPH_TARGET_NAME = "jax_tilescale_launch_graph"
 PLATFORM = "CUDA"
 API_VERSION = 1
 
@@ -54,6 +57,9 @@ def ensure_registered() -> ModuleType:
         for type_name, registration in ext.type_registrations().items():
             jax.ffi.register_ffi_type(type_name, registration, platform=PLATFORM)
         jax.ffi.register_ffi_target(TARGET_NAME, ext.registrations(), platform=PLATFORM, api_version=API_VERSION)
+        jax.ffi.register_ffi_target(
+            GRAPH_TARGET_NAME, ext.registrations(graph=True), platform=PLATFORM, api_version=API_VERSION
+        )
         # The handler's PE when NVSHMEM is not initialised (plain launches); the bootstrap makes the NVSHMEM PE
         # equal to this too.
         ext.set_default_pe(jax.process_index())

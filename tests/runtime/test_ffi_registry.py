@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from jax_tilescale import abi
 from jax_tilescale.errors import LaunchError
 from jax_tilescale.runtime import ffi_registry
 
@@ -79,7 +80,13 @@ def test_extension_imports_without_a_gpu():
     # A fresh interpreter, so nothing else has loaded NVSHMEM or the driver first.
     code = (
         "import jax_tilescale._ffi as m; r = m.registrations(); t = m.type_registrations();"
-        "assert sorted(r) == ['execute', 'instantiate'], r;"
+        "assert sorted(r) == ['execute', 'initialize', 'instantiate'], r;"
+        "import ctypes; ptr = ctypes.pythonapi.PyCapsule_GetPointer;"
+        "ptr.restype, ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p];"
+        "g = m.registrations(graph=True); assert sorted(g) == sorted(r), g;"
+        # The graph target shares instantiate and initialize and has its own execute (command-buffer trait).
+        "assert [ptr(g[k], None) == ptr(r[k], None) for k in ('instantiate', 'initialize', 'execute')] =="
+        " [True, True, False];"
         "assert list(t) == ['jax_tilescale_launch_state'] and sorted(t['jax_tilescale_launch_state']) == "
         "['type_id', 'type_info'], t;"
         "print(m.abi_version(), m.max_buffers(), m.workspace_bytes(), m.nvshmem_initialized());"
@@ -89,7 +96,7 @@ def test_extension_imports_without_a_gpu():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["2", "32", "0", "False", "False", "False"]
+    assert out.stdout.split() == [str(abi.ABI_VERSION), "32", "0", "False", "False", "False"]
 
 
 @needs_extension
