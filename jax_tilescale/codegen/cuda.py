@@ -161,9 +161,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     _check_supported(kernel)
     plan, notes = select_plan(kernel, arch, gemm_lowering)
     try:
-        layout = plan_layout(kernel, plan)
+        layout = plan_layout(kernel, plan, arch)
     except KernelTraceError as e:
-        raise shared_memory_refusal(kernel, plan, notes, e) from None
+        raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
     ctx = Ctx(kernel, layout, _pointer_names(kernel), plan)
     frame = ctx.frame
     entry = _entry_name(kernel)

@@ -20,7 +20,7 @@ from ..errors import KernelTraceError
 from ..ir.nodes import BufferKind, Gemm, KernelIR, walk_stmts
 from . import gemm_sm80, gemm_sm90
 from .context import GemmPlan
-from .layout import MAX_SHARED_BYTES
+from .layout import max_shared_bytes
 
 LOWERING_VAR = "TILESCALE_GEMM_LOWERING"
 LOWERINGS = ("auto", "sm90", "mma", "portable")
@@ -64,7 +64,7 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
 
 
 def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[str],
-                          error: KernelTraceError) -> KernelTraceError:
+                          error: KernelTraceError, arch: str = "sm_90") -> KernelTraceError:
     """The layout's "needs N bytes of shared memory" `error`, told in terms of the GEMM: when a
     T.gemm accumulator that no tensor-core lowering took lives in shared memory (the portable
     path), say so, why the lowerings refused its loop (`notes`), and how large a fragment fits."""
@@ -75,7 +75,7 @@ def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[s
         return error
     others = sum(b.nbytes for b in kernel.allocs
                  if b.kind in (BufferKind.SHARED, BufferKind.FRAGMENT) and b not in in_smem)
-    room = max(0, MAX_SHARED_BYTES - others - 256 * len(kernel.allocs)) // len(in_smem)
+    room = max(0, max_shared_bytes(arch) - others - 256 * len(kernel.allocs)) // len(in_smem)
     frags = ", ".join(f"{b.name} ({' x '.join(map(str, b.shape))} {b.dtype.name}, {b.nbytes} bytes)" for b in in_smem)
     why = "; ".join(notes) if notes else "no tensor-core lowering applies on this target"
     fits = room // np.dtype(np.float32).itemsize

@@ -31,8 +31,20 @@ SIGNAL_ALIGN = 8
 SYMMETRIC_ALIGN = 128
 TEAM_BARRIER_BYTES = 16  # sizeof(TsTeamBarrier)
 SCRATCH_ROUND = 256
-# Per-block dynamic shared memory that sm_90 grants on request (227 KiB).
-MAX_SHARED_BYTES = 227 * 1024
+# Per-block shared memory a block can have on request (cudaFuncAttributeMaxDynamicSharedMemorySize), by
+# compute capability (CUDA programming guide, "Technical Specifications per Compute Capability").
+SHARED_BYTES_PER_BLOCK = {70: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
+                          89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
+MAX_SHARED_BYTES = SHARED_BYTES_PER_BLOCK[90]  # Hopper's, the default target
+
+
+def max_shared_bytes(arch: str) -> int:
+    """Shared memory one block may use on `arch` ("sm_80", "sm_90a", ...); an unlisted one gets the
+    entry of the nearest listed capability below it (the lowest listed for anything older)."""
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    cc = int(digits) if digits else 90
+    known = [c for c in sorted(SHARED_BYTES_PER_BLOCK) if c <= cc] or [min(SHARED_BYTES_PER_BLOCK)]
+    return SHARED_BYTES_PER_BLOCK[known[-1]]
 
 
 def _round_up(n: int, to: int) -> int:
@@ -76,7 +88,7 @@ def needs_grid_barrier(kernel: KernelIR) -> bool:
     return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
 
 
-def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None) -> Layout:
+def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None, arch: str = "sm_90") -> Layout:
     """Offsets of every allocation. `plan` (the kernel's GEMM plan) keeps its accumulators in
     registers, gives its pipelined tiles their stages at 1024-byte boundaries and may want
     mbarrier words. Fragments not kept in registers live in shared memory, row-major, like shared
@@ -122,11 +134,12 @@ def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None) -> Layout:
     smem_bytes = _round_up(smem, SHARED_ALIGN)
     if plan is not None:
         smem_bytes += 1024  # the prologue aligns the dynamic shared memory's base to 1024 bytes
-    if smem_bytes > MAX_SHARED_BYTES:
+    limit = max_shared_bytes(arch)
+    if smem_bytes > limit:
         allocs = ", ".join(str(b) for b in shared)
         raise KernelTraceError(
             f"kernel {kernel.name} needs {smem_bytes} bytes of shared memory per block ({allocs}); "
-            f"a block can have at most {MAX_SHARED_BYTES}",
+            f"a block can have at most {limit} on {arch}",
             kernel.loc,
         )
     return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier,
