@@ -64,7 +64,7 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
 
 
 def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[str],
-                          error: KernelTraceError, arch: str = "sm_90") -> KernelTraceError:
+                          error: KernelTraceError, arch: str) -> KernelTraceError:
     """The layout's "needs N bytes of shared memory" `error`, told in terms of the GEMM: when a
     T.gemm accumulator that no tensor-core lowering took lives in shared memory (the portable
     path), say so, why the lowerings refused its loop (`notes`), and how large a fragment fits."""

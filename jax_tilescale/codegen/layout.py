@@ -88,11 +88,11 @@ def needs_grid_barrier(kernel: KernelIR) -> bool:
     return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
 
 
-def plan_layout(kernel: KernelIR, plan: PlanMemory | None = None, arch: str = "sm_90") -> Layout:
+def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str) -> Layout:
     """Offsets of every allocation. `plan` (the kernel's GEMM plan) keeps its accumulators in
     registers, gives its pipelined tiles their stages at 1024-byte boundaries and may want
     mbarrier words. Fragments not kept in registers live in shared memory, row-major, like shared
-    tiles."""
+    tiles. The whole must fit the shared memory a block may have on `arch` (`max_shared_bytes`)."""
     shared: dict[Buffer, int] = {}
     signals: dict[Buffer, int] = {}
     smem = scratch = 0

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.buffers import LEVEL_KINDS, Buffer, MemLevel
-from .memory import _shape, buffer_name
+from ..ir.buffers import LEVEL_KINDS, MemLevel
+from .memory import _alloc, _shape
 from .refs import Ref
 from .source import user_source_loc
 from .state import current_trace
@@ -54,15 +54,13 @@ def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1", *, name: str | N
     Named in messages and IR text by `name`, else by the variable it is assigned to.
     """
     lvl = _level(level)
-    state = current_trace("alloc")
+    current_trace("alloc")  # outside a kernel, that is the error to report first
     dims = _shape(shape, f'alloc(level="{lvl.value}")')
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise KernelTraceError(f'T.alloc(level="{lvl.value}"): {dtype!r} is not a dtype', user_source_loc()) from None
-    buf = Buffer(buffer_name("alloc", name, _NAME_BASE[lvl]), dims, dt, LEVEL_KINDS[lvl], level=lvl)
-    state.allocs.append(buf)
-    return Ref(buf)
+    return _alloc("alloc", _NAME_BASE[lvl], dims, dt, LEVEL_KINDS[lvl], name, level=lvl)
 
 
 __all__ = ["MemLevel", "alloc"]

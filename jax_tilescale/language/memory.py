@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
+from ..ir.buffers import MemLevel
 from ..ir.nodes import BLOCK_LOCAL, CLIP_KINDS, SIGNAL_DTYPE, Buffer, BufferKind, Copy
 from ..ir.verify_base import overhanging_dims
 from ._common import RefLike, region
@@ -34,9 +35,9 @@ def buffer_name(op: str, name: str | None, fallback: str) -> str:
 
 
 def _alloc(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind,
-           name: str | None = None) -> Ref:
+           name: str | None = None, level: MemLevel | None = None) -> Ref:
     state = current_trace(op)
-    buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind)
+    buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind, level=level)
     state.allocs.append(buf)
     return Ref(buf)
 
