@@ -163,7 +163,7 @@ if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PE
     step bench_call_overhead_2pe python3 -m jax_tilescale.launch -n 2 --timeout 300 \
       benchmarks/bench_call_overhead.py --only comm,shift
   else
-    step bench_call_overhead_2pe shared_two_pes 29691 300 benchmarks/bench_call_overhead.py --only comm,shift
+    step bench_call_overhead_2pe shared_two_pes 29691 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py --only comm,shift
   fi
 fi
 if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then
