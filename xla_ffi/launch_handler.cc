@@ -380,23 +380,26 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     return LaunchKernel(cu, s, stream, launch);
   }
 
-  // Workspace layout of this call, in the half of the workspace the launch number's parity picks:
-  // scratch, then each staged buffer, each 256-byte aligned. Alternating halves lets a peer that has
-  // passed this launch's end-of-call barrier start its next launch (and write into this PE's other half)
-  // while this PE still copies out and zeroes this one.
-  size_t total = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
+  // Workspace layout of this call, in the half of the workspace the launch number's parity picks: the
+  // scratch at the start of the half (in the scratch arena, which only scratch ever uses, so it is zero:
+  // workspace.h), then each staged buffer after the arena, each 256-byte aligned. Alternating halves lets
+  // a peer that has passed this launch's end-of-call barrier start its next launch (and write into this
+  // PE's other half) while this PE still copies out and zeroes this one.
+  const size_t scratch = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
+  size_t staged = 0;
   for (Param& p : params) {
     if (p.staged == kDirect) continue;
-    p.offset = total;
-    total += AlignUp(p.bytes, kWorkspaceAlign);
+    p.offset = staged;
+    staged += AlignUp(p.bytes, kWorkspaceAlign);
   }
 
   SymmetricWorkspace& ws = SymmetricWorkspace::Get();
   std::lock_guard<std::mutex> ws_lock(ws.mutex());
-  TS_TRACE("%s: reserve %zu bytes x 2\n", s.config.entry.c_str(), total);
+  TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), scratch, staged);
   unsigned char* base = nullptr;
-  if (total > 0) {
-    if (std::string err = ws.Reserve(2 * total, stream, cu, *shm, s.config.entry, &base); !err.empty()) {
+  size_t arena = 0;
+  if (scratch + staged > 0) {
+    if (std::string err = ws.Reserve(scratch, staged, stream, cu, *shm, s.config.entry, &base, &arena); !err.empty()) {
       return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
     }
   }
@@ -411,7 +414,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   if (base != nullptr && (launch.seq & 1)) base += ws.bytes_locked() / 2;  // the same offset on every PE
   launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
   for (size_t i = 0; i < n_params; ++i) {
-    launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + params[i].offset;
+    launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + arena + params[i].offset;
   }
 
   TS_TRACE("%s: seq %llu, scratch %p, ctl %p, launching\n", s.config.entry.c_str(),
@@ -420,7 +423,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     if (!(p.staged & kCopyIn) || p.bytes == 0) continue;
-    if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(base + p.offset),
+    if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(base + arena + p.offset),
                                           reinterpret_cast<CUdeviceptr>(p.data), p.bytes, stream);
         r != CUDA_SUCCESS) {
       return CuFailed(s, "copying buffer " + std::to_string(i) + " into the symmetric workspace", r);
@@ -435,7 +438,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     const Param& p = params[i];
     if (!(p.staged & kCopyOut) || p.bytes == 0) continue;
     if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(p.data),
-                                          reinterpret_cast<CUdeviceptr>(base + p.offset), p.bytes, stream);
+                                          reinterpret_cast<CUdeviceptr>(base + arena + p.offset), p.bytes, stream);
         r != CUDA_SUCCESS) {
       return CuFailed(s, "copying buffer " + std::to_string(i) + " out of the symmetric workspace", r);
     }

@@ -11,6 +11,10 @@ namespace {
 // Growth is rounded up so that a sequence of slightly larger calls does not reallocate every time.
 // The rounding is a pure function of the request, so every process still makes the same sizes.
 constexpr size_t kGrowthGranularity = size_t{2} << 20;
+// The scratch arena grows in steps of this many bytes, for the same reason.
+constexpr size_t kArenaGranularity = size_t{64} << 10;
+
+size_t RoundUp(size_t bytes, size_t step) { return (bytes + step - 1) / step * step; }
 
 std::string Human(size_t bytes) {
   const double mib = static_cast<double>(bytes) / (1 << 20);
@@ -33,13 +37,33 @@ size_t SymmetricWorkspace::bytes() {
   return bytes_;
 }
 
-std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
-                                        const std::string& entry, unsigned char** base) {
-  if (bytes <= bytes_) {
-    *base = base_;
-    return "";
+std::string SymmetricWorkspace::Reserve(size_t scratch_bytes, size_t staged_bytes, CUstream stream,
+                                        const DriverApi& cu, const NvshmemApi& shm, const std::string& entry,
+                                        unsigned char** base, size_t* arena) {
+  const size_t want_arena = std::max(arena_, RoundUp(scratch_bytes, kArenaGranularity));
+  const size_t bytes = 2 * (want_arena + staged_bytes);
+  if (bytes > bytes_) {
+    if (std::string err = Grow(bytes, stream, cu, shm, entry); !err.empty()) return err;
+    arena_ = want_arena;  // the whole region is zero
+  } else if (want_arena > arena_) {
+    // Bytes [arena_, want_arena) of each half held staged buffers of earlier launches.
+    for (size_t half = 0; half < 2; ++half) {
+      auto from = reinterpret_cast<CUdeviceptr>(base_ + half * (bytes_ / 2) + arena_);
+      if (CUresult r = cu.cuMemsetD8Async(from, 0, want_arena - arena_, stream); r != CUDA_SUCCESS) {
+        return "kernel `" + entry + "`: zeroing the grown scratch arena failed: " + CuErrorText(r);
+      }
+    }
+    if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
+    arena_ = want_arena;
   }
-  const size_t grow_to = (bytes + kGrowthGranularity - 1) / kGrowthGranularity * kGrowthGranularity;
+  *base = base_;
+  *arena = arena_;
+  return "";
+}
+
+std::string SymmetricWorkspace::Grow(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
+                                     const std::string& entry) {
+  const size_t grow_to = RoundUp(bytes, kGrowthGranularity);
   if (base_ != nullptr) {
     if (CUresult r = cu.cuStreamSynchronize(stream); r != CUDA_SUCCESS) {
       return "kernel `" + entry + "`: cuStreamSynchronize before growing the symmetric workspace failed: " +
@@ -53,11 +77,12 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
     shm.nvshmem_free(base_);
     base_ = nullptr;
     bytes_ = 0;
+    arena_ = 0;
   }
   void* p = shm.nvshmem_malloc(grow_to);
   if (p == nullptr) {
     return "kernel `" + entry + "` needs a symmetric workspace of " + Human(bytes) + " (scratch plus staged " +
-           "buffers) and nvshmem_malloc(" + Human(grow_to) + ") failed: the NVSHMEM symmetric heap is too " +
+           "buffers, twice) and nvshmem_malloc(" + Human(grow_to) + ") failed: the NVSHMEM symmetric heap is too " +
            "small. Raise NVSHMEM_SYMMETRIC_SIZE (e.g. NVSHMEM_SYMMETRIC_SIZE=8G) in every process before " +
            "NVSHMEM starts, and leave GPU memory outside XLA's pool for it (XLA_PYTHON_CLIENT_MEM_FRACTION)";
   }
@@ -67,9 +92,7 @@ std::string SymmetricWorkspace::Reserve(size_t bytes, CUstream stream, const Dri
   if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base_), 0, bytes_, stream); r != CUDA_SUCCESS) {
     return "kernel `" + entry + "`: zeroing the new symmetric workspace failed: " + CuErrorText(r);
   }
-  if (std::string err = WaitForAll(stream, cu, shm, entry); !err.empty()) return err;
-  *base = base_;
-  return "";
+  return WaitForAll(stream, cu, shm, entry);
 }
 
 std::string SymmetricWorkspace::WaitForAll(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
@@ -155,7 +178,7 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   if (agree_ != nullptr) shm->nvshmem_free(agree_);  // the control words with it
   base_ = agree_ = nullptr;
   control_ = nullptr;
-  bytes_ = capacity_ = 0;
+  bytes_ = capacity_ = arena_ = 0;
   return "";
 }
 

@@ -24,15 +24,20 @@ class SymmetricWorkspace {
   // thread cannot free the region under it.
   std::mutex& mutex() { return mutex_; }
 
-  // Makes the region at least `bytes` long and returns its base in *base. Growing waits for `stream`
-  // (earlier calls may still use the old region, and peers' writes into it are complete once our
-  // end-of-call barrier has run), then frees and reallocates collectively. Caller holds mutex().
-  // Returns "" or an error that names `entry`.
-  // A new region is zeroed, and every PE waits (a barrier on `stream`) until every PE has zeroed its
-  // own: launches leave their scratch zero for later ones (docs/calling_convention.md), and no peer may
-  // write into the new region before it is.
-  std::string Reserve(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
-                      const std::string& entry, unsigned char** base);
+  // Lays out one launch's half of the region, growing it when needed, and returns the region's base in
+  // *base and the scratch arena's size in *arena. Each half is [scratch arena | staged buffers]: the arena
+  // only ever holds scratch, which every launch zeroes before it ends (ts_call_end), so any launch finds
+  // the first `scratch_bytes` of its half zero. Were scratch and staged buffers to share bytes, a launch
+  // with more scratch than an earlier one would find that launch's staged data in its signal words
+  // (2-PE GPU suite, 2026-12-01: ADD signals over stale bytes never reached the value waited for).
+  // The region's size and the arena only grow; both decisions are pure functions of the sequence of
+  // calls, so every PE makes them at the same call. Growing the region waits for `stream` (earlier calls
+  // may still use the old region, and peers' writes into it are complete once our end-of-call barrier
+  // has run), then frees and reallocates collectively and zeroes it; growing only the arena zeroes the
+  // bytes that join it, in both halves. Either way every PE then waits on the host until every PE has
+  // zeroed, so no peer writes into them before. Caller holds mutex(). "" or an error naming `entry`.
+  std::string Reserve(size_t scratch_bytes, size_t staged_bytes, CUstream stream, const DriverApi& cu,
+                      const NvshmemApi& shm, const std::string& entry, unsigned char** base, size_t* arena);
   // The launch-control words of communicating launches (TS_CTL_WORDS(n_pes) uint64, ts_abi.h):
   // allocated, zeroed and agreed on (a barrier) by the first communicating launch of the process, which
   // is the same call on every PE; never cleared again. Caller holds mutex(). "" or an error.
@@ -54,6 +59,8 @@ class SymmetricWorkspace {
   std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                           const std::string& entry);
 
+  // Replaces the region by a zeroed one of at least `bytes` (see Reserve). "" or an error.
+  std::string Grow(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
   // The agreement's and the launch-control words (one allocation, zeroed, agreed on). "" or an error.
   std::string EnsureControl(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
   // After zeroing fresh symmetric memory: every PE has, waited for on the host. "" or an error.
@@ -63,6 +70,7 @@ class SymmetricWorkspace {
   unsigned char* base_ = nullptr;
   size_t bytes_ = 0;
   size_t capacity_ = 0;             // the largest region nvshmem_malloc has given us
+  size_t arena_ = 0;                // bytes at the start of each half that only scratch uses
   unsigned char* agree_ = nullptr;  // symmetric words for CheckGrowth's agreement
   uint64_t* control_ = nullptr;     // Control()'s words, in agree_'s allocation
 };
