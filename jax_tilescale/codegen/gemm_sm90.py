@@ -63,12 +63,19 @@ from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
 from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
-from .layout import max_shared_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step
-from .gemm_sm90_load import (TENSOR_MAP_FIELDS, WARPGROUP, GemmLoop, TensorMapSpec, iteration, plan_operand,
-                             producer_lines)
+from .gemm_sm90_load import (
+    TENSOR_MAP_FIELDS,
+    WARPGROUP,
+    GemmLoop,
+    TensorMapSpec,
+    iteration,
+    plan_operand,
+    producer_lines,
+)
 from .gemm_sm90_nest import consumer_tail, nested_counters, nesting
 from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
+from .layout import max_shared_bytes
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
 
 __all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
