@@ -2,9 +2,9 @@
 examples/gemm_fp8.py (float8 e4m3) against jnp.dot and, where torch with CUDA is importable,
 cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
 
-    python benchmarks/bench_gemm.py            # the whole sweep, one table (about 10 minutes)
+    python benchmarks/bench_gemm.py            # the whole sweep, one table (about 7 minutes on an H200)
 
-Both are timed the same two ways, interleaved (7 rounds, each running every variant once, so
+Both are timed the same two ways, interleaved (5 rounds, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
@@ -19,9 +19,14 @@ ldmatrix + mma.sync, portable), in the same interleaved rounds.
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
 
-A config's optional suffixes: `/tN` threads, `/mc` two-block clusters multicasting the shared
-tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers instead of through
-shared memory and TMA (gemm_sm90.TMA_STORE off).
+`--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
+the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
+128x256 and 256x192, persistent 128x256) and, where the shape has at most half as many tiles as
+SMs, split-K 2 and 4: the fastest row per shape is "our best config".
+
+A config's optional suffixes: `/sN` split-K over N blocks per tile, `/p` the persistent tile loop,
+`/tN` threads, `/mc` two-block clusters multicasting the shared tile (gemm_sm90.MULTICAST),
+`/direct` the epilogue stored from registers instead of through shared memory and TMA (gemm_sm90.TMA_STORE off).
 """
 
 from __future__ import annotations
@@ -38,19 +43,36 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
-from gemm import gemm
+from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
 from jax_tilescale.codegen import gemm_sm90, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
+from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
 FP8_SHAPES = "8192x8192x8192"
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
-CONFIGS = "128x256x64/4/g8,256x192x64/4/g8"  # block_m x block_n x block_k / stages / group_m [/ suffixes]
+# block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
+# (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
+CONFIGS = "auto"
+CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p"
 SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config suffix -> gemm_sm90 switch
+
+
+def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
+    """The --configs entries to time at one shape, the table's pick first ("table" marks it)."""
+    if text != "auto":
+        return text.split(",")
+    pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
+    out = [pick.describe() + "/table"]
+    out += [c for c in CANDIDATES.split(",") if c != pick.describe()]
+    base = GemmConfig()
+    if 2 * tiles_of(m, n, base) <= device_sm_count():
+        out += [f"{base.describe()}/s{s}" for s in (2, 4) if f"{base.describe()}/s{s}" != pick.describe()]
+    return out
 
 
 def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
@@ -60,13 +82,19 @@ def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
     cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
     switches: dict[str, bool] = {}
     for suffix in rest:
-        if suffix in SWITCHES:
+        if suffix == "table":  # gemm() without tile arguments: the table's pick (described by the entry)
+            cfg = {}
+        elif suffix == "p":
+            cfg["persistent"] = True
+        elif suffix.startswith("s") and suffix[1:].isdigit():
+            cfg["split_k"] = int(suffix[1:])
+        elif suffix in SWITCHES:
             name, value = SWITCHES[suffix]
             switches[name] = value
         elif suffix.startswith("t") and suffix[1:].isdigit():
             cfg["threads"] = int(suffix[1:])
         else:
-            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} (tN, {', '.join(SWITCHES)})")
+            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} (tN, sN, p, table, {', '.join(SWITCHES)})")
     return cfg, switches
 
 
@@ -105,7 +133,7 @@ def loop_and_calls(product, reps: int):
     return (lambda a, b: loop(a, b)), (lambda a, b: [call(a, b) for _ in range(reps)])
 
 
-def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 7,
+def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 5,
                         heat_s: float = 0.5) -> dict[str, float]:
     """Seconds per product of each runner: median over `rounds` rounds in which every runner runs
     once, in turn (clocks and temperature drift alike for all of them). Before each timed run the
@@ -201,9 +229,11 @@ def main() -> None:
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; "
           f"cuBLAS through torch: {torch.__version__ if torch else 'not available'}")
     rows = []
-    configs = {c: parse_config(c) for c in args.configs.split(",")}
+    all_configs: dict[str, tuple] = {}
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
+        configs = {c: parse_config(c) for c in shape_configs(args.configs, m, n, k)}
+        all_configs.update({c: v for c, v in configs.items() if "/table" not in c and "/s" not in c})
         ka, kb = jax.random.split(jax.random.key(0))
         a = jax.random.normal(ka, (m, k), jnp.bfloat16)
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
@@ -232,7 +262,7 @@ def main() -> None:
             rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
                              err <= 2e-2 * scale))
     for shape in filter(None, args.fp8_shapes.split(",")):
-        rows += _fp8_rows(shape, configs, torch, args)
+        rows += _fp8_rows(shape, {c: v for c, v in all_configs.items() if "/p" not in c}, torch, args)
     _print(rows)
 
 

@@ -18,42 +18,160 @@ on the host, on random data.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
+from jax_tilescale.codegen.gemm_table import DEFAULT, HOPPER_SMS, PERSISTENT, GemmConfig, pick_config
 
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to max |C|
 
 
-# --- config + kernel --------------------------------------------------------------------------
-def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int = 128, block_n: int = 256,
-         block_k: int = 64, num_stages: int = 4, threads: int = 256, group_m: int = 8) -> ts.TileKernel:
-    """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation)."""
-    tiles_m, tiles_n = T.ceildiv(m, block_m), T.ceildiv(n, block_n)
-    group = group_m if tiles_m % group_m == 0 else 1
+# --- config + kernels -------------------------------------------------------------------------
+def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int | None = None,
+         block_n: int | None = None, block_k: int | None = None, num_stages: int | None = None,
+         threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
+         persistent: bool | None = None, num_sms: int | None = None) -> Callable[..., jax.Array]:
+    """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
+    the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
+    GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (a kernel
+    writing float32 partials, then their sum); otherwise the kernel itself, `persistent` or not."""
+    sms = num_sms or device_sm_count()
+    tiles_given = any(v is not None for v in (block_m, block_n, block_k))
+    base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
+    if persistent and not base.persistent and num_stages is None:
+        base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
+    given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
+                 group_m=group_m, split_k=split_k, persistent=persistent)
+    cfg = dataclasses.replace(base, **{f: v for f, v in given.items() if v is not None})
+    if cfg.split_k > 1:
+        return SplitK(m, n, k, dtype, cfg)
+    if cfg.persistent:
+        return persistent_kernel(m, n, k, dtype, cfg, sms)
+    return tile_kernel(m, n, k, dtype, cfg)
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=threads)
+
+def device_sm_count() -> int:
+    """SMs of the default device when it is a GPU, else the H100/H200's 132 (the table's key)."""
+    return getattr(jax.devices()[0], "core_count", None) or HOPPER_SMS
+
+
+def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
+    """(tile row, tile column) of the pid-th tile in grouped order: `group` rows of tiles walk the
+    columns together, so that the blocks running at one time share tiles of B (and A) in L2."""
+    in_group = pid % (group * tiles_n)
+    return pid // (group * tiles_n) * group + in_group % group, in_group // group
+
+
+def group_of(tiles_m: int, cfg: GemmConfig) -> int:
+    return cfg.group_m if tiles_m % cfg.group_m == 0 else 1
+
+
+def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel:
+    """One block per output tile, blocks in grouped order."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+    group = group_of(tiles_m, cfg)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=cfg.threads)
     def gemm_kernel(A, B, C):
-        # grouped tile order: `group` rows of tiles walk the columns together (L2 reuse of B)
-        pid = T.program_id(1) * tiles_n + T.program_id(0)
-        in_group = pid % (group * tiles_n)
-        tm = pid // (group * tiles_n) * group + in_group % group
-        tn = in_group // group
-        A_s = T.alloc_shared((block_m, block_k), dtype)
-        B_s = T.alloc_shared((block_k, block_n), dtype)
-        C_f = T.alloc_fragment((block_m, block_n), jnp.float32)
+        tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
+        A_s = T.alloc_shared((bm, bk), dtype)
+        B_s = T.alloc_shared((bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
         T.clear(C_f)
-        for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
+        for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
             # ragged edges: rows of A past m and columns past k arrive as zeros (and add nothing)
-            T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
-            T.copy(B[T.ds(ko * block_k, block_k), T.ds(tn * block_n, block_n)], B_s)
+            T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
             T.gemm(A_s, B_s, C_f)
-        T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])  # only the part inside C
+        T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
     return gemm_kernel
+
+
+def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
+    """One block per SM (at most one per tile); block b computes tiles b, b + blocks, ... in
+    grouped order. On the Hopper plan the producer loads the next tile's stages while the
+    consumers store the last one (jax_tilescale/codegen/gemm_sm90_nest.py)."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+    tiles = tiles_m * tiles_n
+    blocks = min(num_sms, tiles)
+    group = group_of(tiles_m, cfg)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
+    def gemm_persistent(A, B, C):
+        A_s = T.alloc_shared((bm, bk), dtype)
+        B_s = T.alloc_shared((bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        for w in T.serial(T.ceildiv(tiles, blocks)):
+            tile = w * blocks + T.program_id(0)
+            if tile < tiles:  # the last wave has fewer tiles than blocks
+                tm, tn = grouped_tile(tile, tiles_m, tiles_n, group)
+                T.clear(C_f)
+                for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
+                    T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                    T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
+                    T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+    return gemm_persistent
+
+
+class SplitK:
+    """C = A @ B with K split over `cfg.split_k` blocks per output tile: `kernel` writes each
+    split's float32 partial tile into its own slab of P [split_k * tiles_m * block_m, n], and
+    calling this sums the slabs in split order (split 0 + split 1 + ...: the same additions in the
+    same order every run, so the result is deterministic) and rounds once to `dtype`."""
+
+    def __init__(self, m: int, n: int, k: int, dtype, cfg: GemmConfig):
+        self.m, self.n, self.dtype, self.cfg = m, n, jnp.dtype(dtype), cfg
+        bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+        tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+        k_steps = T.ceildiv(k, bk)
+        if k_steps % cfg.split_k:  # a k-step's window must start inside K, so every split has as many
+            divisors = [d for d in range(1, k_steps + 1) if k_steps % d == 0]
+            raise ValueError(f"split_k={cfg.split_k} does not divide the {k_steps} k-steps of K={k} at "
+                             f"block_k={bk}: use one of {divisors[:12]}")
+        self.splits = cfg.split_k
+        per = k_steps // self.splits
+        self.rows = tiles_m * bm  # one slab: every tile row whole, so no split writes another's rows
+        group = group_of(tiles_m, cfg)
+
+        @ts.kernel(out_shape=jax.ShapeDtypeStruct((self.splits * self.rows, n), jnp.float32),
+                   grid=(tiles_n, tiles_m, self.splits), threads=cfg.threads)
+        def gemm_split_k(A, B, P):
+            tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
+            split = T.program_id(2)
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_f = T.alloc_fragment((bm, bn), jnp.float32)
+            T.clear(C_f)
+            for ko in T.Pipelined(per, num_stages=cfg.num_stages):
+                # the last k-step of the last split may pass K: its columns/rows past K read zeros
+                T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
+                T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, P[T.ds(split * self.rows + tm * bm, bm), T.ds(tn * bn, bn)])
+
+        self.kernel = gemm_split_k
+
+    def trace(self, a, b):
+        """The partial kernel's IR (what the code generator and bench_gemm.py's resources read)."""
+        return self.kernel.trace(a, b)
+
+    def __call__(self, a: jax.Array, b: jax.Array) -> jax.Array:
+        slabs = self.kernel(a, b).reshape(self.splits, self.rows, self.n)
+        total = slabs[0]
+        for s in range(1, self.splits):  # a fixed order: deterministic, unlike atomics
+            total = total + slabs[s]
+        return total[: self.m].astype(self.dtype)
 
 
 # --- check + entry point ----------------------------------------------------------------------

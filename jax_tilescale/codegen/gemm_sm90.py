@@ -58,14 +58,24 @@ import numpy as np
 
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
-from ..ir.nodes import Buffer, Copy, KernelIR, Loop, walk_stmts
+from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR, Loop, walk_stmts
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
-from .gemm_emit import PairWalk, TensorCorePlan, acc_name
+from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step
-from .gemm_sm90_load import TENSOR_MAP_FIELDS, WARPGROUP, GemmLoop, TensorMapSpec, plan_operand, producer_lines
-from .gemm_sm90_store import TmaStore, plan_tma_store, tma_store_lines
+from .gemm_sm90_load import (
+    TENSOR_MAP_FIELDS,
+    WARPGROUP,
+    GemmLoop,
+    TensorMapSpec,
+    iteration,
+    plan_operand,
+    producer_lines,
+)
+from .gemm_sm90_nest import consumer_tail, nested_counters, nesting
+from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
+from .layout import max_shared_bytes
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
 
 __all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
@@ -113,6 +123,13 @@ class Sm90Plan(TensorCorePlan):
 
     def register_buffers(self) -> frozenset[Buffer]:
         return frozenset(self.acc_slabs)
+
+    def stage_buffers(self) -> dict[Buffer, int]:
+        """The rings, each with the staging tiles of its own that follow it (gemm_sm90_nest)."""
+        rings = stage_bytes(self.loops)
+        for buf, extra in staging_bytes(self.stores).items():
+            rings[buf] += extra
+        return rings
 
     def barrier_words(self) -> int:
         return sum(2 * gl.stages for gl in self.loops)
@@ -178,7 +195,8 @@ class Sm90Plan(TensorCorePlan):
         return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx)
 
     def accumulators(self) -> list[str]:
-        return [f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()]
+        return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
+                *nested_counters(self.loops)]
 
     def pair_walk(self, buf: Buffer) -> PairWalk:
         """wgmma's m64nNk16 layout: slab `ts_m` of this warpgroup, 8-column group `ts_j`, half `ts_h`."""
@@ -202,6 +220,7 @@ class Sm90Plan(TensorCorePlan):
     def loop_lines(self, gl: GemmLoop, ctx: Ctx) -> list[str]:  # type: ignore[override]
         """Wait for the stage, issue its wgmma asynchronously, keep one stage in flight, release the previous."""
         i = var_name(gl.loop.var)
+        it = iteration(gl, i)  # `i` unless the loop is nested in a tile loop (gemm_sm90_nest)
         acc = acc_name(gl.acc)
         slabs = self.acc_slabs[gl.acc]
         a_mn, b_mn = self._a_mn(gl), self._b_mn(gl)
@@ -231,8 +250,8 @@ class Sm90Plan(TensorCorePlan):
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32;",
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
-            f"{INDENT}const int ts_s = (int)({i} % {gl.stages});",
-            f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({i} / {gl.stages}) & 1));",
+            f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",
+            f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({it} / {gl.stages}) & 1));",
             f"{INDENT}const uint32_t ts_a_base = ts_smem_addr({ctx.pointers[a.buffer]} + ts_s * {a.stage_bytes});",
             f"{INDENT}const uint32_t ts_b_base = ts_smem_addr({ctx.pointers[b.buffer]} + ts_s * {b.stage_bytes});",
             *indent(fence, 1),
@@ -243,13 +262,14 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
             *indent(fence, 1),
             f"{INDENT}if ({i} > 0 && ts_lane == 0) {{",
-            f"{INDENT * 2}ts_mbar_arrive(&{gl.empty()}[({i} - 1) % {gl.stages}]);",
-            *([f"{INDENT * 2}ts_mbar_arrive_cluster(&{gl.empty()}[({i} - 1) % {gl.stages}], ts_crank ^ 1);"]
+            f"{INDENT * 2}ts_mbar_arrive(&{gl.empty()}[({it} - 1) % {gl.stages}]);",
+            *([f"{INDENT * 2}ts_mbar_arrive_cluster(&{gl.empty()}[({it} - 1) % {gl.stages}], ts_crank ^ 1);"]
               if gl.multicast else []),
             f"{INDENT}}}",
             "}",
             "ts_wgmma_wait<0>();",
             *fence,
+            *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent) if gl.nest else []),
         ]
 
 
@@ -296,14 +316,15 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     maps: list[TensorMapSpec] = []
     loops: list[GemmLoop] = []
     for loop in pipelined:
-        if loop not in kernel.body:
-            reasons.append(f"loop at {loop.loc}: not at the top level of the kernel")
+        nest = nesting(kernel, loop)  # () at the top level; a tile loop's skeleton (gemm_sm90_nest)
+        if isinstance(nest, str):
+            reasons.append(f"loop at {loop.loc}: {nest}")
             continue
         got = _plan_loop(loop, len(loops), kernel, maps, consumers)
         if isinstance(got, str):
             reasons.append(f"loop at {loop.loc}: {got}")
         else:
-            loops.append(got)
+            loops.append(dataclasses.replace(got, nest=tuple(nest)) if nest else got)
     if not loops:
         return None, reasons
     # Every other use of the tiles and accumulators must be one the plan lowers.
@@ -326,7 +347,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     acc_n = {gl.acc: gl.n for gl in loops}
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
-    stores = _tma_stores(kernel, loops, maps)
+    stores = _tma_stores(kernel, loops, maps, arch)
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores)
     return plan, reasons
 
@@ -336,8 +357,16 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
 TMA_STORE = True  # False: every accumulator copy stores from registers (bench_gemm.py's "/direct" configs)
 
 
-def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
-    return plan_tma_store(kernel, loops, maps) if TMA_STORE else {}
+def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec],
+                arch: str = "sm_90") -> dict[Copy, TmaStore]:
+    if not TMA_STORE:
+        return {}
+    stores = plan_tma_store(kernel, loops, maps)
+    if any(gl.nest for gl in loops):  # tile loops: a staging tile of their own, where it fits
+        used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
+        used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
+        stores |= plan_nested_store(kernel, loops, maps, max_shared_bytes(arch) - used - SMEM_ALIGN)
+    return stores
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------

@@ -77,6 +77,7 @@ class GemmLoop(PlannedLoop):
     a: Operand
     b: Operand
     multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
+    nest: tuple = ()  # the serial loops and ifs around it (gemm_sm90_nest), () at the top level
 
     def full(self) -> str:
         return f"ts_full{self.index}"
@@ -135,27 +136,43 @@ def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx
     if not threads:
         body = [prefetch]
         for gl in loops:
-            body += _loop_program(gl, ctx, issuer=None)
+            body += _nested(gl, _loop_program(gl, ctx, issuer=None), ctx)
         return [f"if (threadIdx.x == {user_threads}) {{", *indent(body), "}"]
     lines = [f"const int ts_ptid = (int)threadIdx.x - {user_threads};"]
     if map_count:
         lines.append(f"if (ts_ptid == 0) {prefetch}")
     for gl in loops:
-        lines += _loop_program(gl, ctx, issuer="ts_ptid == 0")
+        lines += _nested(gl, _loop_program(gl, ctx, issuer="ts_ptid == 0"), ctx)
     return lines
+
+
+def _nested(gl: GemmLoop, program: list[str], ctx: Ctx) -> list[str]:
+    """A nested loop's program inside the loops and ifs around it (gemm_sm90_nest)."""
+    if not gl.nest:
+        return program
+    from .gemm_sm90_nest import producer_skeleton  # the nest module builds on this one
+
+    return producer_skeleton(gl.nest, program, gl.index, gl.loop.extent, ctx)
+
+
+def iteration(gl: GemmLoop, i: str) -> str:
+    """The C count of iteration `i` of `gl` over the whole kernel, from which its stage and phase
+    follow: `i` itself at the top level; inside a tile loop, the runs before plus `i`."""
+    return f"({'ts_it' + str(gl.index)} + {i})" if gl.nest else i
 
 
 def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
     """One loop's copies. `issuer`: None when one thread runs the program, else the condition of
     the thread that issues the TMA boxes."""
     i = var_name(gl.loop.var)
+    it = iteration(gl, i)
     s = f"ts_s{gl.index}"
     boxes: list[str] = []
     for role, op in (("a", gl.a), ("b", gl.b)):
         if not op.by_threads:
             boxes += _tma_boxes(gl, role, op, s, ctx)
-    wait = (f"if ({i} >= {gl.stages}) "
-            f"ts_mbar_wait(&{gl.empty()}[{s}], (uint32_t)((({i} / {gl.stages}) - 1) & 1));")
+    wait = (f"if ({it} >= {gl.stages}) "
+            f"ts_mbar_wait(&{gl.empty()}[{s}], (uint32_t)((({it} / {gl.stages}) - 1) & 1));")
     if issuer is None or not gl.by_threads:
         issue = [f"ts_mbar_arrive_expect_tx(&{gl.full()}[{s}], {gl.stage_bytes}u);", *boxes]
         step = [wait, *issue] if issuer is None else [wait, f"if ({issuer}) {{", *indent(issue), "}"]
@@ -173,7 +190,7 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
         f"{{  // producer of the loop at {gl.loop.loc}",
         f"{INDENT}const char* const {WHERE_NAME} = {c_string(str(gl.loop.loc))}; (void){WHERE_NAME};",
         f"{INDENT}for (int64_t {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
-        f"{INDENT * 2}const int {s} = (int)({i} % {gl.stages});",
+        f"{INDENT * 2}const int {s} = (int)({it} % {gl.stages});",
         *indent(step, 2),
         f"{INDENT}}}",
         "}",

@@ -20,6 +20,7 @@ from .expr_printer import c_expr
 from .gemm_emit import PAIR_TYPES, PairWalk, acc_name
 from .gemm_pattern import whole
 from .gemm_sm90_load import WARPGROUP, GemmLoop, TensorMapSpec
+from .gemm_sm90_nest import last_statement
 from .tile_ops import storage_type
 from .wgmma import TMA_DTYPE
 
@@ -37,6 +38,10 @@ class TmaStore:
     cols: int
     pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
     elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is 128 // elem_bytes columns wide
+    # Bytes past the start of `staging` where the boxes go: 0 for the freed ring itself; the ring's
+    # size for a tile loop's epilogue, which has a staging tile of its own after the ring
+    # (the producer is already refilling the ring for the next tile: gemm_sm90_nest).
+    offset: int = 0
 
 
 def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
@@ -44,31 +49,74 @@ def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMap
     output window and a stage ring of one of the loops filling it can hold the converted tile. Last, so
     that nothing after it reads the output or the ring (the blocks' exit only waits for the
     boxes' shared-memory reads) and every planned loop, whose producer writes the rings, is done."""
-    if not kernel.body:
+    if not kernel.body or not isinstance(kernel.body[-1], Copy):
         return {}
     s = kernel.body[-1]
-    if not isinstance(s, Copy) or not whole(s.src):
+    feeding = [gl for gl in loops if gl.acc is s.src.buffer and not gl.nest]
+    got = _storable(s)
+    if not feeding or got is None:
         return {}
-    feeding = [gl for gl in loops if gl.acc is s.src.buffer]
-    dst = s.dst.buffer
-    if not feeding or dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in TMA_OUTPUT_DTYPE:
-        return {}
-    rows, cols = s.src.buffer.shape
-    elem = dst.dtype.itemsize
-    row_bytes = dst.shape[1] * elem
-    pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
-    if pair is None or cols % (128 // elem) or rows > 256 or row_bytes % 16 or s.dst.sizes != (rows, cols):
-        return {}
-    need = rows * cols * elem
+    rows, cols, elem, pair = got
     rings = [(op.stage_bytes * gl.stages, op.buffer) for gl in feeding for op in (gl.a, gl.b)]
     room, staging = max(rings, key=lambda r: r[0])
-    if room < need:
+    if room < rows * cols * elem:
         return {}
+    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), staging, rows, cols, pair, elem)}
+
+
+def _storable(s: Copy) -> tuple | None:
+    """(rows, cols, element bytes, pair) when the TMA epilogue can store the whole-fragment copy `s`."""
+    if not whole(s.src):
+        return None
+    dst = s.dst.buffer
+    if dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in TMA_OUTPUT_DTYPE:
+        return None
+    rows, cols = s.src.buffer.shape
+    elem = dst.dtype.itemsize
+    pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
+    if pair is None or cols % (128 // elem) or rows > 256 or dst.shape[1] * elem % 16 or s.dst.sizes != (rows, cols):
+        return None
+    return rows, cols, elem, pair
+
+
+def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: int) -> int:
+    elem = dst.dtype.itemsize
     spec = TensorMapSpec(kernel.params.index(dst), TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
-                         row_bytes, (128 // elem, rows))
+                         dst.shape[1] * elem, (128 // elem, rows))
     if spec not in maps:
         maps.append(spec)
-    return {s: TmaStore(maps.index(spec), staging, rows, cols, pair, elem)}
+    return maps.index(spec)
+
+
+def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec],
+                      room: int) -> dict[Copy, TmaStore]:
+    """The epilogue of each tile loop (gemm_sm90_nest): the copy of the whole accumulator that
+    ends the loop's innermost enclosing body, when a staging tile of its own fits in the `room`
+    bytes of shared memory left beside the rings. It goes right after the loop's A ring."""
+    out: dict[Copy, TmaStore] = {}
+    for gl in loops:
+        s = last_statement(gl.nest)
+        if s is None or s.src.buffer is not gl.acc or any(o is not gl and o.acc is gl.acc for o in loops):
+            continue
+        got = _storable(s)
+        if got is None:
+            continue
+        rows, cols, elem, pair = got
+        if rows * cols * elem > room:
+            continue
+        room -= rows * cols * elem
+        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
+                          offset=gl.a.stage_bytes * gl.stages)
+    return out
+
+
+def staging_bytes(stores: dict[Copy, TmaStore]) -> dict[Buffer, int]:
+    """Bytes each ring grows by for the staging tiles of its own placed after it."""
+    out: dict[Buffer, int] = {}
+    for st in stores.values():
+        if st.offset:
+            out[st.staging] = out.get(st.staging, 0) + st.rows * st.cols * st.elem_bytes
+    return out
 
 
 def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx) -> list[str]:
@@ -99,7 +147,8 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
     return [
         *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
-        f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]});",
+        f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
+        f"{f' + {st.offset}' if st.offset else ''});",
         f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",

@@ -1,7 +1,7 @@
 """Issue 16's GEMM paths on an H100/H200, each against a float64 host product on random data:
 tile configurations at shapes whose rows TMA cannot address (the producer's threads copy those
 tiles, gemm_sm90_load), FP8 (examples/gemm_fp8.py) and element-wise updates of the register
-accumulator.
+accumulator, split-K and the persistent tile loop (examples/gemm.py).
 
     pytest -q tests/gpu/test_gemm_paths_gpu.py      # one GPU
 """
@@ -109,3 +109,33 @@ def test_scaled_relu_epilogue_on_a_bf16_accumulator():
                       * 0.75, 0.0)
     got = np.asarray(jax.jit(scaled)(a, b, s).astype(jnp.float32), np.float64)
     assert float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
+
+
+# ---- schedules (examples/gemm.py): split-K and the persistent tile loop, ragged and large ----
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape
+    (200, 3000, 4096, dict(split_k=2)),  # ragged M and N, float32 partials stored by TMA
+    (1000, 3000, 777, dict(block_m=128, block_n=256, block_k=64, split_k=13)),  # 13 k-steps, 13 splits
+])
+def test_split_k_matches_dot(m, n, k, cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
+    assert isinstance(kern, gemm_example.SplitK)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + n + k)
+    first = jax.jit(kern)(a, b)
+    _close(first, a, b, "bfloat16")
+    assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(jax.jit(kern)(a, b).astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16384, 8192, 1024, dict(persistent=True)),  # 4096 tiles on 132 SMs: 32 waves, the last partial
+    (8192, 8192, 8192, dict(block_m=128, block_n=256, block_k=64, persistent=True)),
+    (1000, 3000, 777, dict(persistent=True)),  # A thread-copied inside the tile loop, ragged C
+    (999, 777, 555, dict(persistent=True, num_sms=7)),  # few blocks, many tiles each, C from registers
+    (300, 200, 256, dict(block_m=64, block_n=128, threads=128, persistent=True, num_sms=3)),
+])
+def test_persistent_matches_dot(m, n, k, cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 2 * n + k)
+    assert generate_cuda(kern.trace(a, b), "sm_90").arch == "sm_90a"
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")

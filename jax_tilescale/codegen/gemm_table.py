@@ -1,0 +1,103 @@
+"""Which tile configuration a GEMM of a given problem takes when its caller names none
+(`examples/gemm.py`'s `gemm()` with no tile arguments): a small heuristic keyed by
+(M, N, K, element type, SM count), counted in benchmarks/NOTES.md ("Issue 16, item 3").
+
+The three levers, and when each pays:
+- the tile shape: 256x192 reads the fewest L2 bytes per FLOP (fastest at 8192-sized shapes
+  under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
+  plan take it; 128x256 is the portable default;
+- split-K: a problem with fewer output tiles than half the SMs (128 x 8192 x 8192: 32 tiles of
+  128x256 on 132 SMs) splits K over `split_k` blocks per tile; float32 partials are summed by XLA
+  in a fixed order (deterministic);
+- a persistent grid (one block per SM walking the tiles in grouped order): the producer loads
+  the next tile's stages while the consumers store the last one, which matters when a tile's
+  epilogue is a large part of its time (short K, many waves).
+
+Explicit arguments to `gemm()` always win over the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+HOPPER_SMS = 132  # an H100 SXM / H200: the SM count assumed when no GPU says otherwise
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One tile configuration of examples/gemm.py's kernel."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    num_stages: int = 4
+    threads: int = 256
+    group_m: int = 8
+    split_k: int = 1  # blocks per output tile along K (float32 partials summed afterwards)
+    persistent: bool = False  # grid = SM count, each block walks tiles in grouped order
+
+    def describe(self) -> str:
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`): the form bench_gemm.py's --configs reads."""
+        text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
+        text += f"/t{self.threads}" if self.threads != 256 else ""
+        text += f"/s{self.split_k}" if self.split_k > 1 else ""
+        return text + ("/p" if self.persistent else "")
+
+
+DEFAULT = GemmConfig()
+WIDE = GemmConfig(block_m=256, block_n=192)  # fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6)
+# persistent: 3 stages so that the epilogue's own staging tile (64 KiB of bf16) fits beside the rings
+PERSISTENT = GemmConfig(num_stages=3, persistent=True)
+MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
+MAX_SPLIT_K = 8
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def tiles_of(m: int, n: int, cfg: GemmConfig) -> int:
+    """Output tiles of an m x n product at `cfg`'s tile shape."""
+    return _ceildiv(m, cfg.block_m) * _ceildiv(n, cfg.block_n)
+
+
+def split_for(m: int, n: int, k: int, cfg: GemmConfig, sm_count: int) -> int:
+    """K splits that bring the blocks of a product with too few output tiles closest to one full
+    wave without a split under MIN_K_STEPS_PER_SPLIT k-steps; 1 when the tiles fill half the
+    SMs already."""
+    tiles = tiles_of(m, n, cfg)
+    if 2 * tiles > sm_count:
+        return 1
+    k_steps = _ceildiv(k, cfg.block_k)
+    best = 1
+    for s in range(2, MAX_SPLIT_K + 1):
+        if tiles * s > sm_count or k_steps < s * MIN_K_STEPS_PER_SPLIT:
+            break
+        if k_steps % s == 0:  # every split the same number of k-steps (examples/gemm.py's SplitK)
+            best = s
+    return best
+
+
+def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = HOPPER_SMS) -> GemmConfig:
+    """The configuration `gemm()` takes for an m x n x k product of `dtype` tiles on a GPU with
+    `sm_count` SMs (module doc). Element types other than fp16/bf16 keep the default tiles."""
+    dt = np.dtype(dtype)
+    if dt.itemsize != 2 or dt.kind not in "fV":  # bf16 is kind 'V' to numpy
+        return DEFAULT
+    split = split_for(m, n, k, DEFAULT, sm_count)
+    if split > 1:
+        return GemmConfig(split_k=split)
+    tiles = tiles_of(m, n, DEFAULT)
+    if tiles > 2 * sm_count and k <= 2048:  # many waves of short tiles: overlap each epilogue
+        return PERSISTENT
+    if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:
+        return WIDE  # large, and its last wave not much emptier: the fewest L2 bytes per FLOP
+    return DEFAULT
+
+
+def idle(m: int, n: int, cfg: GemmConfig, sm_count: int) -> float:
+    """The fraction of SM time the tiles leave idle in their last wave (one block per SM)."""
+    tiles = tiles_of(m, n, cfg)
+    return 1 - tiles / (_ceildiv(tiles, sm_count) * sm_count)
