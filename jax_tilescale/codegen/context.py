@@ -40,6 +40,12 @@ class Frame:
     producer_regs: int = 0
     consumer_regs: int = 0
     cluster: int = 1
+    # A kernel that communicates (gemm_sm90_comm): its first `head` and last `tail` top-level
+    # statements run on every thread of the block, before the split and after the join; after the
+    # join every thread has `join_regs` registers.
+    head: int = 0
+    tail: int = 0
+    join_regs: int = 0
 
     @property
     def warp_specialised(self) -> bool:

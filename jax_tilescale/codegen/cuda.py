@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import abi
 from ..errors import KernelTraceError
@@ -25,7 +25,7 @@ from ..ir.nodes import Buffer, BufferKind, KernelIR
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops
-from .body import RESTORE, emit_body
+from .body import RESTORE, emit_body, emit_stmt
 from .common import INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
@@ -177,7 +177,10 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         "",
         f"#define TS_USES_NVSHMEM {int(uses_nvshmem)}",
     ]
-    if frame.warp_specialised:  # ts_fail's barrier must not wait for the producer warpgroup
+    if frame.head or frame.tail:  # ts_fail reached by every thread (head, tail) or the consumers only
+        out += ["// ts_fail may be reached by the consumers only or by every thread: a pause, no barrier.",
+                "#define TS_FAIL_SYNC() __nanosleep(1000000)"]
+    elif frame.warp_specialised:  # ts_fail's barrier must not wait for the producer warpgroup
         out.append(f'#define TS_FAIL_SYNC() asm volatile("bar.sync 1, {frame.user_threads};" ::: "memory")')
     else:  # ts_fail reached by some threads only (thread-dependent ifs)
         out += control.header_defines(kernel)
@@ -201,7 +204,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
         *indent(start),
         *indent(_prologue(ctx)),
-        *indent(_frame_body(ctx, emit_body(kernel.body, ctx))),
+        *indent(_frame_body(ctx)),
         *indent(end),
         "}",
         "",
@@ -255,30 +258,46 @@ def _call_end(kernel: KernelIR, scratch_bytes: int) -> list[str]:
     return [comment(why), f"ts_call_end(args, {scratch_bytes}u, {c_string(str(kernel.loc))});"]
 
 
-def _frame_body(ctx: Ctx, body: list) -> list:
-    """The kernel body around the statements' lines `body`, as the plan's frame arranges it: the
-    statements after the plan's accumulators, or, warp-specialised, split between the producer
-    warpgroup (the plan's producer program) and the kernel's own threads
-    (gemm_sm90's docstring has the picture)."""
-    plan = ctx.plan
+def _frame_body(ctx: Ctx) -> list:
+    """The kernel's statements as the plan's frame arranges them: after the plan's accumulators,
+    or, warp-specialised, split between the producer warpgroup (the plan's producer program) and
+    the kernel's own threads (gemm_sm90's docstring has the picture); in a kernel that
+    communicates, with a head before the split and a tail after the join that every thread of the
+    block runs (gemm_sm90_comm)."""
+    plan, body = ctx.plan, ctx.kernel.body
     if plan is None:
-        return body
+        return emit_body(body, ctx)
     frame = plan.frame
     if not frame.warp_specialised:
-        return [*plan.setup(ctx), *plan.accumulators(), *body]
+        return [*plan.setup(ctx), *plan.accumulators(), *emit_body(body, ctx)]
     user = frame.user_threads
+    split_end = len(body) - frame.tail
+    # the head and the tail: every thread of the block, as if the kernel had that many (no plan
+    # statement stands there; their barriers are __syncthreads)
+    whole = replace(ctx, kernel=replace(ctx.kernel, threads=frame.total_threads), plan=None)
+    head = [line for n in range(frame.head) for line in emit_stmt(body[n], whole, str(n))]
+    split = [line for n in range(frame.head, split_end) for line in emit_stmt(body[n], ctx, str(n))]
+    tail = [line for n in range(split_end, len(body)) for line in emit_stmt(body[n], whole, str(n))]
+    join = {side: ([f"{INDENT}ts_setmaxnreg_{side}<{frame.join_regs}>();  // the tail runs on every thread: "
+                    "an even share of the registers"] if frame.tail else []) for side in ("inc", "dec")}
     cluster = ["const uint32_t ts_crank = ts_cluster_rank();  // this block's rank in its cluster pair"]
     return [
         *(cluster if frame.cluster > 1 else []),
         *plan.setup(ctx),
+        *head,
         f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
         f"{INDENT}ts_setmaxnreg_dec<{frame.producer_regs}>();",
         *indent(plan.producer(ctx)),
+        *join["inc"],
         f"}} else {{  // consumer warpgroups: the kernel's own {user} threads",
         f"{INDENT}ts_setmaxnreg_inc<{frame.consumer_regs}>();",
         *indent(plan.accumulators()),
-        *indent(body),
+        *indent(split),
+        *join["dec"],
         "}",
         # a peer may still multicast into this block's tiles or arrive on its barriers until both are done
         *(["ts_cluster_sync();"] if frame.cluster > 1 else []),
+        *(["__syncthreads();  // the producer and the consumers meet: the tail runs on every thread"]
+          if frame.tail else []),
+        *tail,
     ]

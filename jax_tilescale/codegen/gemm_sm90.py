@@ -51,6 +51,7 @@ most 256; the fragment used only by T.clear/T.fill/whole T.copy, element-wise up
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -64,6 +65,7 @@ from .context import Ctx, Frame
 from .expr_printer import var_name
 from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step
+from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_load import (
     TENSOR_MAP_FIELDS,
     WARPGROUP,
@@ -100,6 +102,7 @@ class Sm90Plan(TensorCorePlan):
     cluster: int = 1  # blocks per cluster along grid x (2 when a loop multicasts a tile)
     stores: dict[Copy, TmaStore] = field(default_factory=dict)  # accumulator copies done by TMA store
     notes: list[str] = field(default_factory=list)
+    regions: CommRegions | None = None  # a kernel that communicates: its head and tail (gemm_sm90_comm)
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
     # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
@@ -119,7 +122,11 @@ class Sm90Plan(TensorCorePlan):
     def frame(self) -> Frame:
         """A producer warpgroup on top of the kernel's threads; `setmaxnreg` moves registers from it
         to the consumers."""
-        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster)
+        if self.regions is None:
+            return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster)
+        join = join_registers(self.consumer_regs, self.user_threads + WARPGROUP) if self.regions.tail else 0
+        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
+                     self.regions.head, self.regions.tail, join)
 
     def register_buffers(self) -> frozenset[Buffer]:
         return frozenset(self.acc_slabs)
@@ -192,7 +199,11 @@ class Sm90Plan(TensorCorePlan):
 
     def producer(self, ctx: Ctx) -> list[str]:
         """The producer warpgroup's program (gemm_sm90_load)."""
-        return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx)
+        arrange = None
+        if self.regions is not None:
+            regions = self.regions
+            arrange = functools.partial(nested_producer, ctx.kernel, regions, ctx)
+        return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx, arrange)
 
     def accumulators(self) -> list[str]:
         return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
@@ -276,11 +287,13 @@ class Sm90Plan(TensorCorePlan):
 # ---- planning ------------------------------------------------------------------------------------
 
 
-def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int) -> GemmLoop | str:
+def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int,
+               landing: frozenset[Buffer]) -> GemmLoop | str:
     if loop.num_stages is None:
         return "not a T.Pipelined loop"
     step = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma",
-                           lambda copy: plan_operand(copy, kernel.params, maps, TMA_DTYPE[copy.dst.buffer.dtype]),
+                           lambda copy: plan_operand(copy, kernel.params, maps, TMA_DTYPE[copy.dst.buffer.dtype],
+                                                     landing),
                            kinds="fp16/bf16/float8")
     if isinstance(step, str):
         return step
@@ -308,19 +321,30 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     pipelined = [s for s in stmts if isinstance(s, Loop) and s.num_stages is not None]
     if not pipelined:
         return None, []
-    if any(s.communicates for s in stmts):
-        return None, ["the kernel communicates (the producer warpgroup would miss NVSHMEM's block-wide calls)"]
+    communicates = any(s.communicates for s in stmts)
+    # a communicating kernel may read a tile from one buffer or another (`if` around two loops)
+    plannable = candidate_loops(kernel) if communicates else list(kernel.body)
+    # ... and read tiles of an output where peers' puts landed, after waiting for their signals
+    landing = frozenset(b for b in kernel.remote_written() if b.kind is BufferKind.OUTPUT) if communicates \
+        else frozenset()
     if kernel.threads % WARPGROUP or kernel.threads > 4 * WARPGROUP:
         return None, [f"threads={kernel.threads} is not 128, 256, 384 or 512"]
     consumers = kernel.threads // WARPGROUP
     maps: list[TensorMapSpec] = []
     loops: list[GemmLoop] = []
     for loop in pipelined:
-        nest = nesting(kernel, loop)  # () at the top level; a tile loop's skeleton (gemm_sm90_nest)
-        if isinstance(nest, str):
-            reasons.append(f"loop at {loop.loc}: {nest}")
-            continue
-        got = _plan_loop(loop, len(loops), kernel, maps, consumers)
+        if communicates:  # the communicating plan's regions (gemm_sm90_comm); no tile-loop nesting there
+            nest: tuple | str = ()
+            if not any(loop is p for p in plannable):
+                reasons.append(f"loop at {loop.loc}: not at the top level of the kernel or directly in a "
+                               "top-level `if`")
+                continue
+        else:
+            nest = nesting(kernel, loop)  # () at the top level; a tile loop's skeleton (gemm_sm90_nest)
+            if isinstance(nest, str):
+                reasons.append(f"loop at {loop.loc}: {nest}")
+                continue
+        got = _plan_loop(loop, len(loops), kernel, maps, consumers, landing)
         if isinstance(got, str):
             reasons.append(f"loop at {loop.loc}: {got}")
         else:
@@ -340,6 +364,12 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
             return None, [*reasons, f"{s.op_name} at {s.loc} uses a pipelined tile outside its loop"]
         if touched & accs and not fragment_use_ok(s, accs):
             return None, [*reasons, f"{s.op_name} at {s.loc} uses the accumulator other than clear/fill/whole copy"]
+    regions = None
+    if communicates:
+        got_regions = plan_regions(kernel, [gl.loop for gl in loops], tiles | accs)
+        if isinstance(got_regions, str):
+            return None, [*reasons, got_regions]
+        regions = got_regions
     loops = [_with_multicast(gl, kernel) for gl in loops]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:
@@ -348,7 +378,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch)
-    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores)
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions)
     return plan, reasons
 
 

@@ -21,9 +21,10 @@ program is exactly the single-thread TMA program.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..ir.nodes import Buffer, BufferKind, Copy
+from ..ir.nodes import Buffer, BufferKind, Copy, Loop
 from .common import INDENT, c_string, indent
 from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, var_name
@@ -98,15 +99,18 @@ class GemmLoop(PlannedLoop):
         return WARPGROUP if self.by_threads else 1
 
 
-def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], tma_dtype: int) -> Operand | str:
+def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpec], tma_dtype: int,
+                 landing: frozenset[Buffer] = frozenset()) -> Operand | str:
     """The operand a loop's copy fills (a tensor map added to `maps` when TMA can load it), or why
-    the Hopper plan cannot take the copy."""
+    the Hopper plan cannot take the copy. Its source is a kernel input, or one of the `landing`
+    outputs: outputs that peers write and the kernel reads after waiting for them (gemm_sm90_comm)."""
     src, dst = copy.src, copy.dst
     buf = dst.buffer
     if not whole(dst) or len(buf.shape) != 2:
         return f"{copy.dst} is not a whole 2-D shared tile"
-    if src.buffer.kind is not BufferKind.INPUT or len(src.buffer.shape) != 2:
-        return f"the source {src} is not a 2-D kernel input"
+    if (src.buffer.kind is not BufferKind.INPUT and src.buffer not in landing) or len(src.buffer.shape) != 2:
+        what = "a 2-D kernel input or an output that peers write" if landing else "a 2-D kernel input"
+        return f"the source {src} is not {what}"
     if src.buffer.dtype != buf.dtype:
         return "the copy converts the element type"
     rows, cols = buf.shape
@@ -127,23 +131,32 @@ def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpe
 # ---- the producer's program ---------------------------------------------------------------------
 
 
-def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx: Ctx) -> list[str]:
-    """The producer warpgroup's program: every planned loop's copies, in kernel order. Without a
+def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx: Ctx,
+                   arrange: Callable[[Callable[[Loop], list[str] | None]], list[str]] | None = None) -> list[str]:
+    """The producer warpgroup's program: every planned loop's copies, in kernel order, or as
+    `arrange(program)` orders them (gemm_sm90_comm: inside the `if`s that hold the loops;
+    `program(loop)` is a loop's copies, None for a loop the plan did not take). Without a
     thread-copied tile only its first thread runs it (TMA); with one, all its threads run it and
     the first also issues the boxes (`ts_ptid`: the thread's rank in the producer warpgroup)."""
     threads = any(gl.by_threads for gl in loops)
+    issuer = "ts_ptid == 0" if threads else None
+    by_loop = {id(gl.loop): gl for gl in loops}
+
+    def program(loop: Loop) -> list[str] | None:
+        gl = by_loop.get(id(loop))
+        return None if gl is None else _loop_program(gl, ctx, issuer=issuer)
+
+    if arrange is not None:  # a communicating kernel's regions (gemm_sm90_comm)
+        programs = arrange(program)
+    else:  # each loop's program, inside its tile loops where it has them (gemm_sm90_nest)
+        programs = [line for gl in loops for line in _nested(gl, _loop_program(gl, ctx, issuer=issuer), ctx)]
     prefetch = f"for (int ts_t = 0; ts_t < {map_count}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"
     if not threads:
-        body = [prefetch]
-        for gl in loops:
-            body += _nested(gl, _loop_program(gl, ctx, issuer=None), ctx)
-        return [f"if (threadIdx.x == {user_threads}) {{", *indent(body), "}"]
+        return [f"if (threadIdx.x == {user_threads}) {{", *indent([prefetch, *programs]), "}"]
     lines = [f"const int ts_ptid = (int)threadIdx.x - {user_threads};"]
     if map_count:
         lines.append(f"if (ts_ptid == 0) {prefetch}")
-    for gl in loops:
-        lines += _nested(gl, _loop_program(gl, ctx, issuer="ts_ptid == 0"), ctx)
-    return lines
+    return lines + programs
 
 
 def _nested(gl: GemmLoop, program: list[str], ctx: Ctx) -> list[str]:

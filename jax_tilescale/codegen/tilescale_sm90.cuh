@@ -100,6 +100,9 @@ __device__ __forceinline__ void ts_cp_async_arrive(uint64_t* bar) {
 __device__ __forceinline__ void ts_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // Generic-proxy shared-memory writes become visible to the tensor cores (async proxy).
 __device__ __forceinline__ void ts_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Generic-proxy global writes this thread has acquired (a peer's puts or NVLink stores, announced by a
+// signal) become ordered before its async-proxy (TMA) reads of global memory (gemm_sm90_comm).
+__device__ __forceinline__ void ts_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // ---- warpgroup roles ----
 __device__ __forceinline__ void ts_named_sync(uint32_t id, uint32_t threads) {

@@ -165,3 +165,36 @@ def local_copy(dtype=np.float32) -> KernelIR:
     return build(
         kernel, name="local_copy", inputs=[((64, 40), dtype)], outputs=[((64, 40), dtype)], grid=(4,), num_pes=1
     )
+
+
+def serial_allgather_gemm(m_per_pe: int, k: int, n_per_pe: int, npes: int, dtype, block_m: int = 64,
+                          block_n: int = 64, block_k: int = 32) -> KernelIR:
+    """The all-gather + GEMM that examples/allgather_gemm.py was before the Hopper plan took kernels
+    that communicate: one block per row block of the gathered A, its GEMM loop inside a T.serial
+    loop over column tiles (so the Hopper plan leaves it to the mma.sync lowering)."""
+    mb = m_per_pe // block_m
+    m = npes * m_per_pe
+
+    def kernel(a, b, c):
+        bx, me = T.program_id(0), T.get_pe()
+        gathered = T.alloc_symmetric((m, k), dtype)
+        arrived = T.alloc_signal(npes * mb)
+        a_s = T.alloc_shared((block_m, block_k), dtype)
+        b_s = T.alloc_shared((block_k, block_n), dtype)
+        acc = T.alloc_fragment((block_m, block_n), np.float32)
+        r = bx % mb
+        T.putmem_signal_nbi_block(gathered[T.ds(me * m_per_pe + r * block_m, block_m), :],
+                                  a[T.ds(r * block_m, block_m), :], sig=arrived[me * mb + r], value=1,
+                                  op=T.SignalOp.SET, pe=(me + bx // mb) % npes)
+        T.signal_wait_until(arrived[bx], T.Cmp.EQ, 1)
+        rows = T.ds(bx * block_m, block_m)
+        for nt in T.serial(n_per_pe // block_n):
+            T.clear(acc)
+            for ko in T.Pipelined(k // block_k, num_stages=3):
+                T.copy(gathered[rows, T.ds(ko * block_k, block_k)], a_s)
+                T.copy(b[T.ds(ko * block_k, block_k), T.ds(nt * block_n, block_n)], b_s)
+                T.gemm(a_s, b_s, acc)
+            T.copy(acc, c[rows, T.ds(nt * block_n, block_n)])
+
+    return build(kernel, name="ag_gemm", inputs=[((m_per_pe, k), dtype), ((k, n_per_pe), dtype)],
+                 outputs=[((m, n_per_pe), dtype)], grid=(npes * mb,), num_pes=npes)

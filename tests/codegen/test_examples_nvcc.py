@@ -37,6 +37,8 @@ SMALL: dict[str, tuple[Any, dict[str, Any]]] = {
     "cannon": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="bfloat16")),
     "gemm": (None, dict(m=128, n=256, k=128, dtype="bfloat16")),  # the default (Hopper) tiles
     "moe_dispatch": (lambda: line(2), dict(tokens=32, hidden=64, experts_per_pe=2, dtype="bfloat16")),
+    "gemm_reducescatter": (lambda: line(2), dict(m=256, k=64, n=128, dtype="bfloat16")),
+    "tp_mlp": (lambda: line(2), dict(tokens=64, hidden=64, ffn=128, dtype="bfloat16")),
     "gemm_allreduce_view": (lambda: line(2), dict(m=64, k=64, n=64, dtype="float32")),
     "gemm_fp8": (None, dict(m=128, n=256, k=128, dtype="float8_e4m3fn")),  # k32 e4m3 wgmma
     "nvshmem_queries": (lambda: load_example("nvshmem_queries").mesh_2d(4), dict(m=16, n=32)),
@@ -131,6 +133,9 @@ def test_example_kernels_generate_cuda(generated, name):
     if name in ("gemm", "gemm_fp8"):  # at its default tiles on sm_90 the GEMM takes the Hopper lowering
         (module,) = modules.values()
         assert module.arch == "sm_90a" and not module.notes, module.notes
+    if name in ("allgather_gemm", "gemm_reducescatter", "tp_mlp"):  # communicating kernels keep the wgmma plan
+        for kernel, module in modules.items():
+            assert module.arch == "sm_90a" and module.uses_nvshmem and not module.notes, (kernel, module.notes)
     if name == "allgather":
         assert len(modules) == 2  # push and pull
 

@@ -26,9 +26,9 @@ from jax_tilescale.codegen.gemm_sm80 import Sm80Plan, WarpTiling, plan_with_reas
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 from jax_tilescale.errors import KernelTraceError
 from tests.codegen import emulator
+from tests.codegen.kernels import serial_allgather_gemm
 from tests.conftest import load_example
 
-ag_gemm = load_example("allgather_gemm")
 gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
@@ -142,8 +142,8 @@ def _example_ir(m=1024, n=1024, k=512, dtype=BF16, **cfg):
 
 
 def _ag_ir(npes=2, m=128, k=128, n=64, dtype=BF16, **blocks):
-    kern = ag_gemm.allgather_gemm(m, k, n, npes, jnp.dtype(dtype), **blocks)
-    return kern.trace(S((m, k), dtype), S((k, n), dtype), mesh_axes=("x",), num_pes=npes)
+    """A communicating kernel whose GEMM loop sits in a T.serial loop: the Hopper plan leaves it to mma.sync."""
+    return serial_allgather_gemm(m, k, n, npes, np.dtype(dtype), **blocks)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
@@ -176,7 +176,8 @@ def test_hopper_prefers_wgmma_and_forcing_each_lowering(monkeypatch):
 def test_communicating_kernel_takes_mma_on_hopper():
     mod = generate_cuda(_ag_ir(), "sm_90")
     assert _mma(mod) and mod.arch == "sm_90" and mod.uses_nvshmem and mod.threads == 128
-    assert any(n.startswith("mma.sync path, not wgmma: the kernel communicates") for n in mod.notes), mod.notes
+    assert any(n.startswith("mma.sync path, not wgmma: loop at") and "top-level `if`" in n for n in mod.notes), \
+        mod.notes
     assert "// mma.sync path, not wgmma" in mod.source
 
 
