@@ -30,6 +30,8 @@ from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 
 SHAPES = [(8192, 8192, 8192), (8192, 28672, 8192), (8192, 8192, 28672)]  # (M, N, K)
+if os.environ.get("BENCH_OVERLAP_SHAPES"):  # e.g. "8192x8192x8192" (M x N x K, comma-separated): a shorter run
+    SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ["BENCH_OVERLAP_SHAPES"].split(",")]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 
 

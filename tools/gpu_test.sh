@@ -150,8 +150,21 @@ if [ "$NGPU" -ge 2 ]; then
   fi
   step two_nodes_fault two_nodes_fault "$((PORT2 + 4))" "$MODE2"
 fi
+# Only when asked for (gpu_tests_2pe runs them too): issue 15's overlap kernels and the workspace, two PEs on GPU 0.
+if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" overlap_2pe "* ]]; then
+  step overlap_2pe shared_two_pes 29671 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_overlap_gpu.py \
+    tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+fi
+# BENCH_GEMM_ARGS / BENCH_OVERLAP_SHAPES shorten the benchmarks (e.g. BENCH_GEMM_ARGS="--shapes 2048x2048x2048").
 if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
-  step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py
+  # shellcheck disable=SC2086
+  step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
+fi
+if [ "${1:-}" = bench ] && want bench_view; then
+  step bench_view env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_view.py
+fi
+if [ "${1:-}" = bench ] && want bench_overlap; then  # one PE: each overlap kernel against gemm.py's and XLA's
+  step bench_overlap env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_overlap.py
 fi
 if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a two-PE run hangs
   diag_2pe() { TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 "$@"; }

@@ -397,11 +397,12 @@ def test_mma_ragged_k(mma_lowering):
 @pytest.mark.parametrize("dtype,cfg", [
     ("bfloat16", dict(m_per_pe=128, k=256, n_per_pe=128)),
     ("float16", dict(m_per_pe=256, k=512, n_per_pe=128, block_m=64, block_n=64, block_k=64)),
-    ("bfloat16", dict(m_per_pe=64, k=128, n_per_pe=64, block_m=32, block_n=32)),
+    ("bfloat16", dict(m_per_pe=64, k=128, n_per_pe=64, block_m=32, block_n=32, threads=128)),
 ])
-def test_allgather_gemm_takes_mma_and_matches(gpu_mesh, dtype, cfg):
-    """The communicating kernel (putmem_signal_nbi_block, signal_wait_until, then the GEMM): the
-    Hopper plan refuses it, the default lowering is now mma.sync; checked against jnp.dot."""
+def test_allgather_gemm_takes_mma_and_matches(gpu_mesh, dtype, cfg, mma_lowering):
+    """The communicating kernel (putmem_signal_nbi_block, signal_wait_until, then the GEMM) on the
+    mma.sync lowering, asked for (by default it takes the Hopper plan: tests/gpu/test_overlap_gpu.py);
+    checked against a float64 product."""
     cfg = dict(cfg)
     m, k, n = cfg.pop("m_per_pe"), cfg.pop("k"), cfg.pop("n_per_pe")
     kern = ag_gemm.allgather_gemm(m, k, n, gpu_mesh.size, jnp.dtype(dtype), **cfg)
