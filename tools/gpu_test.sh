@@ -119,6 +119,7 @@ step gpu_tests_1pe env CUDA_VISIBLE_DEVICES=0 XLA_PYTHON_CLIENT_PREALLOCATE=fals
   python3 -m pytest tests/gpu -m "not multi_pe" -q -o addopts="" -p no:cacheprovider "${XDIST[@]}"
 step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
+step summa_view_1pe env CUDA_VISIBLE_DEVICES=0 python3 examples/summa_view.py  # a 1 x 1 mesh: every view region local
 if [ "$NGPU" -ge 2 ]; then
   step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -m multi_pe -q \
     -o addopts="" -p no:cacheprovider
@@ -156,15 +157,15 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" overlap_2pe "* ]]; then
     tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
 fi
 # BENCH_GEMM_ARGS / BENCH_OVERLAP_SHAPES shorten the benchmarks (e.g. BENCH_GEMM_ARGS="--shapes 2048x2048x2048").
-if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
-  # shellcheck disable=SC2086
-  step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
-fi
 if [ "${1:-}" = bench ] && want bench_view; then
   step bench_view env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_view.py
 fi
 if [ "${1:-}" = bench ] && want bench_overlap; then  # one PE: each overlap kernel against gemm.py's and XLA's
   step bench_overlap env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_overlap.py
+fi
+if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
+  # shellcheck disable=SC2086
+  step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
 fi
 if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a two-PE run hangs
   diag_2pe() { TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 "$@"; }
