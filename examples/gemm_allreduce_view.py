@@ -69,7 +69,7 @@ def check(mesh: jax.sharding.Mesh, m: int = 64, k: int = 64, n: int = 64, dtype:
     b = ts.testing.random_array(rng, (mesh.size * k, n), dtype)
     got = gemm_allreduce_fn(mesh, m, k, n, jnp.dtype(dtype), **blocks)(ts.testing.place(a, mesh, P(None, "x")),
                                                                        ts.testing.place(b, mesh, P("x", None)))
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
         want = np.asarray(jnp.dot(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
                                   precision=jax.lax.Precision.HIGHEST))
     return ts.testing.compare(got, want, "C close to jnp.dot in float32", atol_of_max=TOLERANCE[dtype])

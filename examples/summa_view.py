@@ -67,7 +67,7 @@ def check(mesh: jax.sharding.Mesh, bm: int = 64, bk: int = 64, bn: int = 64, dty
     b = ts.testing.random_array(rng, (p * bk, p * bn), dtype)
     got = summa_view_fn(mesh, bm, bk, bn, jnp.dtype(dtype))(ts.testing.place(a, mesh, SPEC),
                                                              ts.testing.place(b, mesh, SPEC))
-    with jax.default_device(jax.devices("cpu")[0]):
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
         want = np.asarray(jnp.dot(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32),
                                   precision=jax.lax.Precision.HIGHEST))
     return ts.testing.compare(got, want, "C close to jnp.dot in float32", atol_of_max=TOLERANCE[dtype])

@@ -119,7 +119,6 @@ step gpu_tests_1pe env CUDA_VISIBLE_DEVICES=0 XLA_PYTHON_CLIENT_PREALLOCATE=fals
   python3 -m pytest tests/gpu -m "not multi_pe" -q -o addopts="" -p no:cacheprovider "${XDIST[@]}"
 step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
-step summa_view_1pe env CUDA_VISIBLE_DEVICES=0 python3 examples/summa_view.py  # a 1 x 1 mesh: every view region local
 if [ "$NGPU" -ge 2 ]; then
   step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -m multi_pe -q \
     -o addopts="" -p no:cacheprovider
