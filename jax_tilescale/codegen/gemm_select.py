@@ -1,8 +1,8 @@
 """Which lowering a kernel's T.gemm loops take: the Hopper plan (gemm_sm90), the mma.sync plan
 (gemm_sm80), or the portable rules of compute.py.
 
-`auto` (the default): on sm_90 the Hopper plan, and when it takes no loop (the kernel communicates,
-threads are not whole warpgroups, ...) the mma.sync plan; on sm_80 and later GPUs other than sm_90
+`auto` (the default): on sm_90 the Hopper plan, and when it takes no loop (threads are not whole
+warpgroups, a block-scoped NVSHMEM call between its producer/consumer split, ...) the mma.sync plan; on sm_80 and later GPUs other than sm_90
 the mma.sync plan; elsewhere the portable path. `sm90`, `mma` and `portable` force one lowering
 (where it cannot apply, the loops take the portable path and the notes say why), for tests and
 for benchmarks that compare the lowerings on one GPU. The choice is `generate_cuda(...,
