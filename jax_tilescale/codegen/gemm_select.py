@@ -3,11 +3,11 @@
 
 `auto` (the default): on sm_90 the Hopper plan, and when it takes no loop (threads are not whole
 warpgroups, a block-scoped NVSHMEM call between its producer/consumer split, ...) the mma.sync
-plan; on sm_80 and later GPUs other than sm_90 the mma.sync plan; elsewhere the portable path. `sm90`, `mma` and `portable` force one lowering
-(where it cannot apply, the loops take the portable path and the notes say why), for tests and
-for benchmarks that compare the lowerings on one GPU. The choice is `generate_cuda(...,
-gemm_lowering=)`, else $TILESCALE_GEMM_LOWERING (read here only, when a kernel is compiled), else
-`auto`.
+plan; on sm_80 and later GPUs other than sm_90 the mma.sync plan; elsewhere the portable path.
+`sm90`, `mma` and `portable` force one lowering (where it cannot apply, the loops take the
+portable path and the notes say why), for tests and for benchmarks that compare the lowerings on
+one GPU. The choice is `generate_cuda(..., gemm_lowering=)`, else $TILESCALE_GEMM_LOWERING (read
+here only, when a kernel is compiled), else `auto`.
 """
 
 from __future__ import annotations
