@@ -8,6 +8,8 @@ measured in the same run (issue "Communicating kernels without the fixed tax").
 Rows (per call, median of `--reps` runs of a jitted `fori_loop` of `--iters` calls, so that the
 host's dispatch of the loop is amortised and what remains is the per-iteration cost):
 - plain:  a 128x128x64 bf16 GEMM tile kernel (one block, no NVSHMEM) vs `jnp.dot`: target at most 2 us more;
+- launch: the launch alone: a one-block kernel adding 1 to 4 KiB vs XLA's fusion doing the same, so that
+          what the custom call costs is not mixed with how fast our GEMM is against cuBLAS at a tiny size;
 - comm:   the ring shift kernel (puts, end-of-call barrier) on this PE's mesh vs a plain copy kernel
           moving the same bytes: target at most 3 us more on one PE;
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU.
@@ -54,6 +56,28 @@ def per_call(step, x, iters: int, reps: int) -> float:
         jax.block_until_ready(loop(x))
         times.append((time.perf_counter() - t0) / iters)
     return float(np.median(times))
+
+
+def add_one_kernel(m: int, n: int, dtype: jnp.dtype) -> ts.TileKernel:
+    """The smallest useful kernel: one block adds 1 to an m x n tile."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(1,), threads=128)
+    def add_one(src, dst):
+        t = T.alloc_fragment((m, n), dtype)
+        T.copy(src, t)
+        for i, j in T.Parallel(m, n):
+            t[i, j] = t[i, j] + 1
+        T.copy(t, dst)
+
+    return add_one
+
+
+def bench_launch(iters: int, reps: int) -> list[tuple[str, float, float]]:
+    kern = add_one_kernel(8, 128, jnp.dtype(jnp.float32))  # 4 KiB
+    x = jax.random.normal(jax.random.key(2), (8, 128), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(jax.jit(kern)(x)), np.asarray(x + 1))
+    return [("launch: add 1 to 4 KiB, one block vs XLA fusion", per_call(kern, x, iters, reps),
+             per_call(lambda x: x + 1, x, iters, reps))]
 
 
 def bench_plain(iters: int, reps: int) -> list[tuple[str, float, float]]:
@@ -105,7 +129,7 @@ def bench_shift(mesh, iters: int, reps: int) -> list[tuple[str, float, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="plain,comm,shift", help="rows to run: plain, comm, shift")
+    ap.add_argument("--only", default="launch,plain,comm,shift", help="rows to run: launch, plain, comm, shift")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
@@ -113,6 +137,8 @@ def main() -> None:
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
     want = set(a.only.split(","))
     rows: list[tuple[str, float, float]] = []
+    if "launch" in want:
+        rows += bench_launch(a.iters, a.reps)
     if "plain" in want:
         rows += bench_plain(a.iters, a.reps)
     if "comm" in want:
