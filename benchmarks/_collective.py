@@ -246,7 +246,7 @@ def measure(family: Family, case: Case, npes: int, args: argparse.Namespace) -> 
     """The rows of one size: every kernel checked, then timed with the jax.lax equivalent."""
     nbytes = case.bytes_per_rank
     iters = args.iters or (20 if nbytes <= 64 * MiB else 5)
-    xla_note, want_xla = "", None
+    xla_note, want_xla = "", None  # want_xla stays None when the jax.lax equivalent does not run here
     if case.xla is not None:
         try:
             want_xla = jax.block_until_ready(case.xla(*case.inputs))
@@ -254,6 +254,7 @@ def measure(family: Family, case: Case, npes: int, args: argparse.Namespace) -> 
             xla_note = f"{family.reference} does not run here: {_first_line(e)}"
     else:
         xla_note = f"{family.reference} not available in this JAX"
+    xla_ran = want_xla is not None
     if want_xla is not None and case.reference is not None:  # the jax.lax result checked too, against the reference
         want = jax.block_until_ready(case.reference(*case.inputs))
         tol = case.tolerance if case.xla_tolerance is None else case.xla_tolerance
@@ -281,7 +282,7 @@ def measure(family: Family, case: Case, npes: int, args: argparse.Namespace) -> 
         ratio = None if t_xla is None else t_xla / t
         return Row(nbytes, name, params, True, t, algbw, algbw * family.bus_factor(npes), ratio, note)
 
-    xla_row = row(case.xla_name, case.xla, ok_xla if case.xla is not None else None, xla_note, None)
+    xla_row = row(case.xla_name, case.xla, ok_xla if xla_ran else None, xla_note, None)
     if xla_row.time_s is not None:
         xla_row = Row(**{**xla_row.__dict__, "xla_over_ours": 1.0})
     rows = [row(name, fn, verdicts[name][0], verdicts[name][1], xla_row.time_s) for name, fn in case.ours.items()]
