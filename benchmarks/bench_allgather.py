@@ -1,10 +1,13 @@
 """All-gather bandwidth: examples/allgather.py's kernels (push and pull) against jax.lax.all_gather, same run.
 
-    python -m jax_tilescale.launch -n 2 benchmarks/bench_allgather.py [--mib 1,16,256,1024]
+    python -m jax_tilescale.launch -n 2 benchmarks/bench_allgather.py [--sizes 1M,16M,256M,1G]
+    python benchmarks/bench_allgather.py --sizes 4K,64K --reps 2     # CPU: the interpreter, 2 simulated devices
 
-Bus bandwidth as nccl-tests counts it for all-gather: bytes per rank * (npes - 1) / time.
-Times are medians over repetitions of a jitted call, each rep `iters` calls then one
-block_until_ready (so launch overhead overlaps, as in a real program).
+Sizes are the shard each rank holds; rows of --n bf16 elements (fewer for shards smaller than a
+row), each kernel's grid sized to the shard (benchmarks/_collective.py `block_rows`). Bus bandwidth
+as nccl-tests counts it for all-gather: bytes per rank x (npes - 1) / time. Each kernel is checked
+against jax.lax.all_gather at every size before it is timed; the table, bench_allgather.csv and
+bench_allgather.png go as benchmarks/_collective.py says.
 """
 
 from __future__ import annotations
@@ -12,82 +15,39 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+from collections.abc import Sequence
 
-import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _collective as coll
 import allgather as ag
 
-import jax_tilescale as ts
 
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    coll.add_common_options(ap)
+    ap.add_argument("--n", type=int, default=8192, help="row length in elements (default 8192)")
+    ap.add_argument("--block-m", type=int, default=0, help="rows per block; 0: sized to the shard (block_rows)")
+    a = ap.parse_args(argv)
+    plat, mesh = coll.setup(a)
+    dtype = jnp.dtype(a.dtype)
 
-def block_rows(m: int, row_bytes: int, target_blocks: int = 64, max_block_bytes: int = 2 << 20) -> int:
-    """Rows per block: about `target_blocks` row blocks per PE (one block-wide put sustains only
-    a few tens of GB/s, so small shards need many blocks), each moving at most ~2 MiB."""
-    rows = max(1, min(m // target_blocks, max(1, max_block_bytes // row_bytes)))
-    while m % rows:
-        rows -= 1
-    return rows
+    def make_case(nbytes: int) -> coll.Case:
+        m, n = coll.row_shape(nbytes, dtype.itemsize, a.n)
+        block_m = a.block_m or coll.block_rows(m, n * dtype.itemsize)
+        x = coll.random_sharded(mesh, (mesh.size * m, n), dtype, P("x"), seed=nbytes)
+        params = f"block_m={block_m}"
+        return coll.Case(
+            bytes_per_rank=m * n * dtype.itemsize, inputs=(x,),
+            ours={"push": ag.gather_fn(mesh, m, n, dtype, block_m),
+                  "pull": ag.gather_fn(mesh, m, n, dtype, block_m, pull=True)},
+            xla=ag.xla_gather_fn(mesh), params={"push": params, "pull": params})
 
-
-def median_time(f, x, iters: int, reps: int) -> float:
-    jax.block_until_ready(f(x))
-    jax.block_until_ready(f(x))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            out = f(x)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - t0) / iters)
-    return float(np.median(times))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--mib", default="1,16,256,1024", help="MiB per rank, comma separated")
-    ap.add_argument("--n", type=int, default=8192, help="row length (bf16 elements)")
-    ap.add_argument("--block-m", type=int, default=0, help="rows per block; 0: sized to the shard (see block_rows)")
-    ap.add_argument("--reps", type=int, default=7)
-    a = ap.parse_args()
-    platform = ts.platform.setup()
-    mesh = jax.make_mesh((platform.num_devices,), ("x",))
-    npes = mesh.size
-    rows = []
-    for mib in [int(v) for v in a.mib.split(",")]:
-        per_rank = mib << 20
-        m = per_rank // (a.n * 2)
-        block_m = a.block_m or block_rows(m, a.n * 2)
-        x = jax.device_put(
-            jax.random.normal(jax.random.key(mib), (npes * m, a.n), jnp.float32).astype(jnp.bfloat16),
-            NamedSharding(mesh, P("x")),
-        )
-        push = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m)
-        pull = ag.gather_fn(mesh, m, a.n, jnp.bfloat16, block_m, pull=True)
-        xla = ag.xla_gather_fn(mesh)
-        want = xla(x)
-        ok = ts.testing.allclose(push(x), want) and ts.testing.allclose(pull(x), want)
-        del want
-        iters = 20 if mib <= 64 else 5
-        t_push, t_pull, t_xla = (median_time(f, x, iters, a.reps) for f in (push, pull, xla))
-        bus = [per_rank * (npes - 1) / t / 1e9 for t in (t_push, t_pull, t_xla)]
-        rows.append((mib, block_m, ok, t_push * 1e3, bus[0], t_pull * 1e3, bus[1], t_xla * 1e3, bus[2],
-                     t_xla / t_push, t_xla / t_pull))
-        del x
-    if platform.is_lead:
-        print(f"all-gather, {npes} x {jax.devices()[0].device_kind}, bf16, {platform.describe()}")
-        head = ("MiB/rank", "block_m", "ok", "push ms", "GB/s", "pull ms", "GB/s", "xla ms", "GB/s",
-                "push/xla", "pull/xla")
-        print("{:>9} {:>8} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>9} {:>9}".format(*head))
-        for mib, bm, ok, tp, bp, tq, bq, tx, bx, rp, rq in rows:
-            print(f"{mib:>9} {bm:>8} {ok!s:>5} {tp:>9.3f} {bp:>7.1f} {tq:>9.3f} {bq:>7.1f} {tx:>9.3f} {bx:>7.1f} "
-                  f"{rp:>8.2f}x {rq:>8.2f}x")
+    return coll.run(coll.ALL_GATHER, make_case, a, plat, mesh, what=f"rows of up to {a.n}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -9,12 +9,15 @@ Where PE p's segment lands on PE q (`recv_offsets[q]`: the rows that PEs before 
 computed in JAX from the all-gathered splits, as a MoE layer's dispatch step does (that
 `jax.lax.all_gather` is an XLA collective: this example cannot run as two PEs sharing one GPU).
 Checked against jax.lax.all_to_all on the segments padded to `tokens` rows, then packed, on random
-tokens and random splits. Needs at least 2 devices. On GPUs:
+tokens and random splits. `all_to_all_equal` is the equal-split case (`jax.lax.all_to_all` itself,
+no splits, no staging scratch of the kernel's own), checked against it too. Needs at least 2 devices. On GPUs:
 `python -m jax_tilescale.launch -n 2 examples/all_to_all.py`; with no GPU:
 `python examples/all_to_all.py` (interpreter).
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +49,35 @@ def all_to_all(tokens: int, hidden: int, npes: int, dtype: jnp.dtype) -> ts.Tile
         T.copy(inbox[rows, :], recv[rows, :])
 
     return moe_all_to_all
+
+
+def all_to_all_equal(rows_per_peer: int, hidden: int, npes: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileKernel:
+    """Equal splits, `jax.lax.all_to_all(x, split_axis=0, concat_axis=0, tiled=True)`: send [npes *
+    rows_per_peer, hidden] (segment q for PE q) -> recv [npes * rows_per_peer, hidden] (segment p
+    from PE p). Block (bx, by) puts rows bx of the segment for PE (me + by) % npes straight into
+    that PE's output (as allgather.py's push: no signals, the end of the kernel completes them)."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((npes * rows_per_peer, hidden), dtype),
+               grid=(rows_per_peer // block_m, npes), threads=128)
+    def equal_all_to_all(send, recv):
+        bx, by = T.program_id(0), T.program_id(1)
+        me = T.get_pe()
+        peer = (me + by) % T.get_pe_num()
+        row = bx * block_m
+        T.putmem_nbi_block(recv[T.ds(me * rows_per_peer + row, block_m), :],
+                           send[T.ds(peer * rows_per_peer + row, block_m), :], pe=peer)
+
+    return equal_all_to_all
+
+
+def equal_fn(mesh: jax.sharding.Mesh, rows_per_peer: int, hidden: int, dtype: jnp.dtype, block_m: int = 64):
+    """The jitted equal-split all-to-all over mesh axis "x" (rows sharded by PE)."""
+    kern = all_to_all_equal(rows_per_peer, hidden, mesh.size, jnp.dtype(dtype), block_m)
+    return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+
+
+def equal_reference(shard: jax.Array) -> jax.Array:
+    return jax.lax.all_to_all(shard, "x", split_axis=0, concat_axis=0, tiled=True)
 
 
 def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dtype):
@@ -102,7 +134,13 @@ def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: st
     got = dispatch_fn(mesh, tokens, hidden, jnp.dtype(dtype))(ts.testing.place(x, mesh, P("x")),
                                                              ts.testing.place(splits, mesh, P("x")))
     want = ts.testing.lax_on_host(lax_body(mesh.size, tokens), mesh, (P("x"), P("x")), P("x"))(x, splits)
-    return ts.testing.compare(got, want, "random splits: every element equal to the jax.lax.all_to_all reference")
+    ragged = ts.testing.compare(got, want, "random splits: every element equal to the jax.lax.all_to_all reference")
+    rows_per_peer = max(1, tokens // mesh.size)
+    y = ts.testing.random_array(rng, (mesh.size * mesh.size * rows_per_peer, hidden), dtype)
+    (want_equal,) = ts.testing.lax_on_host(equal_reference, mesh, P("x"), P("x"))(y)
+    got_equal = equal_fn(mesh, rows_per_peer, hidden, jnp.dtype(dtype), block_m=math.gcd(rows_per_peer, 8))(
+        ts.testing.place(y, mesh, P("x")))
+    return ragged & ts.testing.compare(got_equal, want_equal, "equal splits: every element equal to jax.lax.all_to_all")
 
 
 if __name__ == "__main__":

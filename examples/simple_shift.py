@@ -27,9 +27,9 @@ def simple_shift(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.Tile
     return shift
 
 
-def shift_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype):
+def shift_fn(mesh: jax.sharding.Mesh, m: int, n: int, dtype: jnp.dtype, block_m: int = 64):
     """The jitted shift over mesh axis "x" (rows sharded by PE)."""
-    kern = simple_shift(m, n, jnp.dtype(dtype))
+    kern = simple_shift(m, n, jnp.dtype(dtype), block_m)
     return jax.jit(jax.shard_map(kern, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
 
 

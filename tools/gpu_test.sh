@@ -182,9 +182,19 @@ fi
 if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then
   step bench_wait_timeout python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/wait_timeout_cost.py
 fi
-if [ "${1:-}" = bench ] && want bench_allgather && [ "$NGPU" -ge 2 ]; then
-  step bench_allgather python3 -m jax_tilescale.launch -n "$NGPU" --timeout 600 benchmarks/bench_allgather.py
-  grep -A20 "all-gather," "$LOG/bench_allgather.log" | sed 's/^\[rank 0\] //' | grep -v '^\[rank' || true
+# The collective benchmarks (issue 18), two or more GPUs: each prints its table and writes bench_<name>.csv and
+# bench_<name>.png (bus bandwidth against size) into $LOG ($OUT, so the plots come back with the logs; the PNGs
+# need matplotlib: pip install '.[bench]', else the run says so). BENCH_COLL_ARGS shortens them ("--sizes 1M,1G").
+if [ "$NGPU" -ge 2 ]; then
+  for b in allgather reduce_scatter all_to_all ring_shift; do
+    if [ "${1:-}" = bench ] && want "bench_$b"; then
+      # shellcheck disable=SC2086
+      step "bench_$b" python3 -m jax_tilescale.launch -n "$NGPU" --timeout 900 benchmarks/bench_$b.py \
+        --out-dir "$LOG" ${BENCH_COLL_ARGS:-}
+      grep -E "^(\[rank 0\] )?( *size/rank| +[0-9]+ [KMG]iB|check|note|wrote|all-|reduce-|ring )" "$LOG/bench_$b.log" \
+        | sed 's/^\[rank 0\] //' || true
+    fi
+  done
 fi
 echo "=== summary ($(date -u +%F), $NGPU GPU(s))"
 printf '%s\n' "${SUMMARY[@]}"

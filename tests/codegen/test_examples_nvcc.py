@@ -42,6 +42,7 @@ SMALL: dict[str, tuple[Any, dict[str, Any]]] = {
     "gemm_allreduce_view": (lambda: line(2), dict(m=64, k=64, n=64, dtype="float32")),
     "gemm_fp8": (None, dict(m=128, n=256, k=128, dtype="float8_e4m3fn")),  # k32 e4m3 wgmma
     "nvshmem_queries": (lambda: load_example("nvshmem_queries").mesh_2d(4), dict(m=16, n=32)),
+    "reduce_scatter": (lambda: line(2), dict(m=96, n=64, dtype="bfloat16", block_m=64)),  # a ragged last block
     "simple_shift": (lambda: line(2), dict(m=64, n=64, dtype="float32")),
     "softmax": (lambda: line(2), dict(m=21, n=40, dtype="bfloat16")),
     "summa": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="bfloat16")),
