@@ -89,21 +89,34 @@ start_mps() {
 }
 stop_mps() { echo quit | nvidia-cuda-mps-control 2>/dev/null; mps_started=0; }
 trap stop_mps EXIT
-shared_two_pes() {
-  local port=$1 limit=$2; shift 2
+# shared_pes N PORT TIMEOUT ARGS...: N PEs (processes) on GPU 0, each a launcher "node" of one rank; rank 0's
+# output is printed as it comes, the others' after it ends (in $LOG/peK.out).
+shared_pes() {
+  local n=$1 port=$2 limit=$3; shift 3
   start_mps || return 1
-  local -a env2=(NODES=2 GPUS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" CUDA_VISIBLE_DEVICES=0
-                 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 NVSHMEM_SYMMETRIC_SIZE=2G
-                 TILESCALE_PES_SHARE_GPU=1)
-  env "${env2[@]}" NODE_RANK=1 python3 -m jax_tilescale.launch --timeout "$limit" "$@" > "$LOG/pe1.out" 2>&1 &
-  local pid1=$!
-  env "${env2[@]}" NODE_RANK=0 python3 -m jax_tilescale.launch --timeout "$limit" "$@" 2>&1 | sed -u 's/^/[pe 0] /'
-  local rc0=${PIPESTATUS[0]}
-  wait "$pid1"; local rc1=$?
-  sed 's/^/[pe 1] /' "$LOG/pe1.out"
-  echo "pe 0 exit $rc0, pe 1 exit $rc1"
-  [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+  local frac; frac=$(python3 -c "print(round(0.6 / $n, 3))")
+  local -a envn=(NODES="$n" GPUS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" CUDA_VISIBLE_DEVICES=0
+                 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)) XLA_PYTHON_CLIENT_MEM_FRACTION="$frac"
+                 NVSHMEM_SYMMETRIC_SIZE=2G TILESCALE_PES_SHARE_GPU=1)
+  local -a pids=()
+  for ((k = 1; k < n; k++)); do
+    env "${envn[@]}" NODE_RANK=$k python3 -m jax_tilescale.launch --timeout "$limit" "$@" > "$LOG/pe$k.out" 2>&1 &
+    pids+=($!)
+  done
+  env "${envn[@]}" NODE_RANK=0 python3 -m jax_tilescale.launch --timeout "$limit" "$@" 2>&1 | sed -u 's/^/[pe 0] /'
+  local rc0=${PIPESTATUS[0]} ok=1 rck
+  [ "$rc0" = 0 ] || ok=0
+  local codes="pe 0 exit $rc0"
+  for ((k = 1; k < n; k++)); do
+    wait "${pids[$((k - 1))]}"; rck=$?
+    sed "s/^/[pe $k] /" "$LOG/pe$k.out"
+    codes+=", pe $k exit $rck"
+    [ "$rck" = 0 ] || ok=0
+  done
+  echo "$codes"
+  [ "$ok" = 1 ]
 }
+shared_two_pes() { shared_pes 2 "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 step build python3 -m pip install -q --no-build-isolation --no-deps -e . || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
@@ -135,6 +148,10 @@ else  # one GPU: what needs two PEs runs as two processes on it
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \
             "primitives/sync.py" "moe_dispatch.py --tokens 1024 --hidden 1024" "gemm_allreduce_view.py --m 128 --k 128 --n 64"; do
     name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" "${EX_TIMEOUT:-300}" examples/$ex; port=$((port + 2))
+  done
+  # 2 x 2 meshes (issue 4's SUMMA and Cannon, issue 17's views): four PEs on the one GPU
+  for ex in summa.py cannon.py summa_view.py; do
+    step "ex4_${ex%.py}" shared_pes 4 "$port" "${EX_TIMEOUT:-300}" examples/$ex; port=$((port + 2))
   done
 fi
 if [ "$NGPU" -ge 4 ]; then  # 2x2 meshes (issue 4): one PE per GPU
