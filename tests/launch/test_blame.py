@@ -21,8 +21,10 @@ from .procs import cpu_env, finish, free_port, start, write_script
 GLOO_ERROR = ("ValueError: UNKNOWN: Gloo all-reduce failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
               "Connection closed by peer [127.0.0.1]:{port}")
 
-# Rank 1 connects to rank 0; both say they are ready; rank 1 then dies (argv[2] says how) while rank 0 blocks
-# on the connection, as it would in a collective, and fails as soon as the connection closes.
+# Rank 1 connects to rank 0; both say they are ready (rank 0 first, then it tells rank 1, so that a loaded
+# machine cannot let rank 1 die before rank 0 has said so: CI failed once so, 2026-12-01); rank 1 then dies
+# (argv[2] says how) while rank 0 blocks on the connection, as it would in a collective, and fails as soon
+# as the connection closes.
 RACE_RANK = """
 import os, signal, socket, sys, time
 rank, port, how = int(os.environ["RANK"]), int(sys.argv[1]), sys.argv[2]
@@ -33,6 +35,7 @@ if rank == 0:
     server.listen()
     conn, _ = server.accept()
     print("rank 0 ready", flush=True)
+    conn.sendall(b"r")
     data = conn.recv(1)  # the collective: waits for rank 1
     raise ValueError({error!r}.format(port=port) + f" (recv returned {{data!r}})")
 deadline = time.monotonic() + 30
@@ -44,6 +47,7 @@ while True:
         if time.monotonic() > deadline:
             raise
         time.sleep(0.01)
+conn.recv(1)  # rank 0 has said it is ready
 print("rank 1 ready", flush=True)
 time.sleep(0.05)
 if how == "exit":
