@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.expr import Var, VarKind
+from ..ir.expr import Expr, Var, VarKind, static_value
 from ..ir.nodes import BufferKind, Fill, Gemm, Loop
 from ._common import RefLike, region
 from .memory import _alloc, _shape
@@ -25,6 +25,13 @@ class _LoopRange:
 
     def __init__(self, op: str, n: Any, num_stages: int | None):
         self.loc = user_source_loc()
+        if isinstance(n, Expr):  # a kernel value known when tracing (T.get_pe_num(), ...) is a count too
+            known = static_value(n)
+            if known is None:
+                raise KernelTraceError(f"T.{op}: the trip count must be known when the kernel is traced (a Python "
+                                       f"int, or a value such as T.get_pe_num()), not a run-time value: {n!r}",
+                                       self.loc)
+            n = known
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
             raise KernelTraceError(f"T.{op}: the trip count must be a positive Python int, got {n!r}", self.loc)
         if num_stages is not None and (isinstance(num_stages, bool) or not isinstance(num_stages, int)

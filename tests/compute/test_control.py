@@ -294,3 +294,32 @@ def test_stmt_types_in_walk() -> None:
 
     ir = build(k, inputs=[((4,), I32)], outputs=[((4,), I32)], grid=(1,), num_pes=1)
     assert [type(s) for s in walk_stmts(ir.body)] == [If, LocalStore]
+
+
+# ---- loop trip counts known when tracing --------------------------------------------------------
+
+
+@pytest.mark.parametrize("npes", [2, 3])
+def test_a_loop_over_the_pe_count_visits_every_pe(npes: int) -> None:
+    """`for p in T.serial(T.get_pe_num())`: the PE count is a kernel value, but known when tracing, so it
+    is a trip count (it was refused as "not a Python int"). Each PE gathers every PE's row by gets."""
+
+    def gather_rows(x, out):
+        for p in T.serial(T.get_pe_num()):
+            T.getmem_block(out[T.ds(p, 1), :], x, pe=p)
+
+    kern = build(gather_rows, inputs=[((1, 8), np.float32)], outputs=[((npes, 8), np.float32)], grid=(1,),
+                 num_pes=npes)
+    x = np.random.default_rng(npes).standard_normal((npes, 1, 8)).astype(np.float32)
+    outs = run(session(kern), [[x[pe]] for pe in range(npes)])
+    for pe in range(npes):
+        np.testing.assert_array_equal(outs[pe][0], x[:, 0, :])
+
+
+def test_a_run_time_trip_count_is_refused_naming_it() -> None:
+    def by_pe(x, out):
+        for _ in T.serial(T.get_pe() + 1):
+            T.copy(x, out)
+
+    with pytest.raises(KernelTraceError, match="known when the kernel is traced"):
+        build(by_pe, inputs=[((1, 8), np.float32)], outputs=[((1, 8), np.float32)], grid=(1,), num_pes=2)
