@@ -144,6 +144,12 @@ def add_common_options(ap: argparse.ArgumentParser, dtype: str = "bfloat16") -> 
     ap.add_argument("--no-plot", action="store_true", help="write no PNG")
 
 
+def add_row_options(ap: argparse.ArgumentParser, block: str = "rows per block") -> None:
+    """--n (row length) and --block-m (`block`; 0: block_rows picks it), for benchmarks over rows."""
+    ap.add_argument("--n", type=int, default=8192, help="row length in elements (default 8192)")
+    ap.add_argument("--block-m", type=int, default=0, help=f"{block}; 0: sized to the shard (block_rows)")
+
+
 def setup(args: argparse.Namespace) -> tuple[ts.platform.Platform, jax.sharding.Mesh]:
     """The platform and a one-axis mesh "x" over the first --npes devices (all by default)."""
     plat = ts.platform.setup(cpu_devices=args.cpu_devices)

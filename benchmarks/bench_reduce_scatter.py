@@ -37,8 +37,7 @@ def float32_reference_fn(mesh: jax.sharding.Mesh):
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     coll.add_common_options(ap)
-    ap.add_argument("--n", type=int, default=8192, help="row length in elements (default 8192)")
-    ap.add_argument("--block-m", type=int, default=0, help="output rows per block; 0: sized to the output (block_rows)")
+    coll.add_row_options(ap, "output rows per block")
     a = ap.parse_args(argv)
     plat, mesh = coll.setup(a)
     dtype, npes = jnp.dtype(a.dtype), mesh.size

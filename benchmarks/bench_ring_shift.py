@@ -38,8 +38,7 @@ def xla_shift_fn(mesh: jax.sharding.Mesh):
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     coll.add_common_options(ap)
-    ap.add_argument("--n", type=int, default=8192, help="row length in elements (default 8192)")
-    ap.add_argument("--block-m", type=int, default=0, help="rows per block; 0: sized to the block (block_rows)")
+    coll.add_row_options(ap)
     a = ap.parse_args(argv)
     plat, mesh = coll.setup(a)
     dtype = jnp.dtype(a.dtype)
