@@ -198,3 +198,28 @@ def serial_allgather_gemm(m_per_pe: int, k: int, n_per_pe: int, npes: int, dtype
 
     return build(kernel, name="ag_gemm", inputs=[((m_per_pe, k), dtype), ((k, n_per_pe), dtype)],
                  outputs=[((m, n_per_pe), dtype)], grid=(npes * mb,), num_pes=npes)
+
+
+def scaled_relu_gemm(m: int, n: int, k: int):
+    """A bf16 GEMM (examples/gemm.py's loop, 128x128x64 tiles) whose register accumulator is updated
+    element-wise before its store: C = max(A @ B * s[0], 0). A `ts.kernel` (trace or call it)."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_tilescale as ts
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(n // 128, m // 128), threads=256)
+    def scaled(A, B, s, C):
+        A_s = T.alloc_shared((128, 64), jnp.bfloat16)
+        B_s = T.alloc_shared((64, 128), jnp.bfloat16)
+        C_f = T.alloc_fragment((128, 128), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(k // 64, num_stages=3):
+            T.copy(A[T.ds(T.program_id(1) * 128, 128), T.ds(ko * 64, 64)], A_s)
+            T.copy(B[T.ds(ko * 64, 64), T.ds(T.program_id(0) * 128, 128)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        for i, j in T.Parallel(128, 128):
+            C_f[i, j] = T.max(C_f[i, j] * s[0], 0.0)
+        T.copy(C_f, C[T.ds(T.program_id(1) * 128, 128), T.ds(T.program_id(0) * 128, 128)])
+
+    return scaled

@@ -17,6 +17,7 @@ from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_sm90_load import TENSOR_MAP_FIELDS
 from jax_tilescale.compiler import compile_cubin
 from jax_tilescale.errors import KernelTraceError
+from tests.codegen.kernels import scaled_relu_gemm
 from tests.codegen.test_compute_codegen import _no_spills
 from tests.conftest import load_example
 from tests.primitives.util import mesh_of, shard_run
@@ -123,19 +124,7 @@ def test_elementwise_update_of_a_bf16_accumulator_stays_in_registers():
     a T.Parallel on the accumulator sent the loop to the portable path)."""
     m = n = k = 512
 
-    @ts.kernel(out_shape=S((m, n), jnp.bfloat16), grid=(n // 128, m // 128), threads=256)
-    def scaled(A, B, s, C):
-        A_s = T.alloc_shared((128, 64), jnp.bfloat16)
-        B_s = T.alloc_shared((64, 128), jnp.bfloat16)
-        C_f = T.alloc_fragment((128, 128), jnp.float32)
-        T.clear(C_f)
-        for ko in T.Pipelined(k // 64, num_stages=3):
-            T.copy(A[T.ds(T.program_id(1) * 128, 128), T.ds(ko * 64, 64)], A_s)
-            T.copy(B[T.ds(ko * 64, 64), T.ds(T.program_id(0) * 128, 128)], B_s)
-            T.gemm(A_s, B_s, C_f)
-        for i, j in T.Parallel(128, 128):
-            C_f[i, j] = T.max(C_f[i, j] * s[0], 0.0)
-        T.copy(C_f, C[T.ds(T.program_id(1) * 128, 128), T.ds(T.program_id(0) * 128, 128)])
+    scaled = scaled_relu_gemm(m, n, k)
 
     ir = scaled.trace(S((m, k), jnp.bfloat16), S((k, n), jnp.bfloat16), S((1,), jnp.float32))
     hopper = generate_cuda(ir, "sm_90")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
+from tests.codegen.kernels import scaled_relu_gemm
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -83,24 +84,8 @@ def test_fp8_gemm_matches_the_dequantised_product(dtype, m, n, k, cfg):
 
 def test_scaled_relu_epilogue_on_a_bf16_accumulator():
     """The element-wise update of a register accumulator (T.Parallel on C_f before its store)."""
-    import jax_tilescale as ts
-    from jax_tilescale import language as T
-
     m, n, k = 512, 384, 320
-
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(n // 128, m // 128), threads=256)
-    def scaled(A, B, s, C):
-        A_s = T.alloc_shared((128, 64), jnp.bfloat16)
-        B_s = T.alloc_shared((64, 128), jnp.bfloat16)
-        C_f = T.alloc_fragment((128, 128), jnp.float32)
-        T.clear(C_f)
-        for ko in T.Pipelined(k // 64, num_stages=3):
-            T.copy(A[T.ds(T.program_id(1) * 128, 128), T.ds(ko * 64, 64)], A_s)
-            T.copy(B[T.ds(ko * 64, 64), T.ds(T.program_id(0) * 128, 128)], B_s)
-            T.gemm(A_s, B_s, C_f)
-        for i, j in T.Parallel(128, 128):
-            C_f[i, j] = T.max(C_f[i, j] * s[0], 0.0)
-        T.copy(C_f, C[T.ds(T.program_id(1) * 128, 128), T.ds(T.program_id(0) * 128, 128)])
+    scaled = scaled_relu_gemm(m, n, k)
 
     a, b = _inputs((m, k), (k, n), "bfloat16", 11)
     s = jnp.asarray([0.75], jnp.float32)
