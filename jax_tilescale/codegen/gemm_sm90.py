@@ -311,6 +311,17 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
     return GemmLoop(loop, index, a, b, g, g.c.buffer, m, n, k, loop.num_stages)
 
 
+def _placement(kernel: KernelIR, loop: Loop, plannable: list[Loop] | None) -> tuple | str:
+    """Where the plan may take `loop`, or why not. A kernel that communicates (`plannable`: its loops at
+    the top level or directly in a top-level `if`, gemm_sm90_comm) takes no tile-loop nesting: (); the
+    others: () at the top level, a tile loop's skeleton inside serial loops and ifs (gemm_sm90_nest)."""
+    if plannable is None:
+        return nesting(kernel, loop)
+    if any(loop is p for p in plannable):
+        return ()
+    return "not at the top level of the kernel or directly in a top-level `if`"
+
+
 def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, list[str]]:
     """The Hopper plan of `kernel` (None when no loop qualifies) and why each pipelined loop it
     leaves to the portable path does not qualify (the generated source's header prints them)."""
@@ -323,7 +334,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         return None, []
     communicates = any(s.communicates for s in stmts)
     # a communicating kernel may read a tile from one buffer or another (`if` around two loops)
-    plannable = candidate_loops(kernel) if communicates else list(kernel.body)
+    plannable = candidate_loops(kernel) if communicates else None
     # ... and read tiles of an output where peers' puts landed, after waiting for their signals
     landing = frozenset(b for b in kernel.remote_written() if b.kind is BufferKind.OUTPUT) if communicates \
         else frozenset()
@@ -333,17 +344,10 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     maps: list[TensorMapSpec] = []
     loops: list[GemmLoop] = []
     for loop in pipelined:
-        if communicates:  # the communicating plan's regions (gemm_sm90_comm); no tile-loop nesting there
-            nest: tuple | str = ()
-            if not any(loop is p for p in plannable):
-                reasons.append(f"loop at {loop.loc}: not at the top level of the kernel or directly in a "
-                               "top-level `if`")
-                continue
-        else:
-            nest = nesting(kernel, loop)  # () at the top level; a tile loop's skeleton (gemm_sm90_nest)
-            if isinstance(nest, str):
-                reasons.append(f"loop at {loop.loc}: {nest}")
-                continue
+        nest = _placement(kernel, loop, plannable)
+        if isinstance(nest, str):
+            reasons.append(f"loop at {loop.loc}: {nest}")
+            continue
         got = _plan_loop(loop, len(loops), kernel, maps, consumers, landing)
         if isinstance(got, str):
             reasons.append(f"loop at {loop.loc}: {got}")
