@@ -142,6 +142,11 @@ __device__ __forceinline__ uint64_t ts_ld_acquire_sys_u64(const void* p) {
 // runs to its end (its outputs are garbage) and the GPU context stays usable: the handler's
 // end-of-call barrier still completes once every PE's kernel ends, so no late write reaches a
 // later call. The runtime's watcher raises WaitTimeoutError in the main thread.
+//
+// No function call on the way (everything forceinline, no printf: the record is the report). A
+// wait may stand where a GEMM's accumulators are live (the owner's wait in a GEMM-ReduceScatter,
+// after its main loop); a call there makes ptxas keep the whole accumulator array in local memory
+// across the main loop (benchmarks/NOTES.md, issue 15: 1 KiB spilled, 5x slower).
 
 #define TS_WAIT_CHECK_EVERY 256u              // polls between two looks at the clock
 #define TS_WAIT_ACK_NS 2000000000ull          // how long the reporting waiter waits for the host
@@ -221,19 +226,11 @@ __device__ __forceinline__ bool ts_wait_aborted(const TsWaitCtx& c) {
   return c.fault != nullptr && *reinterpret_cast<volatile uint64_t*>(&c.fault->launch_id) == c.launch_id;
 }
 
-__device__ __noinline__ void ts_wait_gave_up(TsWaitCtx c, const char* where, const char* op, int cmp, uint64_t seen,
-                                             uint64_t expected, int bits, int is_signed, int64_t peer,
-                                             uint64_t waited_ns) {
-  if (c.fault == nullptr) {  // no record to report through (the handler always passes one)
-    printf("jax_tilescale: a wait timed out at %s (%s, PE %d) and there is no record to report it in\n", where, op,
-           c.pe);
-    __trap();
-  }
+__device__ __forceinline__ void ts_wait_gave_up(TsWaitCtx c, const char* where, const char* op, int cmp, uint64_t seen,
+                                                uint64_t expected, int bits, int is_signed, int64_t peer,
+                                                uint64_t waited_ns) {
+  if (c.fault == nullptr) __trap();  // no record to report through (the handler always passes one)
   if (atomicExch(&ts_wait_claim, (unsigned long long)c.launch_id) == c.launch_id) return;  // reported already
-  // Also on the process's stdout, at the next synchronisation, in case nothing reads the record.
-  printf("jax_tilescale: a wait timed out after %.1f s at %s (%s, PE %d of %d, block %u,%u,%u): value %llu, "
-         "expected TS_CMP %d against %llu\n", waited_ns * 1e-9, where, op, c.pe, c.npes, blockIdx.x, blockIdx.y,
-         blockIdx.z, (unsigned long long)seen, cmp, (unsigned long long)expected);
   volatile TsWaitFault* f = c.fault;
   f->seen = seen;
   f->expected = expected;
@@ -260,8 +257,8 @@ __device__ __noinline__ void ts_wait_gave_up(TsWaitCtx c, const char* where, con
 }
 
 template <int CMP, bool SLEEP, bool SYS, typename T>
-__device__ __noinline__ void ts_wait_slow(TsWaitCtx c, const T* word, T value, int64_t peer, const char* where,
-                                          const char* op) {
+__device__ __forceinline__ void ts_wait_slow(TsWaitCtx c, const T* word, T value, int64_t peer, const char* where,
+                                             const char* op) {
   uint64_t start = 0;
   for (uint32_t n = 1;; ++n) {
     if (SLEEP) __nanosleep(64);
