@@ -21,12 +21,19 @@ ldmatrix + mma.sync, portable), in the same interleaved rounds.
 
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
-128x256 and 256x192, persistent 128x256) and, where the shape has at most half as many tiles as
-SMs, split-K 2 and 4: the fastest row per shape is "our best config".
+128x256 and 256x192, persistent 128x256, two 128x128 blocks per SM) and, where the shape has at
+most half as many tiles as SMs, split-K 2 and 4 (reduced in the kernel) and split-K 4 summed by XLA
+afterwards (`/s4/xla`, the two-pass form): the fastest row per shape is "our best config".
 
-A config's optional suffixes: `/sN` split-K over N blocks per tile, `/p` the persistent tile loop,
-`/tN` threads, `/mc` two-block clusters multicasting the shared tile (gemm_sm90.MULTICAST),
-`/direct` the epilogue stored from registers instead of through shared memory and TMA (gemm_sm90.TMA_STORE off).
+    python benchmarks/bench_gemm.py --shapes 2048x2048x2048,4096x4096x4096,128x8192x8192,16384x8192x1024 \
+        --fp8-shapes=        # issue 16's small and skinny shapes only (about 4 minutes)
+
+A config's optional suffixes: `/sN` split-K over N blocks per tile (the last split of a tile sums
+the partials), `/xla` with it: the partials summed by XLA after the kernel instead (examples/gemm.py's
+SplitK reduce="xla"), `/p` the persistent tile loop, `/tN` threads, `/bN` N blocks per SM
+(ts.kernel's blocks_per_sm), `/mc` two-block clusters multicasting the shared tile
+(gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers instead of through shared
+memory and TMA (gemm_sm90.TMA_STORE off).
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
 CONFIGS = "auto"
-CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p"
+CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x128x64/3/g8/t128/b2"
 SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config suffix -> gemm_sm90 switch
 
 
@@ -72,6 +79,7 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     base = GemmConfig()
     if 2 * tiles_of(m, n, base) <= device_sm_count():
         out += [f"{base.describe()}/s{s}" for s in (2, 4) if f"{base.describe()}/s{s}" != pick.describe()]
+        out.append(f"{base.describe()}/s4/xla")  # the partials summed by XLA afterwards: the two-pass form
     return out
 
 
@@ -93,8 +101,13 @@ def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
             switches[name] = value
         elif suffix.startswith("t") and suffix[1:].isdigit():
             cfg["threads"] = int(suffix[1:])
+        elif suffix.startswith("b") and suffix[1:].isdigit():
+            cfg["blocks_per_sm"] = int(suffix[1:])
+        elif suffix == "xla":
+            cfg["split_reduce"] = "xla"
         else:
-            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} (tN, sN, p, table, {', '.join(SWITCHES)})")
+            known = f"tN, sN, bN, xla, p, table, {', '.join(SWITCHES)}"
+            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 
 

@@ -36,21 +36,25 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to 
 def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int | None = None,
          block_n: int | None = None, block_k: int | None = None, num_stages: int | None = None,
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
-         persistent: bool | None = None, num_sms: int | None = None) -> Callable[..., jax.Array]:
+         persistent: bool | None = None, num_sms: int | None = None,
+         blocks_per_sm: int | None = None, split_reduce: str = "kernel") -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
-    GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (a kernel
-    writing float32 partials, then their sum); otherwise the kernel itself, `persistent` or not."""
+    GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (one kernel
+    whose splits reduce their float32 partials themselves; `split_reduce="xla"`: partials summed by
+    XLA afterwards); otherwise the kernel itself, `persistent` or not.
+    `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; the table's
+    128x128 pick at one-wave shapes)."""
     sms = num_sms or device_sm_count()
     tiles_given = any(v is not None for v in (block_m, block_n, block_k))
     base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
     if persistent and not base.persistent and num_stages is None:
         base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
     given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
-                 group_m=group_m, split_k=split_k, persistent=persistent)
+                 group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm)
     cfg = dataclasses.replace(base, **{f: v for f, v in given.items() if v is not None})
     if cfg.split_k > 1:
-        return SplitK(m, n, k, dtype, cfg)
+        return SplitK(m, n, k, dtype, cfg, split_reduce)
     if cfg.persistent:
         return persistent_kernel(m, n, k, dtype, cfg, sms)
     return tile_kernel(m, n, k, dtype, cfg)
@@ -78,7 +82,8 @@ def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel
     tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
     group = group_of(tiles_m, cfg)
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=cfg.threads)
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=cfg.threads,
+               blocks_per_sm=cfg.blocks_per_sm)
     def gemm_kernel(A, B, C):
         tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
         A_s = T.alloc_shared((bm, bk), dtype)
@@ -102,10 +107,11 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
     tiles = tiles_m * tiles_n
-    blocks = min(num_sms, tiles)
+    blocks = min(num_sms * cfg.blocks_per_sm, tiles)
     group = group_of(tiles_m, cfg)
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
+               blocks_per_sm=cfg.blocks_per_sm)
     def gemm_persistent(A, B, C):
         A_s = T.alloc_shared((bm, bk), dtype)
         B_s = T.alloc_shared((bk, bn), dtype)
@@ -125,13 +131,23 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
 
 
 class SplitK:
-    """C = A @ B with K split over `cfg.split_k` blocks per output tile: `kernel` writes each
-    split's float32 partial tile into its own slab of P [split_k * tiles_m * block_m, n], and
-    calling this sums the slabs in split order (split 0 + split 1 + ...: the same additions in the
-    same order every run, so the result is deterministic) and rounds once to `dtype`."""
+    """C = A @ B with K split over `cfg.split_k` blocks per output tile, in one kernel. Each split
+    writes its float32 partial tile into its own block_m x block_n slab of a workspace W (the
+    kernel's second output; slab (split, tile) at rows (split * tiles + tile) * block_m, an index
+    the code generator proves in bounds, so no check stands between the wgmma instructions), then
+    takes a ticket from its tile's counter (`T.atomic_fetch_add`: it orders memory, so the split
+    drawing a ticket has seen every slab written before the earlier tickets); the split that draws
+    the last ticket adds the slabs in split order (slab 0 + slab 1 + ...: the same additions every
+    run, so the result is deterministic, whichever split finishes last) and stores its tile of C
+    once, rounded to `dtype`. No second pass (CUTLASS's "serial split-K" idea).
 
-    def __init__(self, m: int, n: int, k: int, dtype, cfg: GemmConfig):
-        self.m, self.n, self.dtype, self.cfg = m, n, jnp.dtype(dtype), cfg
+    `reduce="xla"`: the earlier form, for comparison: the kernel writes the slabs only and XLA sums
+    them afterwards in the same order (a second pass over 2 x split_k x 4 bytes per element of C)."""
+
+    def __init__(self, m: int, n: int, k: int, dtype, cfg: GemmConfig, reduce: str = "kernel"):
+        if reduce not in ("kernel", "xla"):
+            raise ValueError(f"split_reduce must be 'kernel' or 'xla', not {reduce!r}")
+        self.m, self.n, self.dtype, self.cfg, self.reduce = m, n, jnp.dtype(dtype), cfg, reduce
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
         k_steps = T.ceildiv(k, bk)
@@ -139,34 +155,68 @@ class SplitK:
             divisors = [d for d in range(1, k_steps + 1) if k_steps % d == 0]
             raise ValueError(f"split_k={cfg.split_k} does not divide the {k_steps} k-steps of K={k} at "
                              f"block_k={bk}: use one of {divisors[:12]}")
-        self.splits = cfg.split_k
-        per = k_steps // self.splits
-        self.rows = tiles_m * bm  # one slab: every tile row whole, so no split writes another's rows
+        self.splits = splits = cfg.split_k
+        per = k_steps // splits
+        self.rows = rows = tiles_m * bm  # the "xla" form's slabs: every tile row of one split
+        tiles = tiles_m * tiles_n
         group = group_of(tiles_m, cfg)
+        if reduce == "kernel":
+            slabs = jax.ShapeDtypeStruct((splits * tiles * bm, bn), jnp.float32)
+            out_shape = (jax.ShapeDtypeStruct((m, n), dtype), slabs)
+        else:
+            out_shape = jax.ShapeDtypeStruct((splits * rows, n), jnp.float32)
 
-        @ts.kernel(out_shape=jax.ShapeDtypeStruct((self.splits * self.rows, n), jnp.float32),
-                   grid=(tiles_n, tiles_m, self.splits), threads=cfg.threads)
-        def gemm_split_k(A, B, P):
-            tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
-            split = T.program_id(2)
+        def partial(A, B, C_f, tm, tn, split):
+            """This split's k-steps into C_f."""
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared((bk, bn), dtype)
-            C_f = T.alloc_fragment((bm, bn), jnp.float32)
             T.clear(C_f)
             for ko in T.Pipelined(per, num_stages=cfg.num_stages):
                 # the last k-step of the last split may pass K: its columns/rows past K read zeros
                 T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
                 T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
                 T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, P[T.ds(split * self.rows + tm * bm, bm), T.ds(tn * bn, bn)])
 
-        self.kernel = gemm_split_k
+        def tile():
+            """(tile row, tile column, split, the tile's number in launch order)"""
+            pid = T.program_id(1) * tiles_n + T.program_id(0)
+            return (*grouped_tile(pid, tiles_m, tiles_n, group), T.program_id(2), pid)
+
+        launch = dict(out_shape=out_shape, grid=(tiles_n, tiles_m, splits), threads=cfg.threads,
+                      blocks_per_sm=cfg.blocks_per_sm)
+
+        @ts.kernel(**launch)
+        def gemm_split_k_partials(A, B, W):
+            tm, tn, split, _ = tile()
+            C_f = T.alloc_fragment((bm, bn), jnp.float32)
+            partial(A, B, C_f, tm, tn, split)
+            T.copy(C_f, W[T.ds(split * rows + tm * bm, bm), T.ds(tn * bn, bn)])
+
+        @ts.kernel(**launch)
+        def gemm_split_k(A, B, C, W):
+            tm, tn, split, pid = tile()
+            C_f = T.alloc_fragment((bm, bn), jnp.float32)
+            arrived = T.alloc((tiles,), jnp.int32, level="global")  # zero when the kernel starts
+            ticket = T.alloc_shared((1,), jnp.int32)
+            partial(A, B, C_f, tm, tn, split)
+            T.copy(C_f, W[T.ds((split * tiles + pid) * bm, bm), :])
+            T.atomic_fetch_add(arrived[pid], 1, ticket[0])
+            if ticket[0] == splits - 1:  # the last split of this tile: every slab is written
+                T.clear(C_f)
+                for s in T.serial(splits):
+                    for i, j in T.Parallel(bm, bn):
+                        C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
+                T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
+
+        self.kernel = gemm_split_k if reduce == "kernel" else gemm_split_k_partials
 
     def trace(self, a, b):
-        """The partial kernel's IR (what the code generator and bench_gemm.py's resources read)."""
+        """The kernel's IR (what the code generator and bench_gemm.py's resources read)."""
         return self.kernel.trace(a, b)
 
     def __call__(self, a: jax.Array, b: jax.Array) -> jax.Array:
+        if self.reduce == "kernel":
+            return self.kernel(a, b)[0]
         slabs = self.kernel(a, b).reshape(self.splits, self.rows, self.n)
         total = slabs[0]
         for s in range(1, self.splits):  # a fixed order: deterministic, unlike atomics

@@ -47,6 +47,7 @@ class KernelSpec:
     # Outputs that are the same on every PE of the kernel's PE space (an all-gather's): typed as
     # invariant over its mesh axes, so shard_map accepts `out_specs=P()` for them under check_vma.
     replicated: tuple[int, ...] = ()
+    blocks_per_sm: int = 1  # checked with the traced kernel (ir/verify.py)
 
     def __post_init__(self) -> None:
         def bad(message: str) -> KernelTraceError:
@@ -75,7 +76,8 @@ class KernelSpec:
     @staticmethod
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
              interpret: bool | InterpretOptions | None, name: str | None,
-             wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False) -> KernelSpec:
+             wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False,
+             blocks_per_sm: int = 1) -> KernelSpec:
         """The spec of `@kernel(...)`'s arguments: one output or a tuple of them, an int or a tuple grid,
         one axis name or several. The grid and threads are checked with the traced kernel (ir/verify.py)."""
         loc = _fn_loc(fn)
@@ -96,7 +98,8 @@ class KernelSpec:
             which = (replicated,)
         else:
             which = tuple(replicated)
-        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait, loc, which)
+        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait, loc, which,
+                          blocks_per_sm)
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -247,6 +250,7 @@ def _trace_cached(
         num_pes=num_pes,
         mesh_axis_sizes=axis_sizes,
         input_vma=input_vma,
+        blocks_per_sm=spec.blocks_per_sm,
     )
     return verify_kernel(ir)
 
@@ -262,6 +266,7 @@ def kernel(
     name: str | None = None,
     wait_timeout_s: float | None = None,
     replicated: bool | Sequence[int] = False,
+    blocks_per_sm: int = 1,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -286,10 +291,16 @@ def kernel(
       `out_specs=P()` for them, as for any per-device value); replicated ones are typed as invariant
       over those axes, so `out_specs=P()` takes them. The interpreter checks the promise (every PE's
       output bit for bit equal to PE 0's, else KernelRuntimeError); the GPU trusts it.
+    blocks_per_sm: on the GPU, how many blocks of this kernel one SM must be able to run at once
+      (CUDA's minimum blocks per multiprocessor): the compiler keeps each thread's registers to
+      1/blocks_per_sm of the SM's register file over `threads` (the Hopper GEMM plan splits that
+      share between its producer and consumers), and the kernel is refused if its shared memory
+      does not fit blocks_per_sm times in an SM. 2 lets one block's epilogue overlap another's
+      main loop (examples/gemm.py's 128x128 tiles at one-wave shapes). The interpreter ignores it.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
         return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
-                                             wait_timeout_s, replicated))
+                                             wait_timeout_s, replicated, blocks_per_sm))
 
     return wrap(fn) if fn is not None else wrap

@@ -22,7 +22,7 @@ context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..ir.nodes import Buffer, KernelIR, Stmt
@@ -46,6 +46,7 @@ class Frame:
     head: int = 0
     tail: int = 0
     join_regs: int = 0
+    blocks_per_sm: int = 1  # the kernel's (`ts.kernel(blocks_per_sm=)`): __launch_bounds__'s minimum
 
     @property
     def warp_specialised(self) -> bool:
@@ -57,8 +58,12 @@ class Frame:
 
     @property
     def launch_bounds(self) -> str:
-        """`__launch_bounds__`'s arguments (a warp-specialised block wants one block per SM)."""
-        return f"{self.total_threads}, 1" if self.warp_specialised else f"{self.total_threads}"
+        """`__launch_bounds__`'s arguments: the block's threads and, when the kernel asks for several
+        blocks per SM or is warp-specialised (whose setmaxnreg split assumes the register share of
+        that many blocks), the minimum blocks per SM."""
+        if self.warp_specialised or self.blocks_per_sm != 1:
+            return f"{self.total_threads}, {self.blocks_per_sm}"
+        return f"{self.total_threads}"
 
     def block_sync(self) -> str:
         """The barrier of the threads that run the kernel's statements: the whole block, or in a
@@ -127,7 +132,12 @@ class Ctx:
 
     @property
     def frame(self) -> Frame:
-        return self.plan.frame if self.plan is not None else Frame(self.kernel.threads)
+        if self.plan is None:
+            return Frame(self.kernel.threads, blocks_per_sm=self.kernel.blocks_per_sm)
+        frame = self.plan.frame
+        if frame.blocks_per_sm != self.kernel.blocks_per_sm:  # a plan that leaves the registers to ptxas
+            frame = replace(frame, blocks_per_sm=self.kernel.blocks_per_sm)
+        return frame
 
     def block_sync(self, note: str = "") -> list[str]:
         """The block barrier of a statement (the frame's), `note` saying why; none in a thread

@@ -69,6 +69,7 @@ from .gemm_pattern import (
     match_gemm_step,
     whole,
 )
+from .layout import shared_budget
 from .regions import BASE_ALIGN, element_offset, row_major_strides
 from .wgmma import WGMMA_INPUT_TYPES
 
@@ -562,6 +563,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm80Plan | None, lis
     if not loops:
         return None, reasons
     limit = SMEM_LIMIT.get(number, DEFAULT_SMEM_LIMIT)
+    if kernel.blocks_per_sm > 1:  # each of the blocks an SM must hold gets its share
+        limit = min(limit, shared_budget(arch, kernel.blocks_per_sm))
     while _shared_bytes(kernel, loops) > limit:  # a shorter ring before giving up
         longest = max(loops, key=lambda gl: (gl.stages, gl.stage_bytes))
         if longest.stages <= 2:

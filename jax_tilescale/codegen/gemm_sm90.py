@@ -77,7 +77,7 @@ from .gemm_sm90_load import (
 )
 from .gemm_sm90_nest import consumer_tail, nested_counters, nesting
 from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
-from .layout import max_shared_bytes
+from .layout import shared_budget
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
 
 __all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
@@ -103,6 +103,7 @@ class Sm90Plan(TensorCorePlan):
     stores: dict[Copy, TmaStore] = field(default_factory=dict)  # accumulator copies done by TMA store
     notes: list[str] = field(default_factory=list)
     regions: CommRegions | None = None  # a kernel that communicates: its head and tail (gemm_sm90_comm)
+    blocks_per_sm: int = 1  # the kernel's: each block splits 1/blocks_per_sm of the register file
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
     # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
@@ -115,7 +116,12 @@ class Sm90Plan(TensorCorePlan):
 
     @property
     def consumer_regs(self) -> int:
-        per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
+        if self.blocks_per_sm == 1:
+            per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
+        else:  # the block's launch share (the launch bounds' registers per thread, in units of 8) less the producer's
+            total = self.user_threads + WARPGROUP
+            launched = REGISTER_FILE // (self.blocks_per_sm * total) // 8 * 8
+            per_thread = (launched * total - WARPGROUP * PRODUCER_REGS) // self.user_threads
         return min(240, per_thread // 8 * 8)
 
     @property
@@ -123,10 +129,11 @@ class Sm90Plan(TensorCorePlan):
         """A producer warpgroup on top of the kernel's threads; `setmaxnreg` moves registers from it
         to the consumers."""
         if self.regions is None:
-            return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster)
+            return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
+                         blocks_per_sm=self.blocks_per_sm)
         join = join_registers(self.consumer_regs, self.user_threads + WARPGROUP) if self.regions.tail else 0
         return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
-                     self.regions.head, self.regions.tail, join)
+                     self.regions.head, self.regions.tail, join, self.blocks_per_sm)
 
     def register_buffers(self) -> frozenset[Buffer]:
         return frozenset(self.acc_slabs)
@@ -382,7 +389,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch)
-    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions)
+    plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,
+                    blocks_per_sm=kernel.blocks_per_sm)
     return plan, reasons
 
 
@@ -399,7 +407,8 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
     if any(gl.nest for gl in loops):  # tile loops: a staging tile of their own, where it fits
         used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
         used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
-        stores |= plan_nested_store(kernel, loops, maps, max_shared_bytes(arch) - used - SMEM_ALIGN)
+        room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
+        stores |= plan_nested_store(kernel, loops, maps, room)
     return stores
 
 

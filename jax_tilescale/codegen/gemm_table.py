@@ -7,11 +7,15 @@ The three levers, and when each pays:
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
   plan take it; 128x256 is the portable default;
 - split-K: a problem with fewer output tiles than half the SMs (128 x 8192 x 8192: 32 tiles of
-  128x256 on 132 SMs) splits K over `split_k` blocks per tile; float32 partials are summed by XLA
-  in a fixed order (deterministic);
+  128x256 on 132 SMs) splits K over `split_k` blocks per tile; the last split of each tile to
+  finish sums the float32 partials in split order (deterministic) and stores the tile;
 - a persistent grid (one block per SM walking the tiles in grouped order): the producer loads
   the next tile's stages while the consumers store the last one, which matters when a tile's
-  epilogue is a large part of its time (short K, many waves).
+  epilogue is a large part of its time (short K, many waves);
+- two blocks per SM (`blocks_per_sm=2`, 128x128 tiles, one consumer warpgroup, 3 stages: half the
+  registers and shared memory of an SM each): at a shape whose 128x256 tiles make one wave or less
+  (2048^3: 128 tiles), one block's pipeline fill and epilogue overlap the other's main loop, which
+  a persistent grid cannot give with one tile per block.
 
 Explicit arguments to `gemm()` always win over the table.
 """
@@ -35,14 +39,16 @@ class GemmConfig:
     num_stages: int = 4
     threads: int = 256
     group_m: int = 8
-    split_k: int = 1  # blocks per output tile along K (float32 partials summed afterwards)
+    split_k: int = 1  # blocks per output tile along K (float32 partials summed by the tile's last split)
     persistent: bool = False  # grid = SM count, each block walks tiles in grouped order
+    blocks_per_sm: int = 1  # blocks one SM runs at once (ts.kernel's blocks_per_sm)
 
     def describe(self) -> str:
         """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`): the form bench_gemm.py's --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
+        text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
         return text + ("/p" if self.persistent else "")
 
 
@@ -50,6 +56,9 @@ DEFAULT = GemmConfig()
 WIDE = GemmConfig(block_m=256, block_n=192)  # fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6)
 # persistent: 3 stages so that the epilogue's own staging tile (64 KiB of bf16) fits beside the rings
 PERSISTENT = GemmConfig(num_stages=3, persistent=True)
+# two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
+# share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
+PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
 MAX_SPLIT_K = 8
 
@@ -90,6 +99,8 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if split > 1:
         return GemmConfig(split_k=split)
     tiles = tiles_of(m, n, DEFAULT)
+    if tiles <= sm_count:  # one wave of one tile per SM: pair two smaller blocks per SM instead
+        return PAIRED
     if tiles > 2 * sm_count and k <= 2048:  # many waves of short tiles: overlap each epilogue
         return PERSISTENT
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:

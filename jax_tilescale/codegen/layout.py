@@ -36,15 +36,41 @@ SCRATCH_ROUND = 256
 SHARED_BYTES_PER_BLOCK = {70: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
                           89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 MAX_SHARED_BYTES = SHARED_BYTES_PER_BLOCK[90]  # Hopper's, the default target
+# Shared memory of one SM (the same table's "per SM" row); the system takes 1 KiB of it per resident block
+# from sm_80 on, which is why the per-block figure is 1 KiB less there.
+SHARED_BYTES_PER_SM = {70: 96 * 1024, 75: 64 * 1024, 80: 164 * 1024, 86: 100 * 1024, 87: 164 * 1024,
+                       89: 100 * 1024, 90: 228 * 1024, 100: 228 * 1024, 120: 100 * 1024}
+RESERVED_SHARED_PER_BLOCK = 1024
 
 
 def max_shared_bytes(arch: str) -> int:
     """Shared memory one block may use on `arch` ("sm_80", "sm_90a", ...); an unlisted one gets the
     entry of the nearest listed capability below it (the lowest listed for anything older)."""
+    return SHARED_BYTES_PER_BLOCK[_capability(arch)]
+
+
+def _capability(arch: str) -> int:
+    """The listed compute capability whose limits `arch` has (module tables)."""
     digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
     cc = int(digits) if digits else 90
     known = [c for c in sorted(SHARED_BYTES_PER_BLOCK) if c <= cc] or [min(SHARED_BYTES_PER_BLOCK)]
-    return SHARED_BYTES_PER_BLOCK[known[-1]]
+    return known[-1]
+
+
+def _reserved(cc: int) -> int:
+    return RESERVED_SHARED_PER_BLOCK if cc >= 80 else 0
+
+
+def blocks_fitting(smem_bytes: int, arch: str) -> int:
+    """How many blocks of `smem_bytes` dynamic shared memory one SM of `arch` holds at once."""
+    cc = _capability(arch)
+    return SHARED_BYTES_PER_SM[cc] // (smem_bytes + _reserved(cc))
+
+
+def shared_budget(arch: str, blocks_per_sm: int = 1) -> int:
+    """Shared memory one block may use on `arch` when `blocks_per_sm` of them must fit in an SM."""
+    cc = _capability(arch)
+    return min(max_shared_bytes(arch), SHARED_BYTES_PER_SM[cc] // blocks_per_sm - _reserved(cc))
 
 
 def _round_up(n: int, to: int) -> int:
@@ -140,6 +166,14 @@ def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str) -> Layout:
         raise KernelTraceError(
             f"kernel {kernel.name} needs {smem_bytes} bytes of shared memory per block ({allocs}); "
             f"a block can have at most {limit} on {arch}",
+            kernel.loc,
+        )
+    bps = kernel.blocks_per_sm
+    if bps > 1 and smem_bytes > shared_budget(arch, bps):
+        raise KernelTraceError(
+            f"kernel {kernel.name} asks for blocks_per_sm={bps} but needs {smem_bytes} bytes of shared memory "
+            f"per block; {bps} blocks fit in an SM of {arch} with at most {shared_budget(arch, bps)} each: use "
+            f"fewer pipeline stages or smaller tiles, or blocks_per_sm={max(1, blocks_fitting(smem_bytes, arch))}",
             kernel.loc,
         )
     return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier,

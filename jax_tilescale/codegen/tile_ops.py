@@ -33,7 +33,7 @@ from ..ir.expr import Expr, Var
 from ..ir.guards import branch_ranges
 from ..ir.nodes import KernelIR, Loop, Region, Stmt
 from ..ir.ranges import value_range
-from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
+from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BFLOAT16,
     BOOL,
@@ -434,6 +434,30 @@ def emit_cumsum(s: CumSum, ctx: Ctx) -> list[str]:
         f"{INDENT}}}",
         "}",
         *ctx.block_sync(),
+    ]
+
+
+# atomicAdd's operand type per counting dtype (its 64-bit form is unsigned; two's complement agrees)
+_FETCH_ADD_TYPES = {np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int",
+                    np.dtype(np.int64): "unsigned long long", np.dtype(np.uint64): "unsigned long long"}
+
+
+@EMIT.register(FetchAdd)
+def emit_fetch_add(s: FetchAdd, ctx: Ctx) -> list[str]:
+    """The block meets (its earlier accesses done), thread 0 fences (release), adds, fences again
+    (acquire) and writes the old count to shared memory; the block meets again and reads it."""
+    p = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
+    dtype = s.word.buffer.dtype
+    ctype, atype = storage_type(dtype, s.loc), _FETCH_ADD_TYPES[dtype]
+    return [
+        *ctx.block_sync("every thread's earlier accesses, before the release"),
+        *thread0(ctx, [
+            "__threadfence();  // release: the block's earlier writes reach the GPU before its count",
+            f"{p.element(s.prev, s.loc)} = ({ctype})atomicAdd(reinterpret_cast<{atype}*>("
+            f"&{p.element(s.word, s.loc)}), ({atype})({c_expr(s.value)}));",
+            "__threadfence();  // acquire: what the earlier counts released, before the block reads it",
+        ]),
+        *ctx.block_sync("every thread reads the old count"),
     ]
 
 

@@ -24,8 +24,18 @@ from ..ir.control import If
 from ..ir.evaluate import ArrayEvaluator
 from ..ir.expr import BinOp, Expr, Load, Var
 from ..ir.expr import format_expr as fmt
-from ..ir.nodes import Buffer, Loop, Region, Stmt
-from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, Parallel, Reduce, ReduceKind, Store
+from ..ir.nodes import Buffer, Loop, Region, SignalOp, Stmt
+from ..ir.tile_ops import (
+    AtomicElement,
+    AtomicKind,
+    AtomicRegion,
+    CumSum,
+    FetchAdd,
+    Parallel,
+    Reduce,
+    ReduceKind,
+    Store,
+)
 from ..ir.values import (
     BOOL,
     FLOAT32,
@@ -47,6 +57,7 @@ from ..ir.values import (
 from . import element_maps
 from .block import INTERPRET, RunKind
 from .memory import AccessKind, ResolvedRegion, where
+from .registers import wrap_int
 
 Array = np.ndarray
 
@@ -489,6 +500,25 @@ def _cumsum(ctx: Any, s: CumSum) -> None:
             out = np.cumsum(data, axis=s.dim, dtype=acc)
     dst = ctx.resolve(s.dst, "dst", s)
     ctx.write(dst, to_storage(out, acc, s.dst.buffer.dtype).reshape(dst.sizes), s)
+
+
+@INTERPRET.register(FetchAdd)
+def _fetch_add(ctx: Any, s: FetchAdd) -> None:
+    """The block's ticket: acquire what earlier fetch_adds on the word released (the race clocks'
+    word, as a signal wait does), update the word atomically, release the block's own clock into
+    it (a read-modify-write continues the release sequence: the last block acquires every earlier
+    one's), and write the old value to `prev`."""
+    word = ctx.resolve(s.word, "word", s)
+    value = ctx.eval(s.value, "the value", s)
+    race = ctx.world.race
+    agent = race.block_agent(ctx.pe, ctx.block)
+    race.sync_from(agent, ctx.pe, word)
+    view = ctx.world.memory.access(ctx.access(AccessKind.ATOMIC, word, s))
+    dtype = s.word.buffer.dtype
+    old = int(view.reshape(-1)[0])
+    view[...] = wrap_int(old + value, dtype)
+    race.sync_to(agent, ctx.pe, word, SignalOp.ADD)
+    ctx.write(ctx.resolve(s.prev, "prev", s), np.full((1,) * len(s.prev.starts), old, dtype), s)
 
 
 @INTERPRET.register(AtomicRegion)

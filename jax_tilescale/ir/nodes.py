@@ -544,6 +544,9 @@ class KernelIR:
     num_pes: int  # product of the sizes of `mesh_axes`
     mesh_axis_sizes: tuple[int, ...] = ()  # the size of each of `mesh_axes` (same order)
     loc: SourceLoc = field(compare=False, default=UNKNOWN_LOC)
+    # Blocks the GPU code is built to keep on one SM at a time (registers and shared memory per
+    # block at most 1/blocks_per_sm of the SM's); the interpreter ignores it.
+    blocks_per_sm: int = 1
 
     @property
     def params(self) -> tuple[Buffer, ...]:

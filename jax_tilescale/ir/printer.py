@@ -34,7 +34,7 @@ from .nodes import (
     WaitUntil,
 )
 from .rules import RuleTable
-from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, Store
 from .values import format_value
 
 # A statement's line, or (a statement with several bodies) one header line per body.
@@ -166,6 +166,11 @@ def _atomic_region(s: AtomicRegion) -> str:
     return f"{s.op_name}({s.dst} <- {s.src})"
 
 
+@PRINT.register(FetchAdd)
+def _fetch_add(s: FetchAdd) -> str:
+    return f"{_element(s.prev)} = {s.op_name}({_element(s.word)}, {format_expr(s.value)})"
+
+
 @PRINT.register(Reduce)
 def _reduce(s: Reduce) -> str:
     return f"{s.op_name}({s.src} -> {s.dst}, dim={s.dim}, clear={s.clear})"
@@ -197,7 +202,8 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
         axes_text = str(axes)
     header = (
         f"kernel {kernel.name}(grid={kernel.grid}, threads={kernel.threads}, "
-        f"mesh_axes={axes_text}, num_pes={kernel.num_pes})"
+        f"mesh_axes={axes_text}, num_pes={kernel.num_pes}"
+        + (f", blocks_per_sm={kernel.blocks_per_sm})" if kernel.blocks_per_sm != 1 else ")")
     )
     lines = [header]
     lines += [f"  param {b}" for b in kernel.params]

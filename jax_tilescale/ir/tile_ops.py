@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .expr import Var
+from .expr import Expr, Var
 from .nodes import Region, Stmt
 from .values import Value, promote
 
@@ -93,6 +93,21 @@ class AtomicRegion(Stmt):
     @property
     def op_name(self) -> str:  # type: ignore[override]
         return f"atomic_{self.op.value}"
+
+
+@dataclass(frozen=True)
+class FetchAdd(Stmt):
+    """`T.atomic_fetch_add(word, value, prev)`: the block's one atomic `word += value` on an
+    integer word of global memory, its old value written to `prev` (one element of a shared tile)
+    for every thread to read. A block statement that orders memory, unlike the element atomics:
+    everything the block did before it happens before it (release), and what the block does after
+    it happens after every earlier fetch_add on the same word (acquire): the ticket of a turnstile
+    (the block that draws the last ticket of a tile may read what the others wrote before theirs)."""
+
+    word: Region
+    value: Expr
+    prev: Region
+    op_name = "atomic_fetch_add"
 
 
 @dataclass(frozen=True)

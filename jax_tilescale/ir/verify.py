@@ -20,6 +20,7 @@ RULE_MODULES = (verify_comm, verify_compute, verify_control, verify_tile_ops)
 
 MAX_GRID_DIMS = 3
 MAX_THREADS = 1024
+MAX_THREADS_PER_SM = 2048  # every GPU since Volta but sm_75/86/89/120 (1024-1536)
 
 
 def verify_kernel(kernel: KernelIR) -> KernelIR:
@@ -32,6 +33,12 @@ def verify_kernel(kernel: KernelIR) -> KernelIR:
     if not isinstance(kernel.threads, int) or not 32 <= kernel.threads <= MAX_THREADS or kernel.threads % 32:
         raise KernelTraceError(
             f"threads must be a multiple of 32 between 32 and {MAX_THREADS}, got {kernel.threads!r}", loc
+        )
+    bps = kernel.blocks_per_sm
+    if isinstance(bps, bool) or not isinstance(bps, int) or not 1 <= bps <= MAX_THREADS_PER_SM // kernel.threads:
+        raise KernelTraceError(
+            f"blocks_per_sm must be an int from 1 to {MAX_THREADS_PER_SM // kernel.threads} (an SM holds at most "
+            f"{MAX_THREADS_PER_SM} threads; the kernel has {kernel.threads} per block), got {bps!r}", loc
         )
     if kernel.num_pes < 1:
         raise KernelTraceError(f"the kernel's PE space {kernel.mesh_axes} is empty", loc)

@@ -13,7 +13,7 @@ from .expr import loads, same_expr, variables
 from .guards import guarded, known_conditions, narrowed
 from .nodes import BLOCK_LOCAL, KernelIR, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
 from .ranges import Ranges
-from .tile_ops import AtomicElement, AtomicRegion, CumSum, Parallel, Reduce, Store
+from .tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, Store
 from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelect, children, format_value
 from .verify_base import VERIFY, check_kind, check_region, squeezed, verify_body
 
@@ -128,6 +128,30 @@ def _verify_atomic_element(s: AtomicElement, kernel: KernelIR, ranges: Ranges) -
     if s.value.dtype == BOOL:
         raise KernelTraceError(f"{s.op_name}: the value {format_value(s.value)} is bool; T.cast it", s.loc)
     check_value(s.value, ranges, s.op_name, s.loc)
+
+
+# What T.atomic_fetch_add counts in: integer words of global memory that every block of the PE sees.
+FETCH_ADD_KINDS = frozenset({BufferKind.OUTPUT, BufferKind.GLOBAL})
+FETCH_ADD_DTYPES = frozenset(np.dtype(t) for t in (np.int32, np.uint32, np.int64, np.uint64))
+
+
+@VERIFY.register(FetchAdd)
+def _verify_fetch_add(s: FetchAdd, kernel: KernelIR, ranges: Ranges) -> None:
+    op = s.op_name
+    _check_element(s.word, ranges, op, "word", s.loc)
+    check_kind(s.word, FETCH_ADD_KINDS, op, "word", "a count that every block of the PE sees lives in global "
+               "memory (T.alloc(..., level=\"global\"), zero when the kernel starts)", s.loc)
+    if s.word.buffer.dtype not in FETCH_ADD_DTYPES:
+        raise KernelTraceError(f"{op}: the word {s.word.buffer.name} is {s.word.buffer.dtype.name}; it counts in "
+                               "int32, uint32, int64 or uint64", s.loc)
+    _check_element(s.prev, ranges, op, "prev", s.loc)
+    check_kind(s.prev, frozenset({BufferKind.SHARED}), op, "prev", "every thread of the block reads the old "
+               "count from a shared tile", s.loc)
+    if s.prev.buffer.dtype != s.word.buffer.dtype:
+        raise KernelTraceError(f"{op}: prev {s.prev.buffer.name} is {s.prev.buffer.dtype.name}, the word "
+                               f"{s.word.buffer.name} {s.word.buffer.dtype.name}: give them one dtype", s.loc)
+    if THREAD_VAR in variables(s.value):
+        raise KernelTraceError(f"{op}: the value depends on the thread; the block adds one value", s.loc)
 
 
 @VERIFY.register(AtomicRegion)

@@ -14,7 +14,8 @@ count may be given and must agree).
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
   ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, cumsum, atomic_add, atomic_max,
-  atomic_min (and element reads and stores `ref[i, j]` in a Parallel body);
+  atomic_min (and element reads and stores `ref[i, j]` in a Parallel body), atomic_fetch_add (a
+  block's ordered ticket on a global word);
 - per-thread code (`control`): thread_id / get_thread_binding, If / Else, if_then_else, all, any,
   alloc_local, alloc_var (and Python `if`/`and`/`or`/`not` on kernel values in a kernel body);
 - transfers (`transfers`): putmem[_signal][_nbi][_warp|_block], getmem[_nbi][_warp|_block],
@@ -49,6 +50,7 @@ from .elementwise import (
     Parallel,
     abs,
     atomic_add,
+    atomic_fetch_add,
     atomic_max,
     atomic_min,
     cast,
@@ -159,6 +161,7 @@ __all__ = [
     "alloc_var",
     "any",
     "atomic_add",
+    "atomic_fetch_add",
     "atomic_max",
     "atomic_min",
     "axis_index",

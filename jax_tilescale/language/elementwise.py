@@ -18,12 +18,12 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.expr import Expr, Var, VarKind, as_expr, expr_max, expr_min
-from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, Reduce, ReduceKind
+from ..ir.tile_ops import AtomicElement, AtomicKind, AtomicRegion, CumSum, FetchAdd, Reduce, ReduceKind
 from ..ir.tile_ops import Parallel as ParallelStmt
 from ..ir.values import BinaryKind, UnaryKind, Value, as_value, binary, for_destination, unary
 from ..ir.values import cast as cast_value
 from ..ir.values import select as select_value
-from ._common import RefLike, region
+from ._common import RefLike, expr, region
 from .refs import Ref, RegionRef, element_value
 from .source import user_source_loc
 from .state import current_trace
@@ -230,6 +230,22 @@ def atomic_add(dst: Any, value: Any) -> None:
     body) or a region with a tile of its shape (`T.atomic_add(C[rows, cols], frag)`, the whole block).
     Local memory only (outputs, symmetric scratch, shared tiles); atomics order nothing else."""
     _atomic(AtomicKind.ADD, dst, value)
+
+
+def atomic_fetch_add(word: Any, value: Any, prev: Any) -> None:
+    """`prev = word; word += value` as one atomic step for the whole block (thread 0 does it), and
+    an ordering point, unlike `atomic_add`: the block's earlier reads and writes happen before it,
+    and its later ones after every earlier `atomic_fetch_add` on the same word. `word` is one int32
+    or int64 element of global memory (`T.alloc((n,), jnp.int32, level="global")`: zero when the
+    kernel starts), `prev` one element of a shared tile of the same dtype, which every thread then
+    reads (`if prev_s[0] == n - 1:`). The turnstile of a reduction across blocks: each block writes its
+    part, takes a ticket, and the block that draws the last one reads the others' parts
+    (examples/gemm.py's split-K). A block statement: not in a T.Parallel or a thread-dependent `if`."""
+    op = "atomic_fetch_add"
+    state = current_trace(op)
+    loc = user_source_loc()
+    state.emit(FetchAdd(region(word, op, "word", loc), expr(value, op, "value", loc), region(prev, op, "prev", loc),
+                        loc=loc))
 
 
 def atomic_max(dst: Any, value: Any) -> None:

@@ -28,12 +28,14 @@ def trace_kernel(
     num_pes: int,
     mesh_axis_sizes: Sequence[int] | None = None,
     input_vma: Sequence[frozenset[str] | None] | None = None,
+    blocks_per_sm: int = 1,
 ) -> KernelIR:
     """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
 
     `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
     it may be left out when there is at most one axis (its size is then `num_pes`). `input_vma`:
-    per input, the mesh axes shard_map types it as varying over (None: not known).
+    per input, the mesh axes shard_map types it as varying over (None: not known). `blocks_per_sm`:
+    `ts.kernel`'s, recorded in the IR for the code generator.
     """
     sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
     state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
@@ -78,6 +80,7 @@ def trace_kernel(
         num_pes=num_pes,
         mesh_axis_sizes=sizes,
         loc=loc,
+        blocks_per_sm=blocks_per_sm,
     )
 
 

@@ -26,7 +26,7 @@ def _module(m, n, k, **cfg):
 
 @pytest.mark.parametrize("m,n,k", [(16384, 8192, 1024), (1000, 3000, 777), (999, 777, 555)])
 def test_persistent_tile_loop_takes_the_hopper_plan(m, n, k):
-    mod = _module(m, n, k, persistent=True, num_sms=132)
+    mod = _module(m, n, k, block_m=128, block_n=256, persistent=True, num_sms=132)
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     src = mod.source
     producer, consumer = src.split("consumer warpgroups", 1)
@@ -39,17 +39,33 @@ def test_persistent_tile_loop_takes_the_hopper_plan(m, n, k):
         assert "char* const ts_box = reinterpret_cast<char*>(p_A_s + 49152);" in src
 
 
-def test_split_k_kernel_takes_the_hopper_plan_with_float32_partials_stored_by_tma():
-    mod = _module(128, 8192, 8192)  # the table's pick: 4 splits of 128x256 tiles
+def test_split_k_summed_by_xla_takes_the_hopper_plan_with_float32_partials_stored_by_tma():
+    mod = _module(128, 8192, 8192, split_reduce="xla")  # the table's pick: 4 splits of 128x256 tiles
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     assert "ts_tma_store_2d(" in mod.source and "ts_bz" in mod.source
 
 
+def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_consumers():
+    """The partial store, the ticket and the last split's sum and store run on the consumer
+    warpgroups after the loop; the workspace and counter indices are proven in bounds, so no
+    check (a call that would serialise the wgmma pipeline) is generated."""
+    mod = _module(128, 8192, 8192)  # the table's pick: 4 splits of 128x256 tiles
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    consumer = mod.source.split("consumer warpgroups", 1)[1]
+    assert "atomicAdd(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer
+    assert "ts_elem_index(" not in consumer
+    assert mod.scratch_bytes > 0  # the tiles' counters, zero at the start
+
+
 @pytest.mark.parametrize("m,n,k,cfg", [
     (16384, 8192, 1024, dict(persistent=True)),
-    (1000, 3000, 777, dict(persistent=True)),  # A thread-copied inside the tile loop
+    (1000, 3000, 777, dict(block_m=128, block_n=256, persistent=True)),  # A thread-copied inside the tile loop
+    (1000, 3000, 777, dict(persistent=True)),  # the table's two 128x128 blocks per SM, persistent
     (128, 8192, 8192, dict(split_k=4)),
+    (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),
+    (200, 3000, 4096, dict(split_k=2)),  # ragged M and N: the last split's store of C is guarded
 ])
 def test_schedules_build_without_spills(session_cache, require_nvcc, m, n, k, cfg):
     mod = _module(m, n, k, num_sms=132, **cfg)
-    _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+    report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+    assert "C7510" not in report, report  # no call between the wgmma instructions

@@ -32,7 +32,8 @@ def test_a_portable_gemm_that_fits_hopper_but_not_an_a100_is_refused_for_sm_80()
     # K = 777: rows of A are 1554 bytes, which neither the mma.sync lowering nor (on sm_80) TMA takes, so the
     # 128 x 256 float32 accumulator (128 KiB) lives in shared memory beside the tiles: about 176 KiB.
     m, n, k = 1000, 3000, 777
-    ir = gemm_example.gemm(m, n, k, jnp.bfloat16).trace(S((m, k), jnp.bfloat16), S((k, n), jnp.bfloat16))
+    ir = gemm_example.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=256).trace(S((m, k), jnp.bfloat16),
+                                                                                S((k, n), jnp.bfloat16))
     with pytest.raises(KernelTraceError, match=f"at most {163 * 1024} on sm_80"):
         generate_cuda(ir, "sm_80")
     assert generate_cuda(ir, "sm_90").smem_bytes <= 227 * 1024  # Hopper takes it (its own lowering)

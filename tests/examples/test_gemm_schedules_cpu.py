@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen.gemm_table import DEFAULT, GemmConfig, pick_config
+from jax_tilescale.codegen.gemm_table import DEFAULT, PAIRED, GemmConfig, pick_config
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -31,26 +31,49 @@ def _assert_close(got, want, dtype):
     assert err <= tol * float(jnp.max(jnp.abs(want))), err
 
 
+@pytest.mark.parametrize("reduce", ["kernel", "xla"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("m,n,k,split", [(200, 136, 80, 5), (130, 70, 96, 2), (64, 96, 72, 5)])
-def test_split_k_matches_dot_at_ragged_shapes(dtype, m, n, k, split):
-    """K over `split` blocks per tile (72 = 4.5 k-steps of 16: the last split's last step clips)."""
-    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), split_k=split, **SMALL_TILES)
+@pytest.mark.parametrize("m,n,k,split", [(200, 136, 80, 5), (130, 70, 96, 2), (70, 96, 88, 3), (150, 40, 64, 4)])
+def test_split_k_matches_dot_at_ragged_shapes(dtype, m, n, k, split, reduce):
+    """K over `split` blocks per tile (72 = 4.5 k-steps of 16: the last split's last step clips),
+    the partials summed by the tile's last split (in the kernel) or by XLA afterwards."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), split_k=split, split_reduce=reduce, **SMALL_TILES)
     assert isinstance(kern, gemm_example.SplitK) and kern.splits == split
-    got, want = _product(m, n, k, dtype, m + n + k, split_k=split, **SMALL_TILES)
+    got, want = _product(m, n, k, dtype, m + n + k, split_k=split, split_reduce=reduce, **SMALL_TILES)
     _assert_close(got, want, dtype)
 
 
-def test_split_k_is_deterministic_and_sums_in_split_order():
-    m, n, k = 96, 64, 128
-    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=4, **SMALL_TILES)
+def test_split_k_in_the_kernel_is_deterministic_and_sums_in_split_order():
+    """Whichever split of a tile finishes last, C is slab 0 + slab 1 + ... of its float32 partials
+    (the kernel's second output), the same bits every run."""
+    m, n, k, splits = 96, 64, 128, 4
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=splits, **SMALL_TILES)
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
     first, second = jax.jit(kern)(a, b), jax.jit(kern)(a, b)
     assert np.array_equal(np.asarray(first), np.asarray(second))
-    slabs = np.asarray(jax.jit(kern.kernel)(a, b)).reshape(4, kern.rows, n)[:, :m]
+    c, w = jax.jit(kern.kernel)(a, b)
+    bm, bn = SMALL_TILES["block_m"], SMALL_TILES["block_n"]
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    # slab (split, tile) at rows (split * tiles + tile) * bm, tile = tile row * tiles_n + tile column (group 1)
+    slabs = np.asarray(w).reshape(splits, tiles_m, tiles_n, bm, bn).transpose(0, 1, 3, 2, 4)
+    slabs = slabs.reshape(splits, tiles_m * bm, tiles_n * bn)[:, :m, :n]
     want = ((slabs[0] + slabs[1]) + slabs[2]) + slabs[3]  # the documented order, in float32
+    assert np.array_equal(np.asarray(first), want) and np.array_equal(np.asarray(c), want)
+    dot = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    assert np.max(np.abs(want - dot)) <= 1e-4 * np.max(np.abs(dot))  # and the slabs are the product's parts
+
+
+def test_split_k_summed_by_xla_sums_in_split_order():
+    m, n, k = 96, 64, 128
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=4, split_reduce="xla", **SMALL_TILES)
+    rng = np.random.default_rng(5)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    first = jax.jit(kern)(a, b)
+    slabs = np.asarray(jax.jit(kern.kernel)(a, b)).reshape(4, kern.rows, n)[:, :m]
+    want = ((slabs[0] + slabs[1]) + slabs[2]) + slabs[3]
     assert np.array_equal(np.asarray(first), want)
 
 
@@ -74,9 +97,21 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(8192, 8192, 8192, jnp.bfloat16, 132).block_m == 256  # the widest tiles when they fill waves
     assert pick_config(4096, 4096, 4096, jnp.bfloat16, 132) == DEFAULT  # 256x192 would leave a third of a wave idle
     assert pick_config(64, 64, 64, jnp.float32, 132) == DEFAULT  # only fp16/bf16 take the table
+    # one wave of 128x256 tiles or less (128 at 2048^3): two 128x128 blocks per SM
+    assert pick_config(2048, 2048, 2048, jnp.bfloat16, 132) == PAIRED
+    assert pick_config(2048, 4096, 2048, jnp.bfloat16, 132) == DEFAULT  # 256 tiles: two waves already
     # gemm() with no tile arguments takes the pick; explicit arguments win
     assert isinstance(gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), num_sms=132), gemm_example.SplitK)
     assert not isinstance(gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), num_sms=132, split_k=1),
                           gemm_example.SplitK)
     explicit = gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), block_m=128, block_n=256, block_k=64)
     assert not isinstance(explicit, gemm_example.SplitK)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_two_blocks_per_sm_matches_dot_at_a_ragged_shape(dtype):
+    """blocks_per_sm only shapes the GPU build; the kernel the interpreter runs is the same."""
+    kern = gemm_example.gemm(130, 70, 96, jnp.dtype(dtype), blocks_per_sm=2, **SMALL_TILES)
+    assert kern.trace(jax.ShapeDtypeStruct((130, 96), dtype), jax.ShapeDtypeStruct((96, 70), dtype)).blocks_per_sm == 2
+    got, want = _product(130, 70, 96, dtype, 17, blocks_per_sm=2, **SMALL_TILES)
+    _assert_close(got, want, dtype)

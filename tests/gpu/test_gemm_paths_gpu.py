@@ -1,7 +1,7 @@
 """Issue 16's GEMM paths on an H100/H200, each against a float64 host product on random data:
 tile configurations at shapes whose rows TMA cannot address (the producer's threads copy those
 tiles, gemm_sm90_load), FP8 (examples/gemm_fp8.py) and element-wise updates of the register
-accumulator, split-K and the persistent tile loop (examples/gemm.py).
+accumulator, split-K, the persistent tile loop and two blocks per SM (examples/gemm.py).
 
     pytest -q tests/gpu/test_gemm_paths_gpu.py      # one GPU
 """
@@ -24,6 +24,8 @@ CONFIGS = {
     "128x256": dict(block_m=128, block_n=256, block_k=64, num_stages=4),
     "256x192": dict(block_m=256, block_n=192, block_k=64, num_stages=4),
     "64x128/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=128),
+    # two blocks per SM (ts.kernel's blocks_per_sm; codegen/gemm_table.PAIRED)
+    "128x128/t128/b2": dict(block_m=128, block_n=128, block_k=64, num_stages=3, threads=128, blocks_per_sm=2),
 }
 
 
@@ -99,7 +101,8 @@ def test_scaled_relu_epilogue_on_a_bf16_accumulator():
 # ---- schedules (examples/gemm.py): split-K and the persistent tile loop, ragged and large ----
 
 @pytest.mark.parametrize("m,n,k,cfg", [
-    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape
+    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape: reduced in the kernel
+    (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),  # the two-pass form
     (200, 3000, 4096, dict(split_k=2)),  # ragged M and N, float32 partials stored by TMA
     (1000, 3000, 777, dict(block_m=128, block_n=256, block_k=64, split_k=13)),  # 13 k-steps, 13 splits
 ])
@@ -124,3 +127,40 @@ def test_persistent_matches_dot(m, n, k, cfg):
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 2 * n + k)
     assert generate_cuda(kern.trace(a, b), "sm_90").arch == "sm_90a"
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
+# ---- two blocks per SM: the table's pick at one-wave shapes (2048^3), and that two are resident ----
+
+def test_paired_blocks_match_dot_and_two_fit_on_an_sm():
+    from cuda.bindings import driver
+
+    from jax_tilescale.compiler import compile_cubin
+
+    m = n = k = 2048
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"))  # the table: 128x128, blocks_per_sm=2
+    a, b = _inputs((m, k), (k, n), "bfloat16", 2048)
+    first = jax.jit(kern)(a, b)
+    _close(first, a, b, "bfloat16")
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert "__launch_bounds__(256, 2)" in mod.source
+    # what the driver says of the built kernel: blocks of it an SM holds at once (registers and shared memory)
+    cubin = compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)
+    data = cubin.read_bytes()
+    assert driver.cuInit(0)[0] == driver.CUresult.CUDA_SUCCESS
+    err, dev = driver.cuDeviceGet(0)
+    err, ctx = driver.cuDevicePrimaryCtxRetain(dev)
+    assert driver.cuCtxPushCurrent(ctx)[0] == driver.CUresult.CUDA_SUCCESS
+    try:
+        err, module = driver.cuModuleLoadData(data)
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+        err, fn = driver.cuModuleGetFunction(module, mod.entry.encode())
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        assert driver.cuFuncSetAttribute(fn, attr, mod.smem_bytes)[0] == driver.CUresult.CUDA_SUCCESS
+        err, blocks = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, mod.threads, mod.smem_bytes)
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+        assert blocks >= 2, blocks
+        driver.cuModuleUnload(module)
+    finally:
+        driver.cuCtxPopCurrent()
+        driver.cuDevicePrimaryCtxRelease(dev)
