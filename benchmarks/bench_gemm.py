@@ -22,16 +22,17 @@ ldmatrix + mma.sync, portable), in the same interleaved rounds.
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
 128x256 and 256x192, persistent 128x256, two 128x128 blocks per SM) and, where the shape has at
-most half as many tiles as SMs, split-K 2 and 4 (reduced in the kernel) and split-K 4 summed by XLA
-afterwards (`/s4/xla`, the two-pass form): the fastest row per shape is "our best config".
+most half as many tiles as SMs, split-K 2 and 4 (partials summed by XLA
+afterwards, gemm()'s default) and split-K 4 reduced inside the kernel (`/s4/kernel`): the fastest
+row per shape is "our best config".
 
     python benchmarks/bench_gemm.py --shapes 2048x2048x2048,4096x4096x4096,128x8192x8192,16384x8192x1024 \
         --fp8-shapes=        # issue 16's small and skinny shapes only (about 4 minutes)
 
-A config's optional suffixes: `/sN` split-K over N blocks per tile (the last split of a tile sums
-the partials), `/xla` with it: the partials summed by XLA after the kernel instead (examples/gemm.py's
-SplitK reduce="xla"), `/p` the persistent tile loop, `/tN` threads, `/bN` N blocks per SM
-(ts.kernel's blocks_per_sm), `/mc` two-block clusters multicasting the shared tile
+A config's optional suffixes: `/sN` split-K over N blocks per tile (the partials summed by XLA
+afterwards), `/kernel` with it: summed by the tile's last split inside the kernel instead
+(examples/gemm.py's SplitK reduce="kernel"; `/xla` names the default), `/p` the persistent tile
+loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters multicasting the shared tile
 (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers instead of through shared
 memory and TMA (gemm_sm90.TMA_STORE off).
 """
@@ -79,7 +80,7 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     base = GemmConfig()
     if 2 * tiles_of(m, n, base) <= device_sm_count():
         out += [f"{base.describe()}/s{s}" for s in (2, 4) if f"{base.describe()}/s{s}" != pick.describe()]
-        out.append(f"{base.describe()}/s4/xla")  # the partials summed by XLA afterwards: the two-pass form
+        out.append(f"{base.describe()}/s4/kernel")  # the partials summed inside the kernel by each tile's last split
     return out
 
 
@@ -103,10 +104,10 @@ def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
             cfg["threads"] = int(suffix[1:])
         elif suffix.startswith("b") and suffix[1:].isdigit():
             cfg["blocks_per_sm"] = int(suffix[1:])
-        elif suffix == "xla":
-            cfg["split_reduce"] = "xla"
+        elif suffix in ("xla", "kernel"):
+            cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, p, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, p, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

@@ -7,8 +7,9 @@ The three levers, and when each pays:
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
   plan take it; 128x256 is the portable default;
 - split-K: a problem with fewer output tiles than half the SMs (128 x 8192 x 8192: 32 tiles of
-  128x256 on 132 SMs) splits K over `split_k` blocks per tile; the last split of each tile to
-  finish sums the float32 partials in split order (deterministic) and stores the tile;
+  128x256 on 132 SMs) splits K over `split_k` blocks per tile, whose float32 partials are summed in split
+  order (deterministic; by XLA afterwards, which measured faster than the tile's last split
+  summing them inside the kernel);
 - a persistent grid (one block per SM walking the tiles in grouped order): the producer loads
   the next tile's stages while the consumers store the last one, which matters when a tile's
   epilogue is a large part of its time (short K, many waves);
@@ -39,7 +40,7 @@ class GemmConfig:
     num_stages: int = 4
     threads: int = 256
     group_m: int = 8
-    split_k: int = 1  # blocks per output tile along K (float32 partials summed by the tile's last split)
+    split_k: int = 1  # blocks per output tile along K (float32 partials summed in split order)
     persistent: bool = False  # grid = SM count, each block walks tiles in grouped order
     blocks_per_sm: int = 1  # blocks one SM runs at once (ts.kernel's blocks_per_sm)
 

@@ -49,7 +49,7 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     """The partial store, the ticket and the last split's sum and store run on the consumer
     warpgroups after the loop; the workspace and counter indices are proven in bounds, so no
     check (a call that would serialise the wgmma pipeline) is generated."""
-    mod = _module(128, 8192, 8192)  # the table's pick: 4 splits of 128x256 tiles
+    mod = _module(128, 8192, 8192, split_reduce="kernel")  # the table's 4 splits of 128x256 tiles
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     consumer = mod.source.split("consumer warpgroups", 1)[1]
     assert "atomicAdd(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer
@@ -61,9 +61,9 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     (16384, 8192, 1024, dict(persistent=True)),
     (1000, 3000, 777, dict(block_m=128, block_n=256, persistent=True)),  # A thread-copied inside the tile loop
     (1000, 3000, 777, dict(persistent=True)),  # the table's two 128x128 blocks per SM, persistent
-    (128, 8192, 8192, dict(split_k=4)),
+    (128, 8192, 8192, dict(split_k=4, split_reduce="kernel")),
     (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),
-    (200, 3000, 4096, dict(split_k=2)),  # ragged M and N: the last split's store of C is guarded
+    (200, 3000, 4096, dict(split_k=2, split_reduce="kernel")),  # ragged M and N: the last split's store of C is guarded
 ])
 def test_schedules_build_without_spills(session_cache, require_nvcc, m, n, k, cfg):
     mod = _module(m, n, k, num_sms=132, **cfg)

@@ -47,7 +47,8 @@ def test_split_k_in_the_kernel_is_deterministic_and_sums_in_split_order():
     """Whichever split of a tile finishes last, C is slab 0 + slab 1 + ... of its float32 partials
     (the kernel's second output), the same bits every run."""
     m, n, k, splits = 96, 64, 128, 4
-    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=splits, **SMALL_TILES)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=splits, split_reduce="kernel",
+                             **SMALL_TILES)
     rng = np.random.default_rng(5)
     a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)

@@ -101,9 +101,9 @@ def test_scaled_relu_epilogue_on_a_bf16_accumulator():
 # ---- schedules (examples/gemm.py): split-K and the persistent tile loop, ragged and large ----
 
 @pytest.mark.parametrize("m,n,k,cfg", [
-    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape: reduced in the kernel
-    (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),  # the two-pass form
-    (200, 3000, 4096, dict(split_k=2)),  # ragged M and N, float32 partials stored by TMA
+    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape: summed by XLA
+    (128, 8192, 8192, dict(split_k=4, split_reduce="kernel")),  # summed by each tile's last split
+    (200, 3000, 4096, dict(split_k=2, split_reduce="kernel")),  # ragged M and N, partials stored by TMA
     (1000, 3000, 777, dict(block_m=128, block_n=256, block_k=64, split_k=13)),  # 13 k-steps, 13 splits
 ])
 def test_split_k_matches_dot(m, n, k, cfg):
