@@ -33,8 +33,8 @@ A config's optional suffixes: `/sN` split-K over N blocks per tile (the partials
 afterwards), `/kernel` with it: summed by the tile's last split inside the kernel instead
 (examples/gemm.py's SplitK reduce="kernel"; `/xla` names the default), `/p` the persistent tile
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
-multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers instead of through shared
-memory and TMA (gemm_sm90.TMA_STORE off).
+multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
+instead of through shared memory and TMA (gemm_sm90.TMA_STORE off).
 """
 
 from __future__ import annotations
