@@ -13,6 +13,7 @@ from . import errors, language, platform, testing
 from .errors import (
     CompileError,
     DeadlockError,
+    KernelCheckError,
     KernelRuntimeError,
     KernelTraceError,
     LaunchError,
@@ -29,6 +30,7 @@ __all__ = [
     "CompileError",
     "DeadlockError",
     "InterpretOptions",
+    "KernelCheckError",
     "KernelRuntimeError",
     "KernelTraceError",
     "LaunchError",

@@ -41,6 +41,16 @@ class WaitTimeoutError(KernelRuntimeError):
     fault: dict | None = None
 
 
+class KernelCheckError(KernelRuntimeError):
+    """A run-time check failed in a kernel generated call-free (codegen/call_free.py: it cannot printf):
+    a PE or index out of range, a peer not load/store reachable. The kernel trapped, so this process's
+    CUDA context is no longer usable. The message names the kernel, the PE, the source line, what failed
+    and the values; `fault` holds the record's fields. Raised in the main thread by the runtime's
+    watcher (runtime/wait_timeout.py), like WaitTimeoutError."""
+
+    fault: dict | None = None
+
+
 class InterpreterTimeoutError(KernelRuntimeError):
     """The interpreter's time limit (InterpretOptions.timeout_s) ran out while the kernel was still
     running or a PE never started its part: slow, not blocked (a DeadlockError is reported at once).

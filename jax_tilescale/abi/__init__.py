@@ -48,11 +48,13 @@ STAGE_COPY_OUT: int = DEFINES["TS_STAGE_COPY_OUT"]  # `staged` flag: symmetric d
 STAGE_COPY_IN: int = DEFINES["TS_STAGE_COPY_IN"]  # `staged` flag: symmetric during the launch, copied in before
 # Comparison codes of waits by name ("EQ", "NE", "GT", "GE", "LT", "LE"): TsWaitFault.cmp.
 CMP_CODES: dict[str, int] = {name[len("TS_CMP_"):]: v for name, v in DEFINES.items() if name.startswith("TS_CMP_")}
+FAULT_CHECK: int = DEFINES["TS_FAULT_CHECK"]  # TsWaitFault.cmp of a failed check in a call-free kernel
 
 __all__ = [
     "ABI_VERSION",
     "CMP_CODES",
     "DEFINES",
+    "FAULT_CHECK",
     "LAUNCH_ARGS_BYTES",
     "MAX_BUFFERS",
     "STAGE_COPY_IN",

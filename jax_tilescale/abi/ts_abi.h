@@ -25,6 +25,9 @@
 #define TS_CMP_GE 3
 #define TS_CMP_LT 4
 #define TS_CMP_LE 5
+// TsWaitFault.cmp of a record that reports a failed check instead of a wait: a kernel built without
+// calls (TS_CALL_FREE, codegen/call_free.py) cannot printf, so its checks report through the record.
+#define TS_FAULT_CHECK 16
 
 // The launch-control words `TsLaunchArgs.ctl` points at (uint64 each; W = ctl_slots). Word 0 counts
 // the blocks of the running launch that have finished (the last one resets it); then, for kernels
@@ -85,7 +88,8 @@ struct TsWaitFault {
   int32_t pe;                      // kernel PE of the waiter
   int32_t npes;
   int32_t peer;                    // kernel PE whose word was polled, -1: this PE's
-  int32_t cmp;                     // TS_CMP_*
+  int32_t cmp;                     // TS_CMP_*, or TS_FAULT_CHECK (then seen/expected: value/limit,
+                                   // `where` holds "<source line>\n<what failed>")
   int32_t bits;                    // 32 or 64
   int32_t is_signed;               // the word's type is signed
   uint32_t block[3];               // the waiting block

@@ -28,10 +28,10 @@ PE_BARRIER = "ts_pe_bar"  # TsTeamBarrier* of barrier_all / sync_all (declared i
 TEAM_BARRIER = "ts_team_bar"  # TsTeamBarrier* of the team collectives
 
 
-def _complete(quiet: bool) -> list[str]:
+def _complete(ctx: Ctx, quiet: bool) -> list[str]:
     """Make this thread's earlier writes visible to every PE: NVSHMEM puts (quiet) and plain
-    stores, e.g. put_block's (the system-scope fence)."""
-    return (["nvshmem_quiet();"] if quiet else []) + ["__threadfence_system();"]
+    stores, e.g. put_block's (the system-scope fence; all a call-free kernel's puts need)."""
+    return (["nvshmem_quiet();"] if quiet and not ctx.call_free else []) + ["__threadfence_system();"]
 
 
 def _wait_site(op: str) -> str:
@@ -53,7 +53,7 @@ def _team_arrive(ctx: Ctx, barrier: str, op: str) -> list[str]:
 
 @EMIT.register(BarrierAll)
 def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
-    lines = _complete(s.quiet)
+    lines = _complete(ctx, s.quiet)
     op = f"T.{s.op_name}"
     pe_meet = _team_barrier_call(PE_BARRIER, op)
     if ctx.layout.barrier_offset is None:  # a single block: the block barrier is the grid barrier
@@ -74,7 +74,7 @@ def emit_barrier_all(s: BarrierAll, ctx: Ctx) -> list[str]:
 @EMIT.register(TeamBarrier)
 def emit_team_barrier(s: TeamBarrier, ctx: Ctx) -> list[str]:
     # Every thread completes its own puts: warp-scope calls may follow block-wide puts.
-    return [*_complete(s.quiet), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*_complete(ctx, s.quiet), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 def _rows_of_this_pe(dst: Region, src: Region) -> Region:
@@ -96,10 +96,10 @@ def emit_broadcast(s: Broadcast, ctx: Ctx) -> list[str]:
     root_check = target_pe(s.root, s.op_name, var="ts_root_nv", what="root")
     lines = [f"const int64_t ts_root = {c_int64(s.root)};", root_check, "(void)ts_root_nv;"]
     lines += [f"if ({PE_VAR_NAME} == ts_root) {{", *indent(_put_to_every_pe(ctx, s, s.dst)), "}"]
-    return [*lines, *_complete(True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*lines, *_complete(ctx, True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
 
 
 @EMIT.register(Fcollect)
 def emit_fcollect(s: Fcollect, ctx: Ctx) -> list[str]:
     lines = _put_to_every_pe(ctx, s, _rows_of_this_pe(s.dst, s.src))
-    return [*lines, *_complete(True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]
+    return [*lines, *_complete(ctx, True), *_team_arrive(ctx, TEAM_BARRIER, f"T.{s.op_name}")]

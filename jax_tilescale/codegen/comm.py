@@ -152,8 +152,42 @@ def _finish(ctx: Ctx, scope: Scope, src: Region) -> list[str]:
     return ctx.block_sync() if scope is not Scope.BLOCK or src.buffer.kind is BufferKind.SHARED else []
 
 
+def _p2p_signal(ctx: Ctx, word: Region, value: Expr, op: SignalOp, pe: str, op_name: str) -> list[str]:
+    """A call-free kernel's signal on the peer's word (thread 0, or each thread of a thread branch):
+    one release atomic at system scope (`pe`: the C name of the NVSHMEM PE; `ts_peer_k` the kernel PE)."""
+    helper = {SignalOp.SET: "ts_p2p_signal_set", SignalOp.ADD: "ts_p2p_signal_add"}[op]
+    return [
+        f"uint64_t* const ts_sig = {word_pointer(ctx, word)};",
+        f"const uint64_t ts_sig_value = (uint64_t)({c_expr(value)});",
+        *thread0(ctx, [f"{helper}(ts_peer_word(ts_sig, {pe}, ts_peer_k, {WHERE_NAME}, {c_string(op_name)}), "
+                       "ts_sig_value);"]),
+    ]
+
+
+def _p2p_copy(ctx: Ctx, src: Region, dst: Region, scope: Scope, pe: Expr, op_name: str,
+              direction: Direction) -> list[str]:
+    """A call-free kernel's put or get: the threads of `scope` copy through the peer's mapping of the
+    remote buffer with plain loads and stores; a put's stores are fenced at system scope, so the
+    transfer is complete (visible to the peer) when the statement ends."""
+    put = direction is Direction.PUT
+    lines = peer_pointer(ctx, dst if put else src, pe, op_name)
+    remote = {"dst_base": "ts_peer"} if put else {"src_base": "ts_peer"}
+    setup, loop = copy_loop_parts(ctx, src, dst, lanes=32 if scope is Scope.WARP else None, **remote)
+    return lines + setup + scoped(ctx, scope, loop + (["__threadfence_system();"] if put else []))
+
+
+def _p2p_put(s: Put, ctx: Ctx) -> list[str]:
+    lines = _p2p_copy(ctx, s.src, s.dst, s.scope, s.pe, s.op_name, Direction.PUT)
+    if s.signal is not None:  # after every thread's stores: the scope meets, then one thread signals
+        lines += ctx.block_sync() if s.scope is Scope.BLOCK else ["__syncwarp();"]
+        lines += _p2p_signal(ctx, s.signal.word, s.signal.value, s.signal.op, "ts_peer_nv", s.op_name)
+    return lines + _finish(ctx, s.scope, s.src)
+
+
 @EMIT.register(Put)
 def emit_put(s: Put, ctx: Ctx) -> list[str]:
+    if ctx.call_free:
+        return _p2p_put(s, ctx)
     lines = [target_pe(s.pe, s.op_name)]
     signal = None
     if s.signal is not None:
@@ -173,6 +207,8 @@ def emit_put(s: Put, ctx: Ctx) -> list[str]:
 
 @EMIT.register(Get)
 def emit_get(s: Get, ctx: Ctx) -> list[str]:
+    if ctx.call_free:  # the loads are complete when the loop ends
+        return _p2p_copy(ctx, s.src, s.dst, s.scope, s.pe, s.op_name, Direction.GET) + ctx.block_sync()
     lines = [target_pe(s.pe, s.op_name, what="source PE")]
     nbytes = None
     if s.size is not None:
@@ -200,7 +236,7 @@ def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
 
 @EMIT.register(PeerCopy)
 def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
-    if s.fallback:
+    if s.fallback and not ctx.call_free:  # call-free: P2P only (an unreachable peer is a reported error)
         return _peer_copy_or_transfer(s, ctx)
     lines = peer_pointer(ctx, s.remote, s.pe, s.op_name)
     remote = {"dst_base": "ts_peer"} if s.direction is Direction.PUT else {"src_base": "ts_peer"}
@@ -276,6 +312,13 @@ def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
 
 @EMIT.register(RemoteSignal)
 def emit_remote_signal(s: RemoteSignal, ctx: Ctx) -> list[str]:
+    if ctx.call_free:
+        return [
+            f"const int64_t ts_peer_k = {c_int64(s.pe)};",
+            target_pe("ts_peer_k", s.op_name, var="ts_target"),
+            *_p2p_signal(ctx, s.word, s.value, s.op, "ts_target", s.op_name),
+            *ctx.block_sync(),
+        ]
     return [
         target_pe(s.pe, s.op_name),
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
@@ -305,14 +348,20 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
     return lines
 
 
+def quiet_line(ctx: Ctx) -> str:
+    """Completes this thread's earlier puts: NVSHMEM's quiet, or in a call-free kernel (whose puts are
+    P2P stores) a system-scope fence."""
+    return "__threadfence_system();" if ctx.call_free else "nvshmem_quiet();"
+
+
 @EMIT.register(Quiet)
 def emit_quiet(s: Quiet, ctx: Ctx) -> list[str]:
     # Quiet is per thread (each thread's share of a block put); the barrier makes it the block's.
-    return ["nvshmem_quiet();", *ctx.block_sync()]
+    return [quiet_line(ctx), *ctx.block_sync()]
 
 
 @EMIT.register(Fence)
 def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
     # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
     # any thread of the block issues after it (signal_op is issued by thread 0).
-    return ["nvshmem_fence();", *ctx.block_sync()]
+    return ["__threadfence_system();" if ctx.call_free else "nvshmem_fence();", *ctx.block_sync()]

@@ -125,6 +125,9 @@ class Ctx:
     # the statements' per-thread code, without block barriers, which the threads outside would
     # never reach.
     thread_branch: bool = False
+    # Generated without calls (codegen/call_free.py): the communication rules emit P2P loads, stores
+    # and release atomics instead of NVSHMEM calls.
+    call_free: bool = False
 
     @property
     def num_blocks(self) -> int:

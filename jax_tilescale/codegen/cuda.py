@@ -26,6 +26,8 @@ from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops
 from .body import RESTORE, emit_body, emit_stmt
+from .call_free import call_free
+from .call_free import header_lines as call_free_header
 from .common import INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
@@ -51,6 +53,7 @@ class CudaModule:
     scratch_bytes: int
     uses_nvshmem: bool
     grid_barrier: bool
+    call_free: bool = False  # communicates without NVSHMEM calls (codegen/call_free.py)
     arch: str = "sm_90"  # what to compile for (sm_90a when the kernel uses wgmma)
     tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
     notes: tuple[str, ...] = ()  # GEMM loops that took another lowering than the preferred one, and why
@@ -164,7 +167,8 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         layout = plan_layout(kernel, plan, arch)
     except KernelTraceError as e:
         raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
-    ctx = Ctx(kernel, layout, _pointer_names(kernel), plan)
+    free = call_free(kernel, plan.arch if plan is not None else None)
+    ctx = Ctx(kernel, layout, _pointer_names(kernel), plan, call_free=free.on)
     frame = ctx.frame
     entry = _entry_name(kernel)
     uses_nvshmem = kernel.uses_nvshmem()
@@ -176,6 +180,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         *(comment(note) for note in notes),
         "",
         f"#define TS_USES_NVSHMEM {int(uses_nvshmem)}",
+        *call_free_header(free),
     ]
     if frame.head or frame.tail:  # ts_fail reached by every thread (head, tail) or the consumers only
         out += ["// ts_fail may be reached by the consumers only or by every thread: a pause, no barrier.",
@@ -200,6 +205,8 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         params += plan.kernel_params()
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
     start, end = _call_start(kernel), _call_end(kernel, layout.scratch_bytes)
+    if free.on:  # before any check can fail: where a failed check reports (the header's ts_fail_record)
+        start = ["ts_fault_sink_set(args);", *start]
     out += [
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
         *indent(start),
@@ -222,6 +229,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         smem_bytes=layout.smem_bytes,
         scratch_bytes=layout.scratch_bytes,
         uses_nvshmem=uses_nvshmem,
+        call_free=free.on,
         grid_barrier=layout.barrier_offset is not None,
         arch=plan.arch if plan is not None else arch,
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),

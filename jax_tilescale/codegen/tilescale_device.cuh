@@ -20,6 +20,106 @@
 
 // ---- index arithmetic with Python semantics (the CPU interpreter is the reference) ----
 
+// TS_CALL_FREE: the code generator defines it to 1 for a kernel that communicates and takes the Hopper
+// plan (codegen/call_free.py). Such a kernel is compiled relocatable (-rdc, to reach NVSHMEM's device
+// state), and there ptxas serialises every wgmma if any call instruction is left in the kernel, even a
+// never-taken one (benchmarks/NOTES.md, issue 15). So in that mode every helper is inlined, transfers and
+// signals are plain loads, stores and release atomics through nvshmem_ptr (P2P: NVLink or the same GPU),
+// quiet is a system-scope fence, and a failed check cannot printf: it fills the call site's host-mapped
+// record (TsWaitFault with cmp TS_FAULT_CHECK), which the runtime's watcher reports, and traps.
+#ifndef TS_CALL_FREE
+#define TS_CALL_FREE 0
+#endif
+#if TS_CALL_FREE
+#define TS_HELPER __forceinline__
+#else
+#define TS_HELPER __noinline__
+#endif
+
+// The launch whose record is taken: one reporter per launch (launch ids are unique per process).
+__device__ unsigned long long ts_wait_claim;
+
+// `dst` gets `src`, or its last cap - 1 characters when longer (a path's tail holds the line).
+__device__ __forceinline__ void ts_copy_tail(volatile char* dst, int cap, const char* src) {
+  int n = 0;
+  while (src != nullptr && src[n] != '\0') ++n;
+  const int from = n > cap - 1 ? n - (cap - 1) : 0;
+  int i = 0;
+  for (; from + i < n; ++i) dst[i] = src[from + i];
+  dst[i] = '\0';
+}
+
+__device__ __forceinline__ uint64_t ts_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+#define TS_WAIT_ACK_NS 2000000000ull          // how long a reporting thread waits for the host
+
+#if TS_CALL_FREE
+// Where a failed check reports: set from the launch arguments by every thread when the kernel starts
+// (ts_fault_sink_set), read on the failure path by helpers that do not see `args`.
+struct TsFaultSink {
+  TsWaitFault* record;
+  unsigned long long launch_id;
+  int32_t pe;
+  int32_t npes;
+};
+__device__ TsFaultSink ts_fault_sink;
+
+__device__ __forceinline__ void ts_fault_sink_set(const TsLaunchArgs& a) {
+  ts_fault_sink.record = a.wait_fault;
+  ts_fault_sink.launch_id = a.launch_id;
+  ts_fault_sink.pe = a.pe;
+  ts_fault_sink.npes = a.npes;
+}
+
+// The first failing thread of the launch fills the record ("<where>\n<what>" in `where`) and waits, at
+// most TS_WAIT_ACK_NS, for the watcher to read it; every failing thread waits for that too, since a
+// trap anywhere ends the whole grid; then they trap.
+__device__ __forceinline__ void ts_fail_record(const char* where, const char* what, long long value, long long limit) {
+  volatile TsWaitFault* f = ts_fault_sink.record;
+  const unsigned long long id = ts_fault_sink.launch_id;
+  if (f != nullptr) {
+    if (atomicExch(&ts_wait_claim, id) != id) {
+      f->seen = (uint64_t)value;
+      f->expected = (uint64_t)limit;
+      f->waited_ns = 0;
+      f->pe = ts_fault_sink.pe;
+      f->npes = ts_fault_sink.npes;
+      f->peer = -1;
+      f->cmp = TS_FAULT_CHECK;
+      f->bits = 64;
+      f->is_signed = 1;
+      f->block[0] = blockIdx.x;
+      f->block[1] = blockIdx.y;
+      f->block[2] = blockIdx.z;
+      f->thread = threadIdx.x;
+      ts_copy_tail(f->op, TS_WAIT_OP_BYTES, "kernel check");
+      // the source line's tail, a newline, then as much of `what` as fits
+      int n = 0, w = 0;
+      while (where != nullptr && where[n] != '\0') ++n;
+      while (what != nullptr && what[w] != '\0') ++w;
+      const int room = TS_WAIT_WHERE_BYTES - 1;
+      const int keep_what = w < room - 1 ? w : room - 1;
+      const int keep_where = n < room - 1 - keep_what ? n : room - 1 - keep_what;
+      int o = 0;
+      for (int i = n - keep_where; i < n; ++i) f->where[o++] = where[i];
+      f->where[o++] = '\n';
+      for (int i = 0; i < keep_what; ++i) f->where[o++] = what[i];
+      f->where[o] = '\0';
+      __threadfence_system();
+      f->launch_id = id;  // the record is complete
+      __threadfence_system();
+    }
+    const uint64_t t0 = ts_globaltimer();
+    while (f->acked != id && ts_globaltimer() - t0 < TS_WAIT_ACK_NS) __nanosleep(1000);
+  }
+  __trap();
+}
+#endif
+
 // The barrier ts_fail waits at: the whole block, unless the kernel has a producer warpgroup
 // that never reaches it (then the generated source defines it as a named barrier of the rest).
 #ifndef TS_FAIL_SYNC
@@ -28,6 +128,11 @@
 
 // Stops the kernel with a message. Every caller is block-uniform (index expressions depend
 // only on the block index and the PE), so thread 0 can print while the others wait for it.
+#if TS_CALL_FREE
+__device__ __forceinline__ void ts_fail(const char* where, const char* what, long long value, long long limit) {
+  ts_fail_record(where, what, value, limit);
+}
+#else
 __device__ __noinline__ void ts_fail(const char* where, const char* what, long long value, long long limit) {
   if (threadIdx.x == 0) {
     printf("jax_tilescale: kernel error at %s (block %u,%u,%u): %s (value %lld, limit %lld)\n", where, blockIdx.x,
@@ -36,6 +141,7 @@ __device__ __noinline__ void ts_fail(const char* where, const char* what, long l
   TS_FAIL_SYNC();
   __trap();
 }
+#endif
 
 // Division by zero and bad indices stop the kernel; host builds of these helpers (tests)
 // return 0 instead.
@@ -101,6 +207,18 @@ __device__ __forceinline__ int ts_target_pe(const int32_t* pe_map, int32_t npes,
 // The peer's mapping of a symmetric address, for plain loads and stores (put_block, get_block,
 // remote waits). Null means the peer is not load/store reachable (another node, no P2P): stop
 // with the op, the PE and the line. Block-uniform, like ts_fail.
+#if TS_CALL_FREE
+__device__ __forceinline__ unsigned char* ts_peer_ptr(const void* local, int nvshmem_pe, int64_t kernel_pe,
+                                                      const char* where, const char* op) {
+  void* p = nvshmem_ptr(local, nvshmem_pe);
+  if (p == nullptr) {
+    (void)op;
+    ts_fail(where, "peer PE (value; limit: its NVSHMEM PE) not load/store reachable (nvshmem_ptr gave null): a "
+            "kernel that communicates without NVSHMEM calls needs P2P peers", kernel_pe, nvshmem_pe);
+  }
+  return static_cast<unsigned char*>(p);
+}
+#else
 __device__ __noinline__ unsigned char* ts_peer_ptr(const void* local, int nvshmem_pe, int64_t kernel_pe,
                                                    const char* where, const char* op) {
   void* p = nvshmem_ptr(local, nvshmem_pe);
@@ -114,6 +232,24 @@ __device__ __noinline__ unsigned char* ts_peer_ptr(const void* local, int nvshme
     __trap();
   }
   return static_cast<unsigned char*>(p);
+}
+#endif
+
+// A signal word on a peer, written the way nvshmemx_signal_op does over P2P: one atomic at system scope
+// with release semantics, so every store this thread made (and, after a block barrier, its block's)
+// is visible to the peer before the word changes.
+__device__ __forceinline__ void ts_p2p_signal_set(uint64_t* peer_word, uint64_t value) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ void ts_p2p_signal_add(uint64_t* peer_word, uint64_t value) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
+}
+
+// The peer's copy of a symmetric signal word (checked reachable).
+__device__ __forceinline__ uint64_t* ts_peer_word(uint64_t* local, int nvshmem_pe, int64_t kernel_pe, const char* where,
+                                                  const char* op) {
+  return reinterpret_cast<uint64_t*>(ts_peer_ptr(local, nvshmem_pe, kernel_pe, where, op));
 }
 
 // Acquire loads at system scope: words that peers update (remote waits, wait_* on local words).
@@ -149,7 +285,6 @@ __device__ __forceinline__ uint64_t ts_ld_acquire_sys_u64(const void* p) {
 // across the main loop (benchmarks/NOTES.md, issue 15: 1 KiB spilled, 5x slower).
 
 #define TS_WAIT_CHECK_EVERY 256u              // polls between two looks at the clock
-#define TS_WAIT_ACK_NS 2000000000ull          // how long the reporting waiter waits for the host
 
 // What a wait needs of the launch arguments (forceinline: read from parameter space, no copy).
 struct TsWaitCtx {
@@ -163,15 +298,6 @@ struct TsWaitCtx {
 __device__ __forceinline__ TsWaitCtx ts_wait_ctx(const TsLaunchArgs& args) {
   return TsWaitCtx{args.wait_timeout_ns, args.launch_id, args.wait_fault, args.pe, args.npes};
 }
-
-__device__ __forceinline__ uint64_t ts_globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// The launch whose record is taken: one reporter per launch (launch ids are unique per process).
-__device__ unsigned long long ts_wait_claim;
 
 // Loads of the polled word: system scope for words peers (or NVSHMEM's proxy) update, GPU scope
 // for words only this GPU's blocks update (the grid barrier, a team barrier's `passed`). The first
@@ -209,16 +335,6 @@ template <int CMP, typename T>
 __device__ __forceinline__ bool ts_holds(T a, T b) {
   return CMP == TS_CMP_EQ ? a == b : CMP == TS_CMP_NE ? a != b : CMP == TS_CMP_GT ? a > b
        : CMP == TS_CMP_GE ? a >= b : CMP == TS_CMP_LT ? a < b : a <= b;
-}
-
-// `dst` gets `src`, or its last cap - 1 characters when longer (a path's tail holds the line).
-__device__ __forceinline__ void ts_copy_tail(volatile char* dst, int cap, const char* src) {
-  int n = 0;
-  while (src != nullptr && src[n] != '\0') ++n;
-  const int from = n > cap - 1 ? n - (cap - 1) : 0;
-  int i = 0;
-  for (; from + i < n; ++i) dst[i] = src[from + i];
-  dst[i] = '\0';
 }
 
 // Whether another wait of this launch gave up (then this one gives up too, silently).
@@ -306,7 +422,7 @@ __device__ __forceinline__ unsigned int ts_ld_acquire_u32(const unsigned int* p)
 // bumps the generation, which releases the others. The fences make every write of every block
 // before the barrier visible to every block after it (bar.sync is cumulative with them).
 // `where` and `op` name the statement for a wait that gives up.
-__device__ __noinline__ void ts_grid_barrier(unsigned int* count, unsigned int* gen, unsigned int nblocks,
+__device__ TS_HELPER void ts_grid_barrier(unsigned int* count, unsigned int* gen, unsigned int nblocks,
                                              TsWaitCtx wait, const char* where, const char* op) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -342,12 +458,16 @@ struct TsTeamBarrier {
 // memory access of the calling thread before it (and, with the caller's __syncthreads, of its
 // block) is visible to every PE after it; NVSHMEM puts need a quiet first (the caller's job).
 // `where` and `op` name the statement for a wait that gives up.
-__device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe_map, int32_t npes, TsWaitCtx wait,
-                                             const char* where, const char* op) {
+__device__ TS_HELPER void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe_map, int32_t npes, TsWaitCtx wait,
+                                           const char* where, const char* op) {
   const unsigned int k = atomicAdd(&b->ticket, 1u);
   ts_wait<TS_CMP_EQ, true, false, unsigned int>(wait, &b->passed, k, -1, where, op);
   __threadfence_system();
+#if TS_CALL_FREE
+  for (int32_t q = 0; q < npes; ++q) ts_p2p_signal_add(ts_peer_word(&b->arrive, pe_map[q], q, where, op), 1);
+#else
   for (int32_t q = 0; q < npes; ++q) nvshmemx_signal_op(&b->arrive, 1, NVSHMEM_SIGNAL_ADD, pe_map[q]);
+#endif
   ts_wait<TS_CMP_GE, false, true, uint64_t>(wait, &b->arrive, (uint64_t)(k + 1u) * (uint64_t)npes, -1, where, op);
   __threadfence_system();
   atomicExch(&b->passed, k + 1u);
@@ -363,14 +483,18 @@ __device__ __noinline__ void ts_team_barrier(TsTeamBarrier* b, const int32_t* pe
 // Thread 0 of the calling block: marks this PE arrived (word `slot(w)` = seq on every PE of the kernel's
 // PE space) and waits for every other PE's arrival. Launch numbers only grow, so a word holding a later
 // launch's number also proves arrival; nothing is ever cleared.
-__device__ __noinline__ void ts_call_meet(const TsLaunchArgs& args, bool exit_slots, bool signal, const char* where,
+__device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, bool exit_slots, bool signal, const char* where,
                                           const char* op) {
   const int32_t W = args.ctl_slots;
   uint64_t* slots = args.ctl + (exit_slots ? TS_CTL_EXIT(0, W) : TS_CTL_ENTRY(0));
   const int32_t me = args.pe_map[args.pe];
   if (signal) {
     for (int32_t k = 0; k < args.npes; ++k) {
+#if TS_CALL_FREE
+      if (k != args.pe) ts_p2p_signal_set(ts_peer_word(slots + me, args.pe_map[k], k, where, op), args.seq);
+#else
       if (k != args.pe) nvshmemx_signal_op(slots + me, args.seq, NVSHMEM_SIGNAL_SET, args.pe_map[k]);
+#endif
     }
   }
   const TsWaitCtx wait = ts_wait_ctx(args);
@@ -383,7 +507,7 @@ __device__ __noinline__ void ts_call_meet(const TsLaunchArgs& args, bool exit_sl
 // Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
 // copies the handler fills before the launch): no peer reads them before this PE's launch began,
 // which is after its copies in stream order. Block (0,0,0) announces the arrival.
-__device__ __noinline__ void ts_call_start(const TsLaunchArgs& args, const char* where) {
+__device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* where) {
   if (threadIdx.x == 0) {
     const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
     ts_call_meet(args, false, first, where, "the entry barrier (peers read this kernel's inputs)");
@@ -397,13 +521,15 @@ __device__ __noinline__ void ts_call_start(const TsLaunchArgs& args, const char*
 // block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes
 // the `scratch_bytes` of scratch this launch used: no PE writes into that half of the workspace again
 // before every PE has passed this launch's barrier, and the next launch that uses it is two launches on.
-__device__ __noinline__ void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
+__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
   // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
   int last = 0;
   __syncthreads();
   if (threadIdx.x == 0) {
-#if TS_USES_NVSHMEM
+#if TS_USES_NVSHMEM && !TS_CALL_FREE
     nvshmem_quiet();
+#elif TS_CALL_FREE
+    __threadfence_system();  // every remote write of this block was a P2P store: fenced, it is complete
 #endif
     __threadfence();
     const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;

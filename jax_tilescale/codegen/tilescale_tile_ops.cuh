@@ -36,11 +36,17 @@ __device__ __forceinline__ int64_t ts_vmin(int64_t a, int64_t b) { return a < b 
 
 // An element index the verifier could not bound, checked by the thread that uses it. Reached by
 // some threads only (a T.Parallel iteration), so it traps without a block barrier.
+#if TS_CALL_FREE
+__device__ __forceinline__ void ts_elem_fail(const char* where, long long value, long long extent) {
+  ts_fail_record(where, "element index outside [0, limit)", value, extent);
+}
+#else
 __device__ __noinline__ void ts_elem_fail(const char* where, long long value, long long extent) {
   printf("jax_tilescale: kernel error at %s (block %u,%u,%u, thread %u): element index %lld outside [0, %lld)\n",
          where, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, value, extent);
   __trap();
 }
+#endif
 
 __device__ __forceinline__ int64_t ts_elem_index(int64_t i, int64_t extent, const char* where) {
   if (i < 0 || i >= extent) ts_elem_fail(where, i, extent);

@@ -27,7 +27,7 @@ import threading
 from typing import Any
 
 from .. import abi, async_raise
-from ..errors import LaunchError, WaitTimeoutError
+from ..errors import KernelCheckError, LaunchError, WaitTimeoutError
 from .poller import Poller
 
 TIMEOUT_VAR = "TILESCALE_WAIT_TIMEOUT_S"
@@ -39,7 +39,7 @@ CMP_SYMBOLS = {abi.CMP_CODES[name]: symbol for name, symbol in
 
 _lock = threading.Lock()  # _errors
 _poller = Poller("jax_tilescale-wait-watcher")
-_errors: list[WaitTimeoutError] = []
+_errors: list[WaitTimeoutError | KernelCheckError] = []
 
 
 def timeout_seconds(per_kernel: float | None = None) -> float:
@@ -69,10 +69,30 @@ def _value(fault: dict[str, Any], key: str) -> str:
     return str(int(fault[key]))
 
 
-def format_fault(fault: dict[str, Any]) -> str:
-    """The message of a wait that gave up, from its record (`_ffi.take_wait_faults()` entries)."""
+def _kernel_name(fault: dict[str, Any]) -> str:
     kernel = fault["kernel"]
-    kernel = kernel[3:] if kernel.startswith("ts_") else kernel
+    return kernel[3:] if kernel.startswith("ts_") else kernel
+
+
+def format_check(fault: dict[str, Any]) -> str:
+    """The message of a failed check in a call-free kernel (cmp == abi.FAULT_CHECK): `where` holds the
+    source line, a newline, and what failed; `seen` and `expected` are the value and its limit."""
+    where, _, what = str(fault["where"]).partition("\n")
+    bx, by, bz = fault["block"]
+    value, limit = int(fault["seen"]), int(fault["expected"])
+    return (
+        f"kernel `{_kernel_name(fault)}`, PE {fault['pe']} of {fault['npes']}: a check failed at {where} "
+        f"(block ({bx}, {by}, {bz}), thread {fault['thread']}): {what} (value {value}, limit {limit}). The kernel "
+        f"stopped (trap), so this process's CUDA context is no longer usable; restart the process."
+    )
+
+
+def format_fault(fault: dict[str, Any]) -> str:
+    """The message of a wait that gave up (or of a failed check: `format_check`), from its record
+    (`_ffi.take_wait_faults()` entries)."""
+    if int(fault["cmp"]) == abi.FAULT_CHECK:
+        return format_check(fault)
+    kernel = _kernel_name(fault)
     cmp = CMP_SYMBOLS.get(int(fault["cmp"]), f"<comparison {fault['cmp']}>")
     peer = int(fault["peer"])
     word = "its own word" if peer < 0 else f"a word of PE {peer}"
@@ -87,19 +107,20 @@ def format_fault(fault: dict[str, Any]) -> str:
     )
 
 
-def make_error(fault: dict[str, Any]) -> WaitTimeoutError:
-    err = WaitTimeoutError(format_fault(fault))
+def make_error(fault: dict[str, Any]) -> WaitTimeoutError | KernelCheckError:
+    kind = KernelCheckError if int(fault["cmp"]) == abi.FAULT_CHECK else WaitTimeoutError
+    err = kind(format_fault(fault))
     err.fault = dict(fault)
     return err
 
 
-def last_error() -> WaitTimeoutError | None:
+def last_error() -> WaitTimeoutError | KernelCheckError | None:
     """The latest wait that gave up in this process, if any."""
     with _lock:
         return _errors[-1] if _errors else None
 
 
-def errors() -> list[WaitTimeoutError]:
+def errors() -> list[WaitTimeoutError | KernelCheckError]:
     with _lock:
         return list(_errors)
 
@@ -109,14 +130,14 @@ def raise_in_main_thread(err: WaitTimeoutError) -> bool:
     return async_raise.raise_in_main_thread(err)
 
 
-def handle(faults: list[dict[str, Any]], ext: Any, deliver: bool = True) -> list[WaitTimeoutError]:
+def handle(faults: list[dict[str, Any]], ext: Any, deliver: bool = True) -> list[WaitTimeoutError | KernelCheckError]:
     """What the watcher does with a poll's reports: record, print, raise in the main thread, then ack."""
     out = []
     for fault in faults:
         err = make_error(fault)
         with _lock:
             _errors.append(err)
-        print(f"[jax_tilescale] WaitTimeoutError: {err}", file=sys.stderr, flush=True)
+        print(f"[jax_tilescale] {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         if deliver:
             raise_in_main_thread(err)
         out.append(err)

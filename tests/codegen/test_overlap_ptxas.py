@@ -1,7 +1,7 @@
 """What ptxas says of the overlap examples' kernels at the issue's size (bf16 8192^3, the examples'
 default tiles): the consumers' accumulators stay in registers (0 bytes spilled in the kernel).
 
-The regression this guards (issue 15, benchmarks/NOTES.md): GEMM-ReduceScatter's owner waits for
+The regressions this guards (issue 15, benchmarks/NOTES.md): GEMM-ReduceScatter's owner waits for
 its peers' partial tiles after its main loop, with 128 float32 accumulators per thread live; the
 wait's slow path was a call, and ptxas then kept the whole accumulator array in local memory
 across the main loop (1 KiB of spill stores and loads per k-step), 5x slower on the GPU."""
@@ -52,14 +52,15 @@ def test_overlap_kernel_keeps_its_accumulators_in_registers(which, npes, session
     assert (stores, loads) == (0, 0), f"{mod.entry}: {stores} B spill stores, {loads} B spill loads, {regs} registers"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15 step 2 not built: any call left in a kernel compiled with -rdc (the "
-                   "end-of-call barrier, NVSHMEM's proxy fallbacks, printf) makes ptxas serialise wgmma; "
-                   "benchmarks/NOTES.md gives the measurements and the chosen call-free design")
-@pytest.mark.parametrize("which", ["rs", "ag"])
-def test_overlap_kernel_wgmma_is_not_serialised(which, session_cache, require_nvshmem):
-    """The target of step 2 (C7504, setmaxnreg ignored, comes with -rdc itself and costs nothing at
-    128 x 256 tiles, whose 128 accumulators fit the 168 registers ptxas gives; it is not asserted)."""
-    mod = generate_cuda(_ir(which, 1), "sm_90")
+@pytest.mark.parametrize("which,npes", [("rs", 1), ("ag", 1), ("rs", 2), ("ag", 2)])
+def test_overlap_kernel_wgmma_is_not_serialised(which, npes, session_cache, require_nvshmem):
+    """Generated call-free (codegen/call_free.py: puts as P2P stores, signals as release atomics, the
+    end-of-call barrier inlined), ptxas keeps the wgmma pipeline (no C7509) and spills nothing. C7504
+    (setmaxnreg ignored) comes with -rdc itself and costs nothing at 128 x 256 tiles, whose 128
+    accumulators fit the 168 registers ptxas gives; it is not asserted."""
+    mod = generate_cuda(_ir(which, npes), "sm_90")
+    assert mod.call_free and "#define TS_CALL_FREE 1" in mod.source
+    assert "nvshmemx_" not in mod.source.split("__global__", 1)[1]  # no NVSHMEM call in the kernel
     report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=True)) or ""
     assert "(C7509)" not in report, report
     regs, stores, loads = kernel_resources(report, mod.entry)

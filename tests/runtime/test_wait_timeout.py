@@ -115,6 +115,19 @@ def test_a_remote_barrier_wait_names_the_polled_pe_and_the_comparison():
     assert "a word of PE 1" in msg
 
 
+def test_a_failed_check_of_a_call_free_kernel_reads_as_one():
+    """Call-free kernels (codegen/call_free.py) report failed checks through the same record, with cmp
+    TS_FAULT_CHECK and "<line>\n<what>" in `where`; the watcher makes a KernelCheckError of it."""
+    fault = dict(FAULT, kernel="ts_gemm_rs", cmp=abi.FAULT_CHECK, seen=5, expected=2, block=(3, 1, 0), thread=17,
+                 op="kernel check", where="/home/me/rs.py:94\nputmem_signal_nbi_block: target PE outside [0, npes)")
+    err = wt.make_error(fault)
+    assert isinstance(err, ts.KernelCheckError) and not isinstance(err, WaitTimeoutError)
+    assert str(err).startswith("kernel `gemm_rs`, PE 0 of 2: a check failed at /home/me/rs.py:94 (block (3, 1, 0), "
+                               "thread 17): putmem_signal_nbi_block: target PE outside [0, npes) (value 5, limit 2)")
+    assert "no longer usable" in str(err) and err.fault["seen"] == 5
+    assert isinstance(wt.make_error(FAULT), WaitTimeoutError)  # the other codes stay waits
+
+
 # ---- the record and the watcher ------------------------------------------------------------------------
 
 

@@ -1,0 +1,100 @@
+"""Which kernels are generated *call-free* (`TS_CALL_FREE` in tilescale_device.cuh), and why not.
+
+A kernel that communicates is compiled relocatable (`-rdc`) to reach NVSHMEM's device state, and
+there ptxas serialises every wgmma of a kernel that still contains a call instruction, even one
+never taken (benchmarks/NOTES.md, issue 15: the AllGather-GEMM ran at 0.86x and the GEMM-
+ReduceScatter at 0.84x of the plain GEMM, whose wgmma pipeline runs freely). So a kernel that takes
+the Hopper plan and communicates is generated without calls when each of its statements has a
+call-free form:
+
+- puts and gets: copy loops of plain loads and stores through the peer's mapping (`nvshmem_ptr`,
+  inlined), complete when the statement ends (stronger than `_nbi`, which completes at quiet);
+- signals (fused into a put or on their own): one release atomic at system scope on the peer's
+  word, after the block's stores are fenced;
+- quiet and fence: a system-scope fence (P2P stores need nothing more);
+- barriers, the entry and end-of-call barriers: the header's helpers, inlined, their signals as
+  above;
+- failed checks: the call site's host-mapped record instead of printf (the watcher reports it).
+
+The price: every peer must be load/store reachable (NVLink, or the same GPU); a peer that is not
+stops the kernel with a reported error naming the statement. Collectives that move data
+(broadcast, fcollect), puts and gets of a run-time size or of one thread, and kernels that read
+the node index keep NVSHMEM's calls (and serialised wgmma); the generated header says which
+statement kept them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.nodes import (
+    BarrierAll,
+    Fence,
+    Get,
+    KernelIR,
+    PeerCopy,
+    Put,
+    Quiet,
+    RemoteSignal,
+    Scope,
+    SignalWait,
+    Stmt,
+    TeamBarrier,
+    WaitUntil,
+    walk_stmts,
+)
+
+WGMMA_ARCH = "sm_90a"  # a plan that compiles for it issues wgmma
+# Statements whose call-free form needs nothing more than their type.
+_ALWAYS = (RemoteSignal, Quiet, Fence, SignalWait, WaitUntil, BarrierAll, TeamBarrier)
+_COPY_SCOPES = (Scope.BLOCK, Scope.WARP)  # copy loops over the block's or warp 0's threads
+
+
+@dataclass(frozen=True)
+class CallFree:
+    """The decision for one kernel: `on`, or why not (`reason`, "" where the question does not
+    arise: a kernel without wgmma or without communication compiles its calls freely)."""
+
+    on: bool
+    reason: str = ""
+
+
+def _blocker(s: Stmt) -> str | None:
+    """Why `s` keeps an NVSHMEM call, or None."""
+    if isinstance(s, _ALWAYS):
+        return None
+    if isinstance(s, (Put, Get)):
+        if s.size is not None:
+            return f"T.{s.op_name} with a run-time size"
+        if s.scope not in _COPY_SCOPES:
+            return f"T.{s.op_name} of one thread"
+        return None
+    if isinstance(s, PeerCopy):
+        return None if s.scope in _COPY_SCOPES else f"T.{s.op_name} of one thread"
+    return f"T.{getattr(s, 'op_name', type(s).__name__)} (no call-free form)"
+
+
+def call_free(kernel: KernelIR, plan_arch: str | None) -> CallFree:
+    """Whether `kernel`, whose GEMM plan compiles for `plan_arch` (None: no plan), is generated
+    call-free."""
+    if plan_arch != WGMMA_ARCH or not kernel.uses_nvshmem():
+        return CallFree(False)
+    if kernel.reads_node():
+        return CallFree(False, "it reads the node index (T.Scale('node'), an NVSHMEM query)")
+    for s in walk_stmts(kernel.body):
+        if s.communicates:
+            why = _blocker(s)
+            if why is not None:
+                return CallFree(False, f"{why} at {s.loc}")
+    return CallFree(True)
+
+
+def header_lines(decision: CallFree) -> list[str]:
+    """The generated source's lines for the decision: the define, or a comment saying what kept the
+    calls (and with them serialised wgmma)."""
+    if decision.on:
+        return ["// call-free: communicates without NVSHMEM calls (codegen/call_free.py), wgmma at full rate",
+                "#define TS_CALL_FREE 1"]
+    if decision.reason:
+        return [f"// not call-free, so ptxas serialises wgmma: {decision.reason} (codegen/call_free.py)"]
+    return []

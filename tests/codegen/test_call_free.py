@@ -1,0 +1,93 @@
+"""Which communicating kernels are generated call-free (codegen/call_free.py) and what that code is:
+every communication statement of a kernel on the Hopper plan lowered to P2P loads, stores and release
+atomics, no NVSHMEM call left, and ptxas keeping the wgmma pipeline (no C7509). The overlap examples'
+kernels are checked at the issue's size in test_overlap_ptxas.py; their results on the GPU in
+tests/gpu/test_overlap_gpu.py."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.compiler import compile_cubin, ptxas_report
+
+S = jax.ShapeDtypeStruct
+BF16 = jnp.bfloat16
+M = N = K = 256
+BM, BN, BK = 128, 128, 64
+
+
+def _gemm_then(comm: str):
+    """A 2-PE GEMM kernel on the Hopper plan (a pipelined wgmma loop) that then communicates in the
+    way `comm` names."""
+
+    @ts.kernel(out_shape=(S((M, N), BF16), S((M, N), BF16)), grid=(N // BN, M // BM), threads=256)
+    def gemm_comm(a, b, c, inbox):
+        me = T.get_pe()
+        peer = (me + 1) % T.get_pe_num()
+        tm, tn = T.program_id(1), T.program_id(0)
+        ready = T.alloc_signal(1)
+        A_s = T.alloc_shared((BM, BK), BF16)
+        B_s = T.alloc_shared((BK, BN), BF16)
+        C_f = T.alloc_fragment((BM, BN), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(K // BK, num_stages=3):
+            T.copy(a[T.ds(tm * BM, BM), T.ds(ko * BK, BK)], A_s)
+            T.copy(b[T.ds(ko * BK, BK), T.ds(tn * BN, BN)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, c[T.ds(tm * BM, BM), T.ds(tn * BN, BN)])
+        rows = T.ds(tm * BM, BM), T.ds(tn * BN, BN)
+        if comm == "block":
+            T.putmem_signal_nbi_block(inbox[rows], c[rows], sig=ready[0], value=1, op=T.SignalOp.ADD, pe=peer)
+            T.quiet()
+            T.fence()
+            T.signal_op(ready[0], 1, T.SignalOp.SET, peer)
+            T.barrier_all()
+        elif comm == "warp":
+            T.getmem_warp(c[rows], inbox[rows], pe=peer)
+        else:  # one thread's put: no call-free form (a copy loop of one thread)
+            T.putmem_nbi(inbox[rows], c[rows], pe=peer)
+
+    x = S((M, K), BF16)
+    return gemm_comm.trace(x, S((K, N), BF16), mesh_axes=("x",), num_pes=2)
+
+
+@pytest.mark.parametrize("comm", ["block", "warp"])
+def test_a_communicating_hopper_kernel_is_generated_without_nvshmem_calls(comm):
+    mod = generate_cuda(_gemm_then(comm), "sm_90")
+    assert mod.arch == "sm_90a" and mod.uses_nvshmem and mod.call_free
+    body = mod.source.split("__global__", 1)[1]
+    assert "nvshmem_quiet" not in body and "nvshmemx_" not in body and "nvshmem_fence" not in body
+    assert "ts_fault_sink_set(args);" in body  # where a failed check reports, set first
+    if comm == "block":
+        assert "ts_p2p_signal_add(ts_peer_word(" in body and "ts_p2p_signal_set(ts_peer_word(" in body
+    else:
+        assert "ts_peer_ptr(" in body  # the peer's mapping, then plain loads
+
+
+def test_a_one_thread_put_keeps_the_calls_and_the_header_says_why():
+    mod = generate_cuda(_gemm_then("thread"), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.call_free
+    assert "#define TS_CALL_FREE 1" not in mod.source
+    assert "// not call-free, so ptxas serialises wgmma: T.putmem_nbi of one thread at" in mod.source
+    assert "test_call_free.py" in mod.source.split("// not call-free", 1)[1].splitlines()[0]
+
+
+def test_a_kernel_without_wgmma_is_not_call_free_and_says_nothing():
+    @ts.kernel(out_shape=S((64, 64), jnp.float32), grid=(1,), threads=128)
+    def shift(x, y):
+        T.putmem_block(y[:, :], x[:, :], pe=(T.get_pe() + 1) % T.get_pe_num())
+
+    mod = generate_cuda(shift.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=2), "sm_90")
+    assert mod.uses_nvshmem and not mod.call_free and "call-free" not in mod.source.split("#include", 1)[0]
+
+
+@pytest.mark.parametrize("comm", ["block", "warp"])
+def test_call_free_code_compiles_without_serialised_wgmma(comm, session_cache, require_nvshmem):
+    mod = generate_cuda(_gemm_then(comm), "sm_90")
+    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=True)) or ""
+    assert "(C7509)" not in report, report
