@@ -311,7 +311,8 @@ def mma_lowering(monkeypatch):
 
 def _uses_mma(kern, *args) -> bool:
     src = generate_cuda(kern.trace(*args), "sm_90").source  # the lowering the environment asks for
-    return "ts_mma_16816_" in src and "ts_cp_async_cg16(" in src and "wgmma" not in src
+    # ts_wgmma_: the instructions' helpers (the device header's comments mention wgmma in every kernel)
+    return "ts_mma_16816_" in src and "ts_cp_async_cg16(" in src and "ts_wgmma_" not in src
 
 
 def _poisoned_call(fn, *args):
