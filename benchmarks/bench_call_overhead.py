@@ -46,15 +46,33 @@ def copy_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileK
     return copy
 
 
-def per_call(step, x, iters: int, reps: int) -> float:
-    """Seconds per call of `step` (x -> x), inside one jitted fori_loop of `iters` calls."""
+# Host time our FFI handler spent per call in the last `per_call` of a kernel of ours: (whole execute
+# handler, cuLaunchKernel alone) in seconds; what is left of a call's cost is XLA's and the GPU's.
+HANDLER: dict[str, tuple[float, float]] = {}
+
+
+def _take_handler_times() -> tuple[int, int, int]:
+    try:
+        from jax_tilescale import _ffi
+    except ImportError:  # no GPU extension: nothing to read
+        return (0, 0, 0)
+    return _ffi.take_handler_times()
+
+
+def per_call(step, x, iters: int, reps: int, label: str | None = None) -> float:
+    """Seconds per call of `step` (x -> x), inside one jitted fori_loop of `iters` calls. With `label`,
+    HANDLER[label] gets the handler's host time per call over the timed runs."""
     loop = jax.jit(lambda x: jax.lax.fori_loop(0, iters, lambda i, x: step(x), x))
     jax.block_until_ready(loop(x))
+    _take_handler_times()
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         jax.block_until_ready(loop(x))
         times.append((time.perf_counter() - t0) / iters)
+    calls, execute_ns, launch_ns = _take_handler_times()
+    if label is not None and calls:
+        HANDLER[label] = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9)
     return float(np.median(times))
 
 
@@ -76,8 +94,8 @@ def bench_launch(iters: int, reps: int) -> list[tuple[str, float, float]]:
     kern = add_one_kernel(8, 128, jnp.dtype(jnp.float32))  # 4 KiB
     x = jax.random.normal(jax.random.key(2), (8, 128), jnp.float32)
     np.testing.assert_array_equal(np.asarray(jax.jit(kern)(x)), np.asarray(x + 1))
-    return [("launch: add 1 to 4 KiB, one block vs XLA fusion", per_call(kern, x, iters, reps),
-             per_call(lambda x: x + 1, x, iters, reps))]
+    what = "launch: add 1 to 4 KiB, one block vs XLA fusion"
+    return [(what, per_call(kern, x, iters, reps, what), per_call(lambda x: x + 1, x, iters, reps))]
 
 
 def bench_plain(iters: int, reps: int) -> list[tuple[str, float, float]]:
@@ -94,8 +112,8 @@ def bench_plain(iters: int, reps: int) -> list[tuple[str, float, float]]:
 
     got, want = jax.jit(ours)(a), jax.jit(xla)(a)
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=2e-2, atol=2e-2)
-    t_ours, t_xla = per_call(ours, a, iters, reps), per_call(xla, a, iters, reps)
-    return [("plain 128x128x64 GEMM vs jnp.dot", t_ours, t_xla)]
+    what = "plain 128x128x64 GEMM vs jnp.dot"
+    return [(what, per_call(ours, a, iters, reps, what), per_call(xla, a, iters, reps))]
 
 
 def shift_and_copy(mesh, rows: int, n: int):
@@ -114,16 +132,16 @@ def shift_and_copy(mesh, rows: int, n: int):
 
 def bench_comm(mesh, iters: int, reps: int) -> list[tuple[str, float, float]]:
     shift, copy, x = shift_and_copy(mesh, 64, 16)  # 4 KiB per PE
-    return [(f"4 KiB shift ({mesh.size} PE) vs plain copy kernel", per_call(shift, x, iters, reps),
-             per_call(copy, x, iters, reps))]
+    what = f"4 KiB shift ({mesh.size} PE) vs plain copy kernel"
+    return [(what, per_call(shift, x, iters, reps, what), per_call(copy, x, iters, reps))]
 
 
 def bench_shift(mesh, iters: int, reps: int) -> list[tuple[str, float, float]]:
     rows_out = []
     for label, rows, n in (("4 KiB", 64, 16), ("1 MiB", 256, 1024)):
         shift, copy, x = shift_and_copy(mesh, rows, n)
-        rows_out.append((f"{label} shift per PE ({mesh.size} PEs) vs plain copy", per_call(shift, x, iters, reps),
-                         per_call(copy, x, iters, reps)))
+        what = f"{label} shift per PE ({mesh.size} PEs) vs plain copy"
+        rows_out.append((what, per_call(shift, x, iters, reps, what), per_call(copy, x, iters, reps)))
     return rows_out
 
 
@@ -148,9 +166,13 @@ def main() -> None:
     if jax.process_index() != 0:
         return
     print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop")
-    print(f"{'what':58s} {'ours us':>9s} {'base us':>9s} {'diff us':>9s} {'ratio':>6s}")
+    print("(handler: host time in our FFI handler per call, of it cuLaunch: in cuLaunchKernel)")
+    head = ("ours us", "base us", "diff us")
+    print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s}")
     for what, ours, base in rows:
-        print(f"{what:58s} {ours * 1e6:9.2f} {base * 1e6:9.2f} {(ours - base) * 1e6:9.2f} {ours / base:6.2f}")
+        handler, launch = (f"{t * 1e6:8.2f}" for t in HANDLER[what]) if what in HANDLER else ("-", "-")
+        print(f"{what:58s} {ours * 1e6:9.2f} {base * 1e6:9.2f} {(ours - base) * 1e6:9.2f} {ours / base:6.2f} "
+              f"{handler:>8s} {launch:>8s}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>  // cudaStream_t, for PlatformStream (types only; nothing is linked)
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -54,6 +55,26 @@ bool TraceLaunch() {
 constexpr const char* kNotInitialised =
     "NVSHMEM is not initialised: run under `python -m jax_tilescale.launch` or call "
     "jax_tilescale.runtime.init()";
+
+// Host time in the execute handler (TakeHandlerTimes): two clock reads per call, always on.
+std::atomic<uint64_t> g_handler_calls{0}, g_execute_ns{0}, g_launch_ns{0};
+
+uint64_t NowNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+// Adds the time from its construction to its destruction to `total` (every return path of Execute).
+class ScopedNs {
+ public:
+  explicit ScopedNs(std::atomic<uint64_t>& total) : total_(total), t0_(NowNs()) {}
+  ~ScopedNs() { total_.fetch_add(NowNs() - t0_, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t>& total_;
+  uint64_t t0_;
+};
 
 struct LaunchState {
   static ffi::TypeId id;
@@ -280,8 +301,12 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
              smem = static_cast<unsigned>(c.smem_bytes);
   // A grid barrier needs every block resident: a cooperative launch guarantees it (and fails rather than
   // deadlocks when it cannot), where a plain launch only makes it likely.
-  CUresult r = c.grid_barrier ? cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params)
-                              : cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+  CUresult r;
+  {
+    ScopedNs timed(g_launch_ns);
+    r = c.grid_barrier ? cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params)
+                       : cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+  }
   if (r != CUDA_SUCCESS) return CuFailed(s, c.grid_barrier ? "cuLaunchCooperativeKernel" : "cuLaunchKernel", r);
   return ffi::Error::Success();
 }
@@ -321,6 +346,8 @@ ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::Remaini
 
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
+  ScopedNs timed(g_execute_ns);
+  g_handler_calls.fetch_add(1, std::memory_order_relaxed);
   LaunchState& s = *state;
   auto stream = reinterpret_cast<CUstream>(cuda_stream);
   std::string driver_error;
@@ -449,6 +476,10 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 }  // namespace
 
 XLA_FFI_TypeId* LaunchStateTypeId() { return &LaunchState::id; }
+
+HandlerTimes TakeHandlerTimes() {
+  return HandlerTimes{g_handler_calls.exchange(0), g_execute_ns.exchange(0), g_launch_ns.exchange(0)};
+}
 
 const XLA_FFI_TypeInfo* LaunchStateTypeInfo() { return &kLaunchStateTypeInfo; }
 

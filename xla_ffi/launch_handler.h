@@ -23,4 +23,13 @@ inline constexpr const char* kLaunchStateTypeName = "jax_tilescale_launch_state"
 // which is also the NVSHMEM PE the bootstrap gives this process.
 void SetDefaultPe(int64_t pe);
 
+// Host time spent in the execute handler (whole, and in cuLaunchKernel), summed over calls since the
+// last take: what a call costs on the host before XLA's own work (benchmarks/bench_call_overhead.py).
+struct HandlerTimes {
+  uint64_t calls;
+  uint64_t execute_ns;
+  uint64_t launch_ns;
+};
+HandlerTimes TakeHandlerTimes();
+
 }  // namespace jax_tilescale

@@ -118,6 +118,13 @@ NB_MODULE(_ffi, m) {
       },
       "Free the symmetric workspace (collective: every process must call it), before nvshmem finalize.");
   m.def("loaded_module_count", []() { return ts::LoadedModuleCount(); });
+  m.def(
+      "take_handler_times",
+      []() {
+        const ts::HandlerTimes t = ts::TakeHandlerTimes();
+        return std::make_tuple(t.calls, t.execute_ns, t.launch_ns);
+      },
+      "(calls, ns in the execute handler, ns in cuLaunchKernel) since the last take; resets them.");
 
   // Waits that gave up (wait_timeout.h): polled by jax_tilescale.runtime.wait_timeout's watcher.
   m.def(
