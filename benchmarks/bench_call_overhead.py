@@ -6,7 +6,9 @@ measured in the same run (issue "Communicating kernels without the fixed tax").
     python -m jax_tilescale.launch ... benchmarks/bench_call_overhead.py --only shift
 
 Rows (per call, median of `--reps` runs of a jitted `fori_loop` of `--iters` calls, so that the
-host's dispatch of the loop is amortised and what remains is the per-iteration cost):
+host's dispatch of the loop is amortised and what remains is the per-iteration cost; ours and the
+baseline run alternately, rep by rep, since two runs of the same loop minutes apart differed by up to
+30%; the "handler" columns are our FFI handler's own host time per call):
 - plain:  a 128x128x64 bf16 GEMM tile kernel (one block, no NVSHMEM) vs `jnp.dot`: target at most 2 us more;
 - launch: the launch alone: a one-block kernel adding 1 to 4 KiB vs XLA's fusion doing the same, so that
           what the custom call costs is not mixed with how fast our GEMM is against cuBLAS at a tiny size;
@@ -46,9 +48,7 @@ def copy_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileK
     return copy
 
 
-# Host time our FFI handler spent per call in the last `per_call` of a kernel of ours: (whole execute
-# handler, cuLaunchKernel alone) in seconds; what is left of a call's cost is XLA's and the GPU's.
-HANDLER: dict[str, tuple[float, float]] = {}
+Row = tuple[str, float, float, tuple[float, float] | None]  # what, ours s, base s, handler (whole, cuLaunch) s
 
 
 def _take_handler_times() -> tuple[int, int, int]:
@@ -59,21 +59,34 @@ def _take_handler_times() -> tuple[int, int, int]:
     return _ffi.take_handler_times()
 
 
-def per_call(step, x, iters: int, reps: int, label: str | None = None) -> float:
-    """Seconds per call of `step` (x -> x), inside one jitted fori_loop of `iters` calls. With `label`,
-    HANDLER[label] gets the handler's host time per call over the timed runs."""
-    loop = jax.jit(lambda x: jax.lax.fori_loop(0, iters, lambda i, x: step(x), x))
+def _loop(step, iters: int):
+    return jax.jit(lambda x: jax.lax.fori_loop(0, iters, lambda i, x: step(x), x))
+
+
+def _time(loop, x, iters: int) -> float:
+    t0 = time.perf_counter()
     jax.block_until_ready(loop(x))
-    _take_handler_times()
-    times = []
+    return (time.perf_counter() - t0) / iters
+
+
+def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None) -> Row:
+    """Seconds per call of `ours` and of `base` (each x -> x, inside one jitted fori_loop of `iters`
+    calls), timed alternately rep by rep so that clock and host drift fall on both alike; medians.
+    Also our FFI handler's host time per call during ours' runs (whole handler, cuLaunchKernel)."""
+    x_base = x if x_base is None else x_base
+    loop_ours, loop_base = _loop(ours, iters), _loop(base, iters)
+    jax.block_until_ready(loop_ours(x))
+    jax.block_until_ready(loop_base(x_base))
+    t_ours, t_base = [], []
+    calls = execute_ns = launch_ns = 0
     for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(loop(x))
-        times.append((time.perf_counter() - t0) / iters)
-    calls, execute_ns, launch_ns = _take_handler_times()
-    if label is not None and calls:
-        HANDLER[label] = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9)
-    return float(np.median(times))
+        _take_handler_times()
+        t_ours.append(_time(loop_ours, x, iters))
+        c, e, lt = _take_handler_times()
+        calls, execute_ns, launch_ns = calls + c, execute_ns + e, launch_ns + lt
+        t_base.append(_time(loop_base, x_base, iters))
+    handler = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9) if calls else None
+    return (what, float(np.median(t_ours)), float(np.median(t_base)), handler)
 
 
 def add_one_kernel(m: int, n: int, dtype: jnp.dtype) -> ts.TileKernel:
@@ -90,15 +103,14 @@ def add_one_kernel(m: int, n: int, dtype: jnp.dtype) -> ts.TileKernel:
     return add_one
 
 
-def bench_launch(iters: int, reps: int) -> list[tuple[str, float, float]]:
+def bench_launch(iters: int, reps: int) -> list[Row]:
     kern = add_one_kernel(8, 128, jnp.dtype(jnp.float32))  # 4 KiB
     x = jax.random.normal(jax.random.key(2), (8, 128), jnp.float32)
     np.testing.assert_array_equal(np.asarray(jax.jit(kern)(x)), np.asarray(x + 1))
-    what = "launch: add 1 to 4 KiB, one block vs XLA fusion"
-    return [(what, per_call(kern, x, iters, reps, what), per_call(lambda x: x + 1, x, iters, reps))]
+    return [paired("launch: add 1 to 4 KiB, one block vs XLA fusion", kern, lambda x: x + 1, x, iters, reps)]
 
 
-def bench_plain(iters: int, reps: int) -> list[tuple[str, float, float]]:
+def bench_plain(iters: int, reps: int) -> list[Row]:
     m, n, k = 128, 128, 64
     kern = gemm_example.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=128, block_k=64)
     a = jax.random.normal(jax.random.key(0), (m, k), jnp.bfloat16)
@@ -112,8 +124,7 @@ def bench_plain(iters: int, reps: int) -> list[tuple[str, float, float]]:
 
     got, want = jax.jit(ours)(a), jax.jit(xla)(a)
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=2e-2, atol=2e-2)
-    what = "plain 128x128x64 GEMM vs jnp.dot"
-    return [(what, per_call(ours, a, iters, reps, what), per_call(xla, a, iters, reps))]
+    return [paired("plain 128x128x64 GEMM vs jnp.dot", ours, xla, a, iters, reps)]
 
 
 def shift_and_copy(mesh, rows: int, n: int):
@@ -130,18 +141,16 @@ def shift_and_copy(mesh, rows: int, n: int):
     return wrap(shift), wrap(copy), x
 
 
-def bench_comm(mesh, iters: int, reps: int) -> list[tuple[str, float, float]]:
+def bench_comm(mesh, iters: int, reps: int) -> list[Row]:
     shift, copy, x = shift_and_copy(mesh, 64, 16)  # 4 KiB per PE
-    what = f"4 KiB shift ({mesh.size} PE) vs plain copy kernel"
-    return [(what, per_call(shift, x, iters, reps, what), per_call(copy, x, iters, reps))]
+    return [paired(f"4 KiB shift ({mesh.size} PE) vs plain copy kernel", shift, copy, x, iters, reps)]
 
 
-def bench_shift(mesh, iters: int, reps: int) -> list[tuple[str, float, float]]:
+def bench_shift(mesh, iters: int, reps: int) -> list[Row]:
     rows_out = []
     for label, rows, n in (("4 KiB", 64, 16), ("1 MiB", 256, 1024)):
         shift, copy, x = shift_and_copy(mesh, rows, n)
-        what = f"{label} shift per PE ({mesh.size} PEs) vs plain copy"
-        rows_out.append((what, per_call(shift, x, iters, reps, what), per_call(copy, x, iters, reps)))
+        rows_out.append(paired(f"{label} shift per PE ({mesh.size} PEs) vs plain copy", shift, copy, x, iters, reps))
     return rows_out
 
 
@@ -154,7 +163,7 @@ def main() -> None:
     platform = ts.platform.setup()
     mesh = jax.make_mesh((platform.num_devices,), ("x",))
     want = set(a.only.split(","))
-    rows: list[tuple[str, float, float]] = []
+    rows: list[Row] = []
     if "launch" in want:
         rows += bench_launch(a.iters, a.reps)
     if "plain" in want:
@@ -165,12 +174,13 @@ def main() -> None:
         rows += bench_shift(mesh, a.iters, a.reps)
     if jax.process_index() != 0:
         return
-    print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop")
+    print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop, "
+          "ours and the baseline alternately")
     print("(handler: host time in our FFI handler per call, of it cuLaunch: in cuLaunchKernel)")
     head = ("ours us", "base us", "diff us")
     print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s}")
-    for what, ours, base in rows:
-        handler, launch = (f"{t * 1e6:8.2f}" for t in HANDLER[what]) if what in HANDLER else ("-", "-")
+    for what, ours, base, host in rows:
+        handler, launch = (f"{t * 1e6:8.2f}" for t in host) if host else ("-", "-")
         print(f"{what:58s} {ours * 1e6:9.2f} {base * 1e6:9.2f} {(ours - base) * 1e6:9.2f} {ours / base:6.2f} "
               f"{handler:>8s} {launch:>8s}")
 
