@@ -183,6 +183,13 @@ if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   # shellcheck disable=SC2086
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
 fi
+if [[ " ${STEPS:-} " == *" probe_zero_copy "* ]]; then  # only when asked for: issue 14's zero-copy probe
+  if [ "$NGPU" -ge 2 ]; then
+    step probe_zero_copy python3 -m jax_tilescale.launch -n 2 --timeout 120 tools/proto/zero_copy_probe.py
+  else
+    step probe_zero_copy shared_two_pes 29781 120 tools/proto/zero_copy_probe.py
+  fi
+fi
 if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a two-PE run hangs
   diag_2pe() { TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 "$@"; }
   step diag_2pe diag_2pe tools/diag_hang.py 30 examples/simple_shift.py --m 256 --n 128
