@@ -5,6 +5,8 @@ NVSHMEM_SYMMETRIC_SIZE and how to raise it, and the process goes on running kern
 Waits that nothing satisfies: a WaitTimeoutError naming kernel, PE, statement and line after the wait
 timeout, and the job goes on (scripts/wait_times_out.py, run as its own two-rank job by rank 0).
 (Ranks that fail or die while a peer waits on the GPU: tools/gpu_test.sh, step two_nodes_fault.)
+A failed run-time check in a kernel generated call-free: a KernelCheckError naming the kernel, the line
+and what failed (scripts/check_fails_call_free.py, its own process: the trap ends its CUDA context).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def exchange(tag: str, value: str, timeout_ms: int = 120_000) -> list[str]:
 
 
 WAIT_SCRIPT = Path(__file__).resolve().parent / "scripts" / "wait_times_out.py"
+CHECK_SCRIPT = Path(__file__).resolve().parent / "scripts" / "check_fails_call_free.py"
 # What the outer launcher set for this rank; the inner job must start from a clean slate.
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "NODES", "GPUS", "MASTER_ADDR", "MASTER_PORT",
                 "JAX_COORDINATOR_ADDRESS")
@@ -139,3 +142,19 @@ def test_symmetric_heap_too_small_is_a_clear_error_on_every_rank(gpu_mesh):
         want_ = allgather.xla_gather_fn(gpu_mesh)(xs)
         for g, w in zip(got.addressable_shards, want_.addressable_shards):
             np.testing.assert_array_equal(np.asarray(g.data), np.asarray(w.data))
+
+
+def test_a_failed_check_in_a_call_free_kernel_is_a_named_error():
+    """One PE, its own process: the check's record reaches the watcher before the kernel traps."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    env.update(XLA_PYTHON_CLIENT_PREALLOCATE="false", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(CHECK_SCRIPT)], env=env, capture_output=True, text=True, timeout=300,
+                          check=False, cwd=str(CHECK_SCRIPT.parents[3]))
+    out = proc.stdout + proc.stderr
+    line = next(i for i, text in enumerate(CHECK_SCRIPT.read_text().splitlines(), 1) if "# CHECKED LINE" in text)
+    assert "call_free=True" in out, out[-4000:]
+    assert "the call returned" not in out, out[-4000:]
+    assert "KernelCheckError: kernel `gemm_then_signal`, PE 0 of 1: a check failed at " in out, out[-4000:]
+    assert f"check_fails_call_free.py:{line}" in out and "target PE outside the kernel PE space" in out, out[-4000:]
+    assert "(value 5, limit 1)" in out, out[-4000:]
+
