@@ -1,0 +1,79 @@
+"""Which buffers of the communicating examples the FFI handler still stages, and why (issue 14's report).
+
+Peers may only address symmetric (NVSHMEM heap) memory, and XLA's buffers are not, so the handler runs
+a kernel on symmetric copies of the buffers peers touch (docs/calling_convention.md): an output that
+peers write or read is copied out after the launch, an input that peers read is copied in before it.
+This prints, for each example kernel traced for two PEs, every buffer with its flag (what
+`lowering/cuda.staged_flags` hands the handler) and the statements that make it remote, and the bytes
+copied per call at the given size. A kernel that keeps its peer traffic in `T.alloc_symmetric` /
+`T.alloc_signal` buffers stages nothing (all_to_all's inbox).
+
+    python tools/staged_buffers.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import all_to_all
+import allgather
+import allgather_gemm
+import simple_shift
+
+from jax_tilescale import abi
+from jax_tilescale.ir.nodes import walk_stmts
+from jax_tilescale.lowering.cuda import staged_flags
+
+NPES = 2
+S = jax.ShapeDtypeStruct
+F32, BF16 = jnp.float32, jnp.bfloat16
+
+
+def _kernels():
+    """(example, kernel, argument shapes) at the sizes the GPU checks use, for two PEs."""
+    m, n = 4096, 1024
+    yield "simple_shift.py", simple_shift.simple_shift(m, n, F32), (S((m, n), F32),)
+    yield "allgather.py (push)", allgather.allgather(m, n, NPES, F32), (S((m, n), F32),)
+    yield "allgather.py (pull)", allgather.allgather_pull(m, n, NPES, F32), (S((m, n), F32),)
+    tokens, hidden = 1024, 1024
+    yield ("all_to_all.py", all_to_all.all_to_all(tokens, hidden, NPES, BF16),
+           (S((tokens, hidden), BF16), S((NPES + 1,), jnp.int32), S((NPES,), jnp.int32)))
+    mp, k, np_ = 4096, 8192, 4096
+    yield ("allgather_gemm.py", allgather_gemm.allgather_gemm(mp, k, np_, NPES, BF16),
+           (S((mp, k), BF16), S((k, np_), BF16)))
+
+
+def _why(kernel_ir, buf) -> str:
+    """The statements (by name and line) that make `buf` remote."""
+    seen = []
+    for s in walk_stmts(kernel_ir.body):
+        if not s.communicates:
+            continue
+        names = {getattr(getattr(s, f, None), "buffer", None) for f in ("dst", "src", "remote", "word")}
+        if buf in names:
+            seen.append(f"{s.op_name} at line {s.loc.lineno}")
+    return ", ".join(dict.fromkeys(seen)) or "-"
+
+
+def main() -> None:
+    print(f"{'example':22s} {'buffer':10s} {'kind':7s} {'staged':16s} {'bytes/call':>11s}  why")
+    for name, kern, args in _kernels():
+        ir = kern.trace(*args, mesh_axes=("x",), num_pes=NPES)
+        total = 0
+        for buf, flag in zip(ir.params, staged_flags(ir)):
+            what = {0: "no", abi.STAGE_COPY_OUT: "copied out", abi.STAGE_COPY_IN: "copied in",
+                    abi.STAGE_COPY_OUT | abi.STAGE_COPY_IN: "in and out"}[flag]
+            nbytes = buf.nbytes * ((flag & abi.STAGE_COPY_OUT) > 0) + buf.nbytes * ((flag & abi.STAGE_COPY_IN) > 0)
+            total += nbytes
+            why = _why(ir, buf) if flag else "only this PE touches it"
+            print(f"{name:22s} {buf.name:10s} {buf.kind.value:7s} {what:16s} {nbytes:11d}  {why}")
+        print(f"{name:22s} {'total':10s} {'':7s} {'':16s} {total:11d}")
+
+
+if __name__ == "__main__":
+    main()
