@@ -74,11 +74,14 @@ def _blocker(s: Stmt) -> str | None:
     return f"T.{getattr(s, 'op_name', type(s).__name__)} (no call-free form)"
 
 
-def call_free(kernel: KernelIR, plan_arch: str | None) -> CallFree:
+def call_free(kernel: KernelIR, plan_arch: str | None, p2p_peers: bool = True) -> CallFree:
     """Whether `kernel`, whose GEMM plan compiles for `plan_arch` (None: no plan), is generated
-    call-free."""
+    call-free. `p2p_peers`: every PE the kernel may talk to is load/store reachable (the launch is
+    on one node); otherwise the kernel keeps NVSHMEM's calls, which reach other nodes too."""
     if plan_arch != WGMMA_ARCH or not kernel.uses_nvshmem():
         return CallFree(False)
+    if not p2p_peers:
+        return CallFree(False, "the launch spans several nodes, where peers need NVSHMEM's network path")
     if kernel.reads_node():
         return CallFree(False, "it reads the node index (T.Scale('node'), an NVSHMEM query)")
     for s in walk_stmts(kernel.body):

@@ -155,11 +155,13 @@ def _entry_name(kernel: KernelIR) -> str:
     return f"ts_{c_identifier(kernel.name)}"
 
 
-def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | None = None) -> CudaModule:
+def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | None = None,
+                  p2p_peers: bool = True) -> CudaModule:
     """CUDA C++ for `kernel` (verified here) plus its launch facts. `arch` is the GPU's (sm_90
     enables the Hopper GEMM lowering, which then compiles for sm_90a; sm_80 and later the mma.sync
     one). `gemm_lowering` ("auto", "sm90", "mma", "portable"; default $TILESCALE_GEMM_LOWERING, else
-    "auto") picks the GEMM loops' lowering: codegen/gemm_select.py."""
+    "auto") picks the GEMM loops' lowering: codegen/gemm_select.py. `p2p_peers`: every peer is
+    load/store reachable (one node), which a call-free kernel needs (codegen/call_free.py)."""
     verify_kernel(kernel)
     _check_supported(kernel)
     plan, notes = select_plan(kernel, arch, gemm_lowering)
@@ -167,7 +169,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         layout = plan_layout(kernel, plan, arch)
     except KernelTraceError as e:
         raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
-    free = call_free(kernel, plan.arch if plan is not None else None)
+    free = call_free(kernel, plan.arch if plan is not None else None, p2p_peers)
     ctx = Ctx(kernel, layout, _pointer_names(kernel), plan, call_free=free.on)
     frame = ctx.frame
     entry = _entry_name(kernel)

@@ -38,7 +38,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     if k.uses_nvshmem():
         ensure_initialized()
     pe_table, mesh_shape, kernel_axes = mesh_attributes(mesh, k.mesh_axes)
-    module = generate_cuda(k, arch=cuda_arch())
+    module = generate_cuda(k, arch=cuda_arch(), p2p_peers=not k.uses_nvshmem() or _one_machine())
     cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
     # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs); a kernel
@@ -103,6 +103,14 @@ def staged_flags(k: KernelIR) -> list[int]:
             flag |= abi.STAGE_COPY_IN
         flags.append(flag)
     return flags
+
+
+def _one_machine() -> bool:
+    """Whether every process of the job runs on this machine, so that every peer is load/store
+    reachable (NVLink or the same GPU): what a call-free kernel needs (codegen/call_free.py)."""
+    from ..runtime.distributed import process_layout
+
+    return process_layout().hosts == 1
 
 
 @functools.cache

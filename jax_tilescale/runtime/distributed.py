@@ -41,6 +41,7 @@ class ProcessLayout(NamedTuple):
     local_rank: int  # index among the processes of this node (global-rank order)
     world_size: int  # jax.process_count()
     local_size: int  # processes on this node
+    hosts: int = 1  # machines (host names) of the job: peers on one machine are load/store reachable
 
 
 # --- starting jax.distributed --------------------------------------------------------------------
@@ -165,7 +166,8 @@ _published: set[int] = set()
 
 def _publish_node(client: Any, rank: int) -> None:
     if rank not in _published:
-        client.key_value_set(f"{_NODE_KEY}/{rank}", node_id(), allow_overwrite=True)
+        # "<node>\n<host name>": the launcher may run several nodes on one machine (tools/gpu_test.sh)
+        client.key_value_set(f"{_NODE_KEY}/{rank}", f"{node_id()}\n{socket.gethostname()}", allow_overwrite=True)
         _published.add(rank)
 
 
@@ -214,12 +216,19 @@ def process_layout(timeout_s: float = 60.0) -> ProcessLayout:
             if client is None:
                 raise LaunchError(f"jax.process_count() is {world} but jax.distributed has no client; {_LAUNCH_HINT}")
             _publish_node(client, rank)
-            nodes = _all_nodes(client, world, timeout_s)
+            published = [_node_and_host(v) for v in _all_nodes(client, world, timeout_s)]
+            nodes = [node for node, _ in published]
             same = [r for r in range(world) if nodes[r] == nodes[rank]]
-            layout = ProcessLayout(rank, same.index(rank), world, len(same))
+            layout = ProcessLayout(rank, same.index(rank), world, len(same), len({host for _, host in published}))
         _agree("LOCAL_RANK", layout.local_rank, "this process's index among the processes of its node")
         _layout = layout
         return layout
+
+
+def _node_and_host(published: str) -> tuple[str, str]:
+    """(node, host name) of a rank's published value (the node stands for the host where none is given)."""
+    node, _, host = published.partition("\n")
+    return node, host or node
 
 
 def _all_nodes(client: Any, world: int, timeout_s: float) -> list[str]:

@@ -91,3 +91,11 @@ def test_call_free_code_compiles_without_serialised_wgmma(comm, session_cache, r
     mod = generate_cuda(_gemm_then(comm), "sm_90")
     report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=True)) or ""
     assert "(C7509)" not in report, report
+
+
+def test_a_launch_over_several_machines_keeps_nvshmem_calls():
+    """Peers on other machines are reached through NVSHMEM's network path, not loads and stores
+    (lowering/cuda.py passes p2p_peers=False when process_layout().hosts > 1)."""
+    mod = generate_cuda(_gemm_then("block"), "sm_90", p2p_peers=False)
+    assert not mod.call_free and "nvshmemx_putmem_signal_nbi_block(" in mod.source
+    assert "// not call-free, so ptxas serialises wgmma: the launch spans several nodes" in mod.source

@@ -39,7 +39,7 @@ def test_two_launchers_form_one_job(tmp_path):
             local = g - 2 * node
             assert r["process_count"] == 4
             assert r["env"] == [str(g), str(local)]  # the launcher's RANK, LOCAL_RANK
-            assert r["layout"] == [g, local, 4, 2]  # process_layout() from jax.distributed agrees
+            assert r["layout"] == [g, local, 4, 2, 1]  # process_layout() from jax.distributed agrees (one machine)
             # The PE table follows the mesh (devices in rank order here); a team along "gpu" is the node.
             assert r["table"] == [0, 1, 2, 3] and r["shape"] == [2, 2]
             assert r["node_team"] == [2 * node, 2 * node + 1]
@@ -61,7 +61,7 @@ def test_plain_processes_without_the_launcher(tmp_path):
     codes, outs, _ = finish(procs, timeout=120)
     assert codes == [0, 0], outs
     got = sorted((r["rank"], r["layout"]) for out in outs for r in records(out))
-    assert got == [(0, [0, 0, 2, 2]), (1, [1, 1, 2, 2])]
+    assert got == [(0, [0, 0, 2, 2, 1]), (1, [1, 1, 2, 2, 1])]  # one machine
 
 
 def test_a_rank_variable_that_disagrees_with_jax_is_refused(tmp_path):

@@ -46,17 +46,30 @@ def as_rank(monkeypatch, rank: int, world: int, client=None, node: str = "hostA"
 
 
 def test_single_process():
-    assert distributed.process_layout() == (0, 0, 1, 1)
+    assert distributed.process_layout() == (0, 0, 1, 1, 1)
     assert distributed.process_layout() is distributed.process_layout()  # computed once
 
 
 def test_ranks_grouped_by_node_in_rank_order(monkeypatch):
     # Nodes need not hold consecutive ranks (e.g. a round-robin SLURM distribution).
-    kv = FakeKV({0: "a", 1: "b", 3: "b", 4: "a", 5: "b"})
+    kv = FakeKV({0: "a\nhostA", 1: "b\nhostB", 3: "b\nhostB", 4: "a\nhostA", 5: "b"})  # 5: no host given
     as_rank(monkeypatch, 2, 6, kv, node="a")
+    monkeypatch.setattr(distributed.socket, "gethostname", lambda: "hostA")
     layout = distributed.process_layout()
-    assert layout == distributed.ProcessLayout(rank=2, local_rank=1, world_size=6, local_size=3)
-    assert kv.store["jax_tilescale/node/2"] == "a"  # published for the others
+    assert layout == distributed.ProcessLayout(rank=2, local_rank=1, world_size=6, local_size=3, hosts=3)
+    assert kv.store["jax_tilescale/node/2"].split("\n")[0] == "a"  # published for the others, with the host name
+
+
+def test_nodes_on_one_machine_count_one_host(monkeypatch):
+    """The launcher may run several "nodes" on one machine (two PEs sharing a GPU, tools/gpu_test.sh): peers
+    there are still load/store reachable, which the code generator's call-free kernels need."""
+    import socket
+
+    host = socket.gethostname()
+    kv = FakeKV({0: f"{host}/node0\n{host}"})
+    as_rank(monkeypatch, 1, 2, kv, node=f"{host}/node1")
+    layout = distributed.process_layout()
+    assert (layout.local_size, layout.hosts) == (1, 1)
 
 
 def test_launcher_variables_must_agree(monkeypatch):
