@@ -16,8 +16,9 @@ call-free form:
   above;
 - failed checks: the call site's host-mapped record instead of printf (the watcher reports it).
 
-The price: every peer must be load/store reachable (NVLink, or the same GPU); a peer that is not
-stops the kernel with a reported error naming the statement. Collectives that move data
+The price: every peer must be load/store reachable (NVLink, or the same GPU), so the lowering asks
+for it only when the job runs on one machine; a peer that is still not reachable stops the kernel
+with a reported error naming the statement. Collectives that move data
 (broadcast, fcollect), puts and gets of a run-time size or of one thread, and kernels that read
 the node index keep NVSHMEM's calls (and serialised wgmma); the generated header says which
 statement kept them.
