@@ -36,12 +36,13 @@ def test_allgather_gemm_takes_wgmma(npes):
     assert len(plan.loops) == (1 if npes == 1 else 2)  # local shard from A, peers' from where they landed
     mod = generate_cuda(ag_ir(npes), "sm_90")
     assert mod.arch == "sm_90a" and mod.uses_nvshmem and not mod.notes and mod.threads == 384
-    src = mod.source
+    assert mod.call_free  # puts as P2P stores, signals as release atomics (codegen/call_free.py)
+    src = mod.source[mod.source.index("__global__"):]  # the kernel, not the header's helpers
     split = src.index("if (threadIdx.x >= 256) {")
     # the head (sends, the wait for the row block) runs on every thread, before the split
     assert src.index("ts_wait<TS_CMP_EQ") < split
     if npes > 1:
-        assert src.index("nvshmemx_putmem_signal_nbi_block(") < split
+        assert src.index("ts_p2p_signal_") < split  # the put's signal, after its stores
         # both loops (1 box of A, 4 of B each: 64-column atoms), inside the producer's `if`
         assert src[split:].count("ts_tma_load_2d(") == 10 and "producer of the loop" in src[split:]
     assert "ts_fence_proxy_async_global();" in src[split:]
@@ -51,11 +52,12 @@ def test_allgather_gemm_takes_wgmma(npes):
 @pytest.mark.parametrize("npes", [2, 4])
 def test_gemm_reducescatter_takes_wgmma_and_sends_after_the_join(npes):
     mod = generate_cuda(rs_ir(npes), "sm_90")
-    assert mod.arch == "sm_90a" and not mod.notes
-    src = mod.source
+    assert mod.arch == "sm_90a" and not mod.notes and mod.call_free
+    src = mod.source[mod.source.index("__global__"):]  # the kernel, not the header's helpers
     join = src.index("__syncthreads();  // the producer and the consumers meet")
     assert src.index("ts_setmaxnreg_inc<168>();") < join and src.index("ts_setmaxnreg_dec<168>();") < join
-    assert src.index("nvshmemx_putmem_signal_nbi_block(") > join  # the block put: every thread, after the join
+    # the block put (P2P stores by every thread, then one release atomic): after the join
+    assert src.index("ts_peer_ptr(") > join and src.index("ts_p2p_signal_add(") > join
     assert src.index("ts_wait<TS_CMP_EQ") < join  # the owner's wait: consumer thread 0, in the split
 
 
