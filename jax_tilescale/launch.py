@@ -79,11 +79,14 @@ class _Rank:
     status: int | None = None  # set by the waiter thread when the process has ended
     exit_time: float | None = None  # time.monotonic() then
     stopped: bool = False  # the launcher signalled it while it was still running
+    # Its last lines when --timeout expired: what it was doing then, not what it printed while being
+    # stopped (a rank whose coordinator went first prints the coordination service's errors).
+    frozen_tail: tuple[str, ...] | None = None
 
     def outcome(self, lock: threading.Lock) -> Outcome:
         record = read_failure_record(self.record_path)
         with lock:  # its pump may still be adding lines
-            tail = tuple(self.tail)
+            tail = tuple(self.tail) if self.frozen_tail is None else self.frozen_tail
         return Outcome(
             self.rank, self.status, self.exit_time, record[0] if record else None,
             tuple(record[1]) if record else (), tail, self.stopped,
@@ -218,6 +221,9 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
             except queue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
                     ending, status = "timeout", TIMEOUT_STATUS
+                    with lock:
+                        for rank in ranks:
+                            rank.frozen_tail = tuple(rank.tail)
                     break
                 continue
             running -= 1

@@ -122,8 +122,8 @@ def test_nvshmem4py_missing(monkeypatch, unregistered):
 def test_nvcc_failure_names_the_generated_source(monkeypatch, fresh_cache, unregistered):
     real = codegen.generate_cuda
 
-    def broken(kernel_ir, arch="sm_90"):
-        module = real(kernel_ir, arch)
+    def broken(kernel_ir, arch="sm_90", **options):
+        module = real(kernel_ir, arch, **options)
         return dataclasses.replace(module, source=module.source + "\nthis is not C++;\n")
 
     monkeypatch.setattr(codegen, "generate_cuda", broken)
