@@ -49,8 +49,8 @@ class CorpusPlugin:
         original = cuda.generate_cuda
         plugin = self
 
-        def recording(kernel, arch: str = "sm_90", gemm_lowering: str | None = None):
-            module = original(kernel, arch=arch, gemm_lowering=gemm_lowering)
+        def recording(kernel, arch: str = "sm_90", gemm_lowering: str | None = None, **options):
+            module = original(kernel, arch=arch, gemm_lowering=gemm_lowering, **options)
             plugin.record(kernel.name, arch, gemm_lowering, module)
             return module
 
