@@ -249,3 +249,15 @@ def test_a_pair_of_other_shape_or_dtype_is_refused(x_shape, x_dtype, message) ->
     with pytest.raises(KernelTraceError, match=message) as err:
         jax.jit(k).lower(np.zeros(x_shape, x_dtype))
     assert "kernel <lambda>" in str(err.value) and "{0: 0}" in str(err.value)
+
+
+def test_a_write_through_the_aliased_input_ref_is_refused() -> None:
+    """The pair is one memory, written through the output ref; the input ref stays read-only."""
+    @ts.kernel(out_shape=SDS((M, N), F32), grid=(1,), input_output_aliases={0: 0})
+    def writes_input(x, o):
+        t = T.alloc_fragment((M, N), F32)
+        T.copy(x, t)
+        T.copy(t, x)
+
+    with pytest.raises(KernelTraceError, match="x is a kernel input, which is read-only"):
+        jax.jit(writes_input).lower(rand(11))
