@@ -67,7 +67,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
         wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
-        tensor_maps=np.asarray(module.tensor_maps, np.int64),
+        tensor_maps=np.asarray(aliased_tensor_maps(k, module.tensor_maps), np.int64),
     )
 
 
@@ -110,6 +110,18 @@ def staged_flags(k: KernelIR) -> list[int]:
             flag |= abi.STAGE_COPY_IN
         flags.append(flag)
     return flags
+
+
+def aliased_tensor_maps(k: KernelIR, fields: tuple[int, ...]) -> list[int]:
+    """The `tensor_maps` attribute with each map of an aliased input encoded for its output's param:
+    the kernel addresses the pair through that pointer (the staged copy when peers touch it), so a
+    TMA load must read the same memory (docs/calling_convention.md)."""
+    from ..codegen.gemm_sm90_load import TENSOR_MAP_FIELDS
+
+    out = list(fields)
+    for at in range(0, len(out), TENSOR_MAP_FIELDS):  # each map's first field is its buffer's param index
+        out[at] = k.params.index(k.memory_of(k.params[out[at]]))
+    return out
 
 
 def _one_machine() -> bool:

@@ -76,3 +76,14 @@ def test_an_aliased_input_that_peers_read_is_reached_through_its_staged_output()
     source = generate_cuda(get).source
     assert re.search(r"\bp_x = static_cast<unsigned char\*>\(args\.buffers\[1\]\)", source), source
     assert "ts_call_start(args" in source
+
+
+def test_a_tensor_map_of_an_aliased_input_is_encoded_for_its_outputs_param():
+    """The handler encodes each TMA map for `buffers[index]`; an aliased input's must be its output's
+    (the staged copy when peers touch the pair), the first of the 9 fields of each map."""
+    from jax_tilescale.lowering.cuda import aliased_tensor_maps
+
+    ir = _copy_rows({0: 0})
+    fields = (0, 7, 2, 8, 64, 32, 8, 16, 3, 1, 7, 2, 8, 64, 32, 8, 16, 3)  # a map of x, one of o
+    assert aliased_tensor_maps(ir, fields) == [1, *fields[1:9], 1, *fields[10:]]
+    assert aliased_tensor_maps(_copy_rows(None), fields) == list(fields)
