@@ -12,6 +12,8 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
 - plain:  a 128x128x64 bf16 GEMM tile kernel (one block, no NVSHMEM) vs `jnp.dot`: target at most 2 us more;
 - launch: the launch alone: a one-block kernel adding 1 to 4 KiB vs XLA's fusion doing the same, so that
           what the custom call costs is not mixed with how fast our GEMM is against cuBLAS at a tiny size;
+          "launch, in place": the same kernel with `input_output_aliases={0: 0}`, so that, like XLA's
+          fusion, it updates the loop carry in place instead of writing a fresh buffer XLA then copies;
 - comm:   the ring shift kernel (puts, end-of-call barrier) on this PE's mesh vs a plain copy kernel
           moving the same bytes: target at most 3 us more on one PE;
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU.
@@ -89,10 +91,11 @@ def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None) -> Row:
     return (what, float(np.median(t_ours)), float(np.median(t_base)), handler)
 
 
-def add_one_kernel(m: int, n: int, dtype: jnp.dtype) -> ts.TileKernel:
-    """The smallest useful kernel: one block adds 1 to an m x n tile."""
+def add_one_kernel(m: int, n: int, dtype: jnp.dtype, in_place: bool = False) -> ts.TileKernel:
+    """The smallest useful kernel: one block adds 1 to an m x n tile (`in_place`: in the input's buffer)."""
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(1,), threads=128)
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(1,), threads=128,
+               input_output_aliases={0: 0} if in_place else None)
     def add_one(src, dst):
         t = T.alloc_fragment((m, n), dtype)
         T.copy(src, t)
@@ -107,7 +110,11 @@ def bench_launch(iters: int, reps: int) -> list[Row]:
     kern = add_one_kernel(8, 128, jnp.dtype(jnp.float32))  # 4 KiB
     x = jax.random.normal(jax.random.key(2), (8, 128), jnp.float32)
     np.testing.assert_array_equal(np.asarray(jax.jit(kern)(x)), np.asarray(x + 1))
-    return [paired("launch: add 1 to 4 KiB, one block vs XLA fusion", kern, lambda x: x + 1, x, iters, reps)]
+    in_place = add_one_kernel(8, 128, jnp.dtype(jnp.float32), in_place=True)
+    np.testing.assert_array_equal(np.asarray(jax.jit(in_place)(x)), np.asarray(x + 1))
+    return [paired("launch: add 1 to 4 KiB, one block vs XLA fusion", kern, lambda x: x + 1, x, iters, reps),
+            paired("launch, in place: the same aliased {0: 0} vs XLA fusion", in_place, lambda x: x + 1, x, iters,
+                   reps)]
 
 
 def bench_plain(iters: int, reps: int) -> list[Row]:

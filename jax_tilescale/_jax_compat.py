@@ -11,7 +11,7 @@ in its docstring), run that test, then add the version.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -99,23 +99,54 @@ def shaped_array(shape: Sequence[int], dtype: Any, varying: frozenset[str] = fro
 
 
 def emit_host_callback(
-    ctx: Any, callback: Callable[..., Sequence[np.ndarray]], operands: Sequence[Any]
+    ctx: Any, callback: Callable[..., Sequence[np.ndarray]], operands: Sequence[Any],
+    operand_output_aliases: Mapping[int, int] | None = None,
 ) -> Sequence[Any]:
     """MLIR for a side-effecting call of `callback` on every device, with that device's operands as
     numpy arrays; returns the results (`ctx.avals_out`). Under shard_map every axis must be manual.
+    `operand_output_aliases` ({operand index: result index}) tells XLA that a result is returned in
+    an operand's buffer, as `jax.ffi.ffi_lowering`'s argument of that name does (the callback's
+    results are copied into their buffers after it returns, when it has read its operands).
 
     JAX source: `jax._src.callback.emit_python_callback` and `_callback_op_sharding`, what
     `io_callback`'s lowering uses. We skip `io_callback` itself because its first step copies every
     argument to CPU device 0, which waits for device 0, whose thread may be blocked in its own
     callback waiting for this one (a deadlock seen with two executions in flight)."""
+    import dataclasses
+
     from jax._src import callback as jax_callback
 
-    sharding = jax_callback._callback_op_sharding(ctx.module_context.axis_context, None, ctx.avals_out)
+    avals_out = list(ctx.avals_out)
+    padded = bool(operand_output_aliases) and len(avals_out) == 1
+    if padded:
+        # Shardy's export (jaxlib 0.10.2) turns a one-result callback under shard_map into a
+        # one-element tuple but keeps the alias's empty tuple index (XLA's verifier then refuses the
+        # alias). With a second, one-byte result the call is a tuple from the start.
+        avals_out.append(jax.core.ShapedArray((1,), np.dtype(np.uint8)))
+        ctx = dataclasses.replace(ctx, avals_out=avals_out)
+        inner = callback
+
+        def callback(*args: Any) -> Sequence[np.ndarray]:
+            return (*inner(*args), np.zeros((1,), np.uint8))
+
+    sharding = jax_callback._callback_op_sharding(ctx.module_context.axis_context, None, avals_out)
     results, _, _ = jax_callback.emit_python_callback(
-        ctx, callback, None, list(operands), ctx.avals_in, ctx.avals_out,
+        ctx, callback, None, list(operands), ctx.avals_in, avals_out,
         has_side_effect=True, returns_token=False, sharding=sharding,
     )
-    return results
+    if operand_output_aliases:
+        # JAX source: `jax._src.interpreters.mlir.custom_call`'s output_operand_aliases (one result:
+        # no tuple index). The callback is the custom call that defines the results.
+        from jax._src.lib.mlir import ir
+        from jax._src.lib.mlir.dialects import hlo
+
+        op = results[0].owner
+        op.attributes["output_operand_aliases"] = ir.ArrayAttr.get([
+            hlo.OutputOperandAlias.get(output_tuple_indices=[j] if len(results) > 1 else [], operand_index=i,
+                                       operand_tuple_indices=[])
+            for i, j in operand_output_aliases.items()
+        ])
+    return results[:-1] if padded else results
 
 
 def host_callback_frames(frame: FrameType | None) -> list[FrameType]:

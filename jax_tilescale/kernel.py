@@ -8,10 +8,11 @@ lowering and the CUDA launch lowering).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,9 @@ class KernelSpec:
     # invariant over its mesh axes, so shard_map accepts `out_specs=P()` for them under check_vma.
     replicated: tuple[int, ...] = ()
     blocks_per_sm: int = 1  # checked with the traced kernel (ir/verify.py)
+    # input_output_aliases as sorted (input index, output index) pairs; the inputs' range, shapes and
+    # dtypes are checked with the arguments (`check_aliases`), the rest here.
+    aliases: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         def bad(message: str) -> KernelTraceError:
@@ -69,15 +73,52 @@ class KernelSpec:
             if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.out_shape):
                 raise bad(f"replicated must be True, False or output indices in 0..{len(self.out_shape) - 1}, got "
                           f"{self.replicated!r}")
+        seen_in: set[int] = set()
+        seen_out: set[int] = set()
+        for pair in self.aliases:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+                raise bad(f"kernel {self.name}: input_output_aliases must map input indices to output indices "
+                          f"(a dict of ints), got the entry {pair!r}")
+            i, j = pair
+            if i < 0:
+                raise bad(f"kernel {self.name}: input_output_aliases {{{i}: {j}}}: input index {i} is negative")
+            if not 0 <= j < len(self.out_shape):
+                raise bad(f"kernel {self.name}: input_output_aliases {{{i}: {j}}}: output index {j} is out of range "
+                          f"(the kernel has {len(self.out_shape)} output(s))")
+            if j in seen_out:
+                raise bad(f"kernel {self.name}: input_output_aliases names output {j} twice (an output can be "
+                          "returned in one input's buffer only)")
+            if i in seen_in:  # a dict cannot repeat a key; a list of pairs can
+                raise bad(f"kernel {self.name}: input_output_aliases names input {i} twice")
+            seen_in.add(i)
+            seen_out.add(j)
         t = self.wait_timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, float) or not math.isfinite(t) or t < 0):
             raise bad(f"wait_timeout_s must be a number of seconds >= 0 (0: waits never time out), got {t!r}")
+
+    def check_aliases(self, in_avals: Sequence[tuple[tuple[int, ...], np.dtype]]) -> None:
+        """The aliases against the inputs of a call: each input index in range, each pair the same
+        shape and dtype (the output is returned in the input's buffer)."""
+        for i, j in self.aliases:
+            if i >= len(in_avals):
+                raise KernelTraceError(
+                    f"kernel {self.name}: input_output_aliases {{{i}: {j}}}: input index {i} is out of range "
+                    f"(the kernel was called with {len(in_avals)} input(s))", self.loc)
+            shape, dtype = in_avals[i]
+            out = self.out_shape[j]
+            if tuple(shape) != tuple(out.shape) or np.dtype(dtype) != np.dtype(out.dtype):
+                raise KernelTraceError(
+                    f"kernel {self.name}: input_output_aliases {{{i}: {j}}}: input {i} is "
+                    f"{np.dtype(dtype).name}{list(shape)} but output {j} is {np.dtype(out.dtype).name}"
+                    f"{list(out.shape)}; an output returned in an input's buffer must have its shape and dtype",
+                    self.loc)
 
     @staticmethod
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
              interpret: bool | InterpretOptions | None, name: str | None,
              wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False,
-             blocks_per_sm: int = 1) -> KernelSpec:
+             blocks_per_sm: int = 1, input_output_aliases: Mapping[int, int] | None = None) -> KernelSpec:
         """The spec of `@kernel(...)`'s arguments: one output or a tuple of them, an int or a tuple grid,
         one axis name or several. The grid and threads are checked with the traced kernel (ir/verify.py)."""
         loc = _fn_loc(fn)
@@ -98,8 +139,16 @@ class KernelSpec:
             which = (replicated,)
         else:
             which = tuple(replicated)
-        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, name or fn.__name__, wait, loc, which,
-                          blocks_per_sm)
+        kernel_name = name or fn.__name__
+        aliases = input_output_aliases or {}
+        if not isinstance(aliases, Mapping):
+            raise KernelTraceError(f"kernel {kernel_name}: input_output_aliases must be a dict {{input index: "
+                                   f"output index}}, got {aliases!r}", loc)
+        pairs = tuple(aliases.items())
+        if all(isinstance(x, int) for p in pairs for x in p):
+            pairs = tuple(sorted(pairs))  # one spec (and one IR) however the dict was ordered
+        return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, kernel_name, wait, loc, which,
+                          blocks_per_sm, pairs)
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -139,6 +188,7 @@ class TileKernel:
                 )
             mesh_axis_sizes = (num_pes,) if axes else ()
         avals = tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args)
+        self.spec.check_aliases(avals)
         vma = None if input_vma is None else tuple(input_vma)
         return _trace_cached(self, avals, axes, num_pes, tuple(int(n) for n in mesh_axis_sizes), vma)
 
@@ -252,7 +302,7 @@ def _trace_cached(
         input_vma=input_vma,
         blocks_per_sm=spec.blocks_per_sm,
     )
-    return verify_kernel(ir)
+    return verify_kernel(dataclasses.replace(ir, aliases=spec.aliases) if spec.aliases else ir)
 
 
 def kernel(
@@ -267,6 +317,7 @@ def kernel(
     wait_timeout_s: float | None = None,
     replicated: bool | Sequence[int] = False,
     blocks_per_sm: int = 1,
+    input_output_aliases: Mapping[int, int] | None = None,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -297,10 +348,18 @@ def kernel(
       share between its producer and consumers), and the kernel is refused if its shared memory
       does not fit blocks_per_sm times in an SM. 2 lets one block's epilogue overlap another's
       main loop (examples/gemm.py's 128x128 tiles at one-wave shapes). The interpreter ignores it.
+    input_output_aliases: `{input index: output index}`, as Pallas's: output j is returned in input
+      i's buffer (same shape and dtype), so XLA updates it in place (with the input donated, e.g.
+      `jax.jit(..., donate_argnums=)` or a loop carry, without a copy). Inside the kernel the input
+      ref and the output ref name the same memory: the output starts with the input's contents,
+      elements the kernel does not write keep them, and a read through the input ref sees what was
+      written through the output ref (ordered like any other access: the interpreter's race check
+      treats the two refs as one buffer). Write through the output ref; the input ref stays
+      read-only. Peers may put into or get from either, as for any output or input.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
         return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
-                                             wait_timeout_s, replicated, blocks_per_sm))
+                                             wait_timeout_s, replicated, blocks_per_sm, input_output_aliases))
 
     return wrap(fn) if fn is not None else wrap

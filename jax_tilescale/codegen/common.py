@@ -117,7 +117,10 @@ def copy_loop_parts(
     count = math.prod(d.size for d in dims)
     idx = index_type(count + lanes)
     wide = max(src.buffer.nbytes, dst.buffer.nbytes) // walk.vector_bytes >= 2**31
-    restrict = "" if src.buffer is dst.buffer and src_base is None and dst_base is None else " __restrict__"
+    # Two pointers into one memory may overlap: no `__restrict__` (an aliased input and output are one
+    # memory, `KernelIR.memory_of`).
+    same = ctx.kernel.memory_of(src.buffer) is ctx.kernel.memory_of(dst.buffer)
+    restrict = "" if same and src_base is None and dst_base is None else " __restrict__"
     src_addr = byte_address(ctx, src.buffer, walk.src_offset, src_base)
     dst_addr = byte_address(ctx, dst.buffer, walk.dst_offset, dst_base)
     setup = [

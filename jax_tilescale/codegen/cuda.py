@@ -98,6 +98,9 @@ def _prologue(ctx: Ctx) -> list[str]:
     ]
     used = [*GRID_VAR_NAMES, PE_VAR_NAME]
     for i, buf in enumerate(k.params):
+        # An aliased input is its output's memory: through that param's pointer, which is the staged
+        # (symmetric) copy when peers touch the pair (docs/calling_convention.md).
+        i = k.params.index(k.memory_of(buf)) if k.aliases else i
         lines.append(
             f"unsigned char* const {ctx.pointers[buf]} = static_cast<unsigned char*>(args.buffers[{i}]);  "
             f"{comment(str(buf))}"
@@ -240,15 +243,17 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
 
 
 def _call_start(kernel: KernelIR) -> list[str]:
-    """The entry barrier, for kernels whose peers read this PE's inputs (docs/calling_convention.md,
-    "End of a call"): the handler copies such inputs into the symmetric workspace before the launch,
-    and a peer may not read them before this PE's launch has begun."""
-    read_inputs = [b for b in kernel.inputs if b in kernel.remote_read()]
-    if not read_inputs:
+    """The entry barrier, for kernels whose peers read this PE's inputs or touch an aliased output
+    (docs/calling_convention.md, "End of a call"): the handler copies such buffers into the symmetric
+    workspace before the launch, and a peer may not read or write them before this PE's launch has
+    begun."""
+    copied = [b for b in kernel.params if b in kernel.copied_in()]
+    if not copied:
         return []
-    names = ", ".join(b.name for b in read_inputs)
+    names = ", ".join(b.name for b in copied)
+    verb = "read or write" if kernel.aliases else "read"
     return [
-        comment(f"entry barrier: peers read {names}, which the handler copies in before the launch"),
+        comment(f"entry barrier: peers {verb} {names}, which the handler copies in before the launch"),
         f"ts_call_start(args, {c_string(str(kernel.loc))});",
     ]
 

@@ -3,7 +3,8 @@
 A memory observer keeps a written-mask per (PE, output); at the end of the kernel (after every
 put is delivered) `check` raises KernelRuntimeError naming each output that has elements nobody
 wrote, how many, and the first of them. Such elements would hold poison (NaN, or an integer's
-maximum); the usual cause is a grid that does not cover the output.
+maximum); the usual cause is a grid that does not cover the output. An output aliased to an input
+(`KernelIR.aliases`) counts as written from the start: its elements hold the input's values.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ class CoverageTracker:
         self._by_id: dict[tuple[int, int], tuple[np.ndarray, Buffer]] = {}  # (PE, id(buffer)): no Buffer hashing
 
     def bind_pe(self, pe: int) -> None:
+        aliased = {o for _, o in self.kernel.alias_pairs()}
         for buf in self.kernel.outputs:
-            self._masks[(pe, buf)] = np.zeros(buf.shape, dtype=bool)
+            self._masks[(pe, buf)] = np.full(buf.shape, buf in aliased, dtype=bool)
 
     def observe(self, acc: Access) -> None:
         buf = acc.region.buffer

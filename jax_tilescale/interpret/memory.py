@@ -1,7 +1,8 @@
 """Simulated memory of one launch: every buffer of every PE and block, and the one access path.
 
 Buffers live where NVSHMEM puts them: inputs and outputs per PE (outputs are symmetric, so peers
-may write them), shared tiles per block, signal words and T.alloc_symmetric buffers per PE
+may write them; an aliased input and output, `KernelIR.aliases`, are one array, the output's, which
+starts as a copy of the input), shared tiles per block, signal words and T.alloc_symmetric buffers per PE
 (the symmetric scratch, zero at launch). Every
 read and write of kernel memory, by a statement or by a delivered transfer, goes through
 `LaunchMemory.access`, so a later race detector needs exactly one hook (`observers`).
@@ -173,6 +174,8 @@ class LaunchMemory:
             bound[buf] = arr
         self._inputs[pe] = bound
         self._outputs[pe] = {b: poisoned(b.shape, b.dtype) for b in k.outputs}
+        for i, o in k.alias_pairs():  # one storage: the output starts with the input's contents
+            self._outputs[pe][o] = bound[i] = np.array(bound[i], copy=True)
         self._signals[pe] = {  # the symmetric scratch: signal words and T.alloc_symmetric buffers
             b: np.zeros(b.shape, b.dtype)
             for b in k.allocs
@@ -196,7 +199,7 @@ class LaunchMemory:
         """The single path to kernel memory: returns a view of the accessed region.
 
         Reads get a read-only view; only WRITE and SYNC_UPDATE may change memory, and inputs are
-        never written.
+        never written (an aliased input's memory changes only through its output ref).
         """
         if acc.region.buffer.kind is BufferKind.INPUT and acc.kind in (AccessKind.WRITE, AccessKind.SYNC_UPDATE,
                                                                        AccessKind.ATOMIC):

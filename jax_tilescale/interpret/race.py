@@ -17,7 +17,9 @@ Accesses
     overlapping accesses, one a write, of different agents, not so ordered, raise RaceError.
     ATOMIC accesses (T.atomic_add/max/min) count as writes, except that two atomics never race
     with each other (they are read-modify-writes of the hardware); they order nothing either.
-    Inputs are never written, so their reads are not logged. SYNC_READ / SYNC_UPDATE accesses
+    Inputs are never written, so their reads are not logged, except those of an input aliased to an
+    output (`KernelIR.aliases`): the pair is one memory, logged in the output's log, so a read
+    through the input ref races with an unordered write through the output ref. SYNC_READ / SYNC_UPDATE accesses
     (signal words) are atomic: they are not data accesses; their ordering effect is `sync_to` /
     `sync_from` below. One exception: the updates of a signal buffer the kernel reads with
     `T.load` (`loaded_signals`) are logged as atomic writes, so that a load (a plain READ) that no
@@ -104,7 +106,7 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from operator import add
 
 from ..errors import KernelRuntimeError, RaceError
@@ -233,8 +235,9 @@ class RaceDetector:
     """The clocks and access logs of one launch. All methods run under the world's lock."""
 
     def __init__(self, num_pes: int, blocks: Sequence[Block], enabled: bool = True,
-                 loaded_signals: frozenset[Buffer] = frozenset()):
+                 loaded_signals: frozenset[Buffer] = frozenset(), aliases: Mapping[Buffer, Buffer] | None = None):
         self.enabled = enabled
+        self._aliases = dict(aliases or {})  # aliased input -> its output: one memory, one log
         self._loaded_signals = loaded_signals  # signal buffers read by T.load: their updates are logged
         self._blocks: dict[tuple[int, Block], Agent] = {}
         for pe in range(num_pes):
@@ -290,8 +293,8 @@ class RaceDetector:
             return
         else:
             return  # signal words: atomic; ordered by sync_to / sync_from
-        if acc.region.buffer.kind is BufferKind.INPUT:
-            return  # read-only: reads of inputs never race
+        if acc.region.buffer.kind is BufferKind.INPUT and (not self._aliases or acc.region.buffer not in self._aliases):
+            return  # read-only: reads of inputs never race (an aliased input's memory is its output's)
         agent = self._agent_of(acc)
         self.on_access(agent, acc, write)
         if write and self.enabled:
@@ -327,7 +330,8 @@ class RaceDetector:
         buf = region.buffer
         ref = self._buffer_ids.get(id(buf))  # hashing a Buffer (a frozen dataclass) per access is slow
         if ref is None:
-            ref = self._buffer_ids[id(buf)] = (self._canonical.setdefault(buf, len(self._canonical)), buf)
+            memory = self._aliases.get(buf, buf)  # an aliased input is logged as its output
+            ref = self._buffer_ids[id(buf)] = (self._canonical.setdefault(memory, len(self._canonical)), buf)
         # one log per buffer and PE; shared memory is per block too
         key = (ref[0], acc.owner, acc.owner_block if id(buf.kind) in BLOCK_LOCAL_IDS else None)
         log = self._logs.get(key)
@@ -390,6 +394,9 @@ class RaceDetector:
         mem = f"PE {acc.owner}'s {buf.kind.value} buffer {buf.name}"
         if buf.kind in BLOCK_LOCAL:
             mem = f"the {buf.kind.value} tile {buf.name} of PE {acc.owner}, block {acc.owner_block}"
+        pair = next(((i, o) for i, o in self._aliases.items() if buf in (i, o)), None)
+        if pair is not None:
+            mem += f" (input {pair[0].name} and output {pair[1].name} are one memory: input_output_aliases)"
         reuse = ""
         if any(_is_load(a) for a in (old.acc, acc)):
             reuse = (

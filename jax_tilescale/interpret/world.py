@@ -58,7 +58,8 @@ class World:
         self.memory = LaunchMemory(kernel)
         # Race detection (vector clocks, race.py) and output coverage watch every access.
         self.race = RaceDetector(self.num_pes, self.blocks, enabled=options.detect_races,
-                                 loaded_signals=frozenset(b for b in kernel.loaded() if b.kind is BufferKind.SIGNAL))
+                                 loaded_signals=frozenset(b for b in kernel.loaded() if b.kind is BufferKind.SIGNAL),
+                                 aliases=dict(kernel.alias_pairs()))
         self.coverage = CoverageTracker(kernel) if options.check_coverage else None
         if options.detect_races:
             self.memory.observers.append(self.race.observe)

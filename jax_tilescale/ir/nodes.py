@@ -547,11 +547,41 @@ class KernelIR:
     # Blocks the GPU code is built to keep on one SM at a time (registers and shared memory per
     # block at most 1/blocks_per_sm of the SM's); the interpreter ignores it.
     blocks_per_sm: int = 1
+    # Pallas's input_output_aliases as (input index, output index) pairs (`ts.kernel(input_output_aliases=)`):
+    # output j is returned in input i's buffer, and inside the kernel both refs name that one memory, so
+    # the output starts with the input's contents. Every later layer reads the pairing from here.
+    aliases: tuple[tuple[int, int], ...] = ()
 
     @property
     def params(self) -> tuple[Buffer, ...]:
         """Global buffers in calling-convention order: inputs, then outputs."""
         return self.inputs + self.outputs
+
+    def alias_pairs(self) -> tuple[tuple[Buffer, Buffer], ...]:
+        """The aliased (input, output) buffer pairs."""
+        return tuple((self.inputs[i], self.outputs[j]) for i, j in self.aliases)
+
+    def memory_of(self, buf: Buffer) -> Buffer:
+        """The buffer that holds `buf`'s memory: an aliased input's output (the pair is one memory,
+        written through the output ref), any other buffer itself."""
+        for i, o in self.alias_pairs():
+            if buf == i:
+                return o
+        return buf
+
+    def copied_in(self) -> frozenset[Buffer]:
+        """Params that peers touch whose staged copy (symmetric during the launch) must start with XLA's
+        contents: inputs that peers read, and aliased outputs whose memory peers read or write through
+        either ref (the elements the kernel leaves alone hold the input's values). An aliased input is
+        never staged on its own: the kernel addresses it through its output's pointer."""
+        touched = {self.memory_of(b) for b in self.remote_written() | self.remote_read()}
+        aliased_inputs = {i for i, _ in self.alias_pairs()}
+        aliased_outputs = {o for _, o in self.alias_pairs()}
+        return frozenset(
+            b for b in self.params
+            if (b.kind is BufferKind.INPUT and b not in aliased_inputs and b in self.remote_read())
+            or (b in aliased_outputs and b in touched)
+        )
 
     def remote_written(self) -> frozenset[Buffer]:
         """Global buffers that peers may write (`Stmt.peer_writes`): they must live in symmetric memory."""

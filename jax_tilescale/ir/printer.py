@@ -207,6 +207,8 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
     )
     lines = [header]
     lines += [f"  param {b}" for b in kernel.params]
+    lines += [f"  alias {i.name} -> {o.name}  (input {a}'s buffer is output {j}'s)"
+              for (a, j), (i, o) in zip(kernel.aliases, kernel.alias_pairs())]
     lines += [f"  alloc {b}" for b in kernel.allocs]
     _format_body(kernel.body, 1, with_locs, lines)
     return "\n".join(lines)

@@ -45,7 +45,9 @@ def lower_interpret(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Seque
     check_interpreter_launch(call.kernel.name, _jax_compat.lowering_mesh(ctx), call.kernel.mesh_axes)
     options = call.interpret if isinstance(call.interpret, InterpretOptions) else InterpretOptions()
     runner = InterpretedCall(InterpreterSession(call.kernel, options, call.replicated))
-    return _jax_compat.emit_host_callback(ctx, runner, [pe_info, *args])
+    # Aliased outputs are returned in their inputs' buffers (operand 0 is pe_info).
+    aliases = {i + 1: j for i, j in call.kernel.aliases}
+    return _jax_compat.emit_host_callback(ctx, runner, [pe_info, *args], operand_output_aliases=aliases)
 
 
 class InterpretedCall:

@@ -45,7 +45,10 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     # that communicates needs its launch number and workspace half per call, so it is never captured. A
     # graph-safe kernel is a pure function of its inputs, so XLA may also schedule it as one.
     target = GRAPH_TARGET_NAME if module.graph_safe else TARGET_NAME
-    rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe)
+    # Aliased outputs are returned in their inputs' buffers (operand 0 is pe_info): XLA hands the
+    # handler one pointer for both params.
+    aliases = {i + 1: j for i, j in k.aliases} or None
+    rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe, operand_output_aliases=aliases)
     return rule(
         ctx,
         pe_info,
@@ -64,7 +67,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
         wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
-        tensor_maps=np.asarray(module.tensor_maps, np.int64),
+        tensor_maps=np.asarray(aliased_tensor_maps(k, module.tensor_maps), np.int64),
     )
 
 
@@ -90,19 +93,35 @@ def staged_flags(k: KernelIR) -> list[int]:
     write or read are staged and copied out afterwards (abi.STAGE_COPY_OUT): XLA must get what the
     kernel and its peers wrote, and an output has no contents to copy in. Inputs that peers read
     (gets, loads through nvshmem_ptr, remote waits) are staged and copied in before
-    (abi.STAGE_COPY_IN). Both would be an input peers also write, which the verifier rejects; the
-    handler accepts it for aliased buffers.
+    (abi.STAGE_COPY_IN). An aliased pair (`KernelIR.aliases`) is one memory: the kernel addresses the
+    input through its output's pointer, so the input is never staged, and an output whose memory
+    peers touch (through either ref) is staged both ways (`KernelIR.copied_in`): in, since the
+    elements the kernel leaves alone hold the input's values, and out, what XLA returns. The handler
+    copies every staged buffer in before the launch and out after it.
     """
-    written, read = k.remote_written(), k.remote_read()
+    touched = {k.memory_of(b) for b in k.remote_written() | k.remote_read()}
+    copied_in = k.copied_in()
     flags = []
     for b in k.params:
         flag = 0
-        if b.kind is BufferKind.OUTPUT and (b in written or b in read):
+        if b.kind is BufferKind.OUTPUT and b in touched:
             flag |= abi.STAGE_COPY_OUT
-        if b.kind is BufferKind.INPUT and b in read:
+        if b in copied_in:
             flag |= abi.STAGE_COPY_IN
         flags.append(flag)
     return flags
+
+
+def aliased_tensor_maps(k: KernelIR, fields: tuple[int, ...]) -> list[int]:
+    """The `tensor_maps` attribute with each map of an aliased input encoded for its output's param:
+    the kernel addresses the pair through that pointer (the staged copy when peers touch it), so a
+    TMA load must read the same memory (docs/calling_convention.md)."""
+    from ..codegen.gemm_sm90_load import TENSOR_MAP_FIELDS
+
+    out = list(fields)
+    for at in range(0, len(out), TENSOR_MAP_FIELDS):  # each map's first field is its buffer's param index
+        out[at] = k.params.index(k.memory_of(k.params[out[at]]))
+    return out
 
 
 def _one_machine() -> bool:
