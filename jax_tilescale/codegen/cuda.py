@@ -247,7 +247,8 @@ def _call_start(kernel: KernelIR) -> list[str]:
     (docs/calling_convention.md, "End of a call"): the handler copies such buffers into the symmetric
     workspace before the launch, and a peer may not read or write them before this PE's launch has
     begun."""
-    copied = [b for b in kernel.params if b in kernel.copied_in()]
+    copied_in = kernel.copied_in()
+    copied = [b for b in kernel.params if b in copied_in]
     if not copied:
         return []
     names = ", ".join(b.name for b in copied)

@@ -564,24 +564,20 @@ class KernelIR:
     def memory_of(self, buf: Buffer) -> Buffer:
         """The buffer that holds `buf`'s memory: an aliased input's output (the pair is one memory,
         written through the output ref), any other buffer itself."""
-        for i, o in self.alias_pairs():
-            if buf == i:
-                return o
-        return buf
+        return dict(self.alias_pairs()).get(buf, buf)
+
+    def peer_memory(self) -> frozenset[Buffer]:
+        """The params whose memory peers read or write, an aliased pair counted as its output."""
+        return frozenset(self.memory_of(b) for b in self.remote_written() | self.remote_read())
 
     def copied_in(self) -> frozenset[Buffer]:
         """Params that peers touch whose staged copy (symmetric during the launch) must start with XLA's
         contents: inputs that peers read, and aliased outputs whose memory peers read or write through
         either ref (the elements the kernel leaves alone hold the input's values). An aliased input is
         never staged on its own: the kernel addresses it through its output's pointer."""
-        touched = {self.memory_of(b) for b in self.remote_written() | self.remote_read()}
-        aliased_inputs = {i for i, _ in self.alias_pairs()}
-        aliased_outputs = {o for _, o in self.alias_pairs()}
-        return frozenset(
-            b for b in self.params
-            if (b.kind is BufferKind.INPUT and b not in aliased_inputs and b in self.remote_read())
-            or (b in aliased_outputs and b in touched)
-        )
+        pairs, touched, read = dict(self.alias_pairs()), self.peer_memory(), self.remote_read()
+        return frozenset(b for b in self.params if (b.kind is BufferKind.INPUT and b not in pairs and b in read)
+                         or (b in pairs.values() and b in touched))
 
     def remote_written(self) -> frozenset[Buffer]:
         """Global buffers that peers may write (`Stmt.peer_writes`): they must live in symmetric memory."""

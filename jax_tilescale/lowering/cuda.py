@@ -99,8 +99,7 @@ def staged_flags(k: KernelIR) -> list[int]:
     elements the kernel leaves alone hold the input's values, and out, what XLA returns. The handler
     copies every staged buffer in before the launch and out after it.
     """
-    touched = {k.memory_of(b) for b in k.remote_written() | k.remote_read()}
-    copied_in = k.copied_in()
+    touched, copied_in = k.peer_memory(), k.copied_in()
     flags = []
     for b in k.params:
         flag = 0
