@@ -30,6 +30,24 @@ def load_example(name: str):
     return module
 
 
+def _have_toolchain() -> bool:
+    from jax_tilescale.compiler.toolchain import find_nvcc, find_nvshmem
+    from jax_tilescale.errors import CompileError
+
+    try:
+        find_nvcc()
+        find_nvshmem()
+    except CompileError:
+        return False
+    return True
+
+
+# Tests that lower a kernel for CUDA on a machine without a GPU: they need the FFI extension (the handler's
+# target) and nvcc with NVSHMEM's headers (the kernel is compiled while it is lowered).
+needs_extension = pytest.mark.skipif(importlib.util.find_spec("jax_tilescale._ffi") is None,
+                                     reason="GPU extension not built")
+needs_toolchain = pytest.mark.skipif(not _have_toolchain(), reason="no nvcc / NVSHMEM headers")
+
 os.environ.setdefault("JAX_TILESCALE_TESTING", "1")
 
 _SESSION_VARS = ("TMPDIR", "TILESCALE_CACHE_DIR")

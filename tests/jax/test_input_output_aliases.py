@@ -5,7 +5,6 @@ may put into and get from an aliased buffer (against jax.lax.ppermute), and bad 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import warnings
 
@@ -17,8 +16,8 @@ from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
-from jax_tilescale.compiler.toolchain import find_nvcc, find_nvshmem
-from jax_tilescale.errors import CompileError, KernelRuntimeError, KernelTraceError
+from jax_tilescale.errors import KernelRuntimeError, KernelTraceError
+from tests.conftest import needs_extension, needs_toolchain
 from tests.primitives.util import mesh_of
 
 F32 = np.float32
@@ -41,17 +40,6 @@ def add_one(m: int = M, n: int = N, bm: int = BM, aliases: dict | None = None) -
     return add_one_in_place
 
 
-needs_extension = pytest.mark.skipif(importlib.util.find_spec("jax_tilescale._ffi") is None,
-                                     reason="GPU extension not built")
-
-
-def _have_toolchain() -> bool:
-    try:
-        find_nvcc()
-        find_nvshmem()
-    except CompileError:
-        return False
-    return True
 
 
 def rand(seed: int, shape=(M, N)) -> np.ndarray:
@@ -74,7 +62,7 @@ def test_in_place_add_one_equals_x_plus_one_and_xla_is_told_of_the_alias() -> No
 
 
 @needs_extension
-@pytest.mark.skipif(not _have_toolchain(), reason="no nvcc / NVSHMEM headers")
+@needs_toolchain
 def test_the_cuda_lowering_tells_xla_of_the_alias(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path))
     text = jax.jit(add_one()).trace(rand(10)).lower(lowering_platforms=("cuda",)).as_text()

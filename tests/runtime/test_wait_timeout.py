@@ -4,7 +4,6 @@ the main thread. The generated waits: tests/codegen (source, nvcc); on GPUs: tes
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import threading
 import time
@@ -17,22 +16,9 @@ import pytest
 import jax_tilescale as ts
 from jax_tilescale import abi
 from jax_tilescale import language as T
-from jax_tilescale.compiler.toolchain import find_nvcc, find_nvshmem
-from jax_tilescale.errors import CompileError, KernelTraceError, LaunchError, WaitTimeoutError
+from jax_tilescale.errors import KernelTraceError, LaunchError, WaitTimeoutError
 from jax_tilescale.runtime import wait_timeout as wt
-
-HAVE_EXTENSION = importlib.util.find_spec("jax_tilescale._ffi") is not None
-needs_extension = pytest.mark.skipif(not HAVE_EXTENSION, reason="GPU extension not built")
-
-
-def _have_toolchain() -> bool:
-    try:
-        find_nvcc()
-        find_nvshmem()
-    except CompileError:
-        return False
-    return True
-
+from tests.conftest import needs_extension, needs_toolchain
 
 FAULT = {
     "kernel": "ts_wait_for_peer", "launch_id": 7, "pe": 0, "npes": 2, "peer": -1, "cmp": 0, "bits": 64,
@@ -79,7 +65,7 @@ def test_the_kernel_setting_reaches_the_primitive():
 
 
 @needs_extension
-@pytest.mark.skipif(not _have_toolchain(), reason="no nvcc / NVSHMEM headers")
+@needs_toolchain
 def test_the_cuda_lowering_passes_the_timeout_to_the_handler(monkeypatch, tmp_path):
     monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv(wt.TIMEOUT_VAR, "7")
