@@ -114,6 +114,9 @@ shared_pes() {
     [ "$rck" = 0 ] || ok=0
   done
   echo "$codes"
+  # Quit MPS after each shared run: a later single-process step (a benchmark) would otherwise run as an MPS
+  # client too, its launches passing through the MPS server (measured: +0.5 us per cuLaunchKernel).
+  stop_mps
   [ "$ok" = 1 ]
 }
 shared_two_pes() { shared_pes 2 "$@"; }
@@ -195,7 +198,8 @@ if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a 
   step diag_2pe diag_2pe tools/diag_hang.py 30 examples/simple_shift.py --m 256 --n 128
 fi
 if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PEs (sharing GPU 0 if need be)
-  step bench_call_overhead env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_call_overhead.py
+  # shellcheck disable=SC2086
+  step bench_call_overhead env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_call_overhead.py ${BENCH_CALL_ARGS:-}
   if [ "$NGPU" -ge 2 ]; then
     step bench_call_overhead_2pe python3 -m jax_tilescale.launch -n 2 --timeout 300 \
       benchmarks/bench_call_overhead.py --only comm,shift

@@ -364,9 +364,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
   if (ffi::Error err = EnsureLoaded(cu, s, stream, scope.ctx()); err.failure()) return err;
 
-  // Operand 0 is pe_info (for the CPU interpreter); the kernel's buffers are the rest, then the results.
-  if (args.size() < 1) return Internal(s, "missing the pe_info operand");
-  const size_t n_in = args.size() - 1, n_params = n_in + rets.size();
+  // The operands are the kernel's inputs, then the results its outputs (ABI 4: no pe_info operand).
+  const size_t n_in = args.size(), n_params = n_in + rets.size();
   if (n_params != s.staged.size()) {
     return Internal(s, "the call has " + std::to_string(n_params) + " buffers but `staged` describes " +
                            std::to_string(s.staged.size()));
@@ -376,8 +375,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     void* data = nullptr;
     size_t bytes = 0;
     if (i < n_in) {
-      auto arg = args.get<ffi::AnyBuffer>(i + 1);
-      if (arg.has_error()) return Internal(s, "operand " + std::to_string(i + 1) + " is not a buffer");
+      auto arg = args.get<ffi::AnyBuffer>(i);
+      if (arg.has_error()) return Internal(s, "operand " + std::to_string(i) + " is not a buffer");
       data = arg->untyped_data();
       bytes = arg->size_bytes();
     } else {

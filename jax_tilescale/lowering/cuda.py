@@ -45,13 +45,14 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     # that communicates needs its launch number and workspace half per call, so it is never captured. A
     # graph-safe kernel is a pure function of its inputs, so XLA may also schedule it as one.
     target = GRAPH_TARGET_NAME if module.graph_safe else TARGET_NAME
-    # Aliased outputs are returned in their inputs' buffers (operand 0 is pe_info): XLA hands the
-    # handler one pointer for both params.
-    aliases = {i + 1: j for i, j in k.aliases} or None
+    # Aliased outputs are returned in their inputs' buffers: XLA hands the handler one pointer for both.
+    aliases = dict(k.aliases) or None
     rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe, operand_output_aliases=aliases)
+    # pe_info (the interpreter's operand) is left out: the generated code takes its PE from the handler's
+    # PE map, and inside shard_map XLA would otherwise compute axis_index for it on every call.
+    ctx = ctx.replace(avals_in=ctx.avals_in[1:])
     return rule(
         ctx,
-        pe_info,
         *args,
         abi_version=np.int64(abi.ABI_VERSION),
         cubin=str(cubin),

@@ -66,8 +66,11 @@ def test_in_place_add_one_equals_x_plus_one_and_xla_is_told_of_the_alias() -> No
 def test_the_cuda_lowering_tells_xla_of_the_alias(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path))
     text = jax.jit(add_one()).trace(rand(10)).lower(lowering_platforms=("cuda",)).as_text()
+    # ABI 4: the CUDA call's operands are the kernel's inputs alone (no pe_info), so input 0 is operand 0
+    call = re.search(r"custom_call @jax_tilescale_launch\w*\((%[\w#]+)\)", text)
+    assert call is not None and "," not in call.group(1), text
     assert re.search(r"custom_call @jax_tilescale_launch\w*\(.*output_operand_aliases = \[#stablehlo\."
-                     r"output_operand_alias<output_tuple_indices = \[\], operand_index = 1, "
+                     r"output_operand_alias<output_tuple_indices = \[\], operand_index = 0, "
                      r"operand_tuple_indices = \[\]>\]", text), text
     # a plain kernel: nothing staged; the input's pointer is the output's param (one memory)
     assert re.search(r"staged = dense<0> : tensor<2xi64>", text), text

@@ -5,16 +5,17 @@ Run on the GPU machine, one process per PE (two PEs may share one GPU under MPS)
     python -m jax_tilescale.launch -n 2 tools/proto/zero_copy_probe.py
     STEPS=probe_zero_copy bash tools/gpu_test.sh      # two PEs on one GPU when only one is lent
 
-For one XLA buffer per PE (1 MiB of float32 holding the PE's index) it prints, from rank 0 and each
-rank's log:
+For one XLA buffer per PE (1 MiB of float32 holding the PE's index) it prints:
 1. what the CUDA driver says of its allocation (cuPointerGetAttribute: range start and size, whether
-   legacy CUDA IPC can export it, the VMM handle types it allows, its memory pool): which mechanism
-   the allocation admits at all;
-2. `nvshmemx_buffer_register_symmetric` (NVSHMEM 3.4's host API; collective) on the buffer itself and
-   on the whole allocation range: the symmetric address it returns, or null, and the time per
-   register/unregister pair; where it works, `nvshmem_ptr` of the peer's registered buffer and a copy
-   of its first word, which must read the peer's index;
-3. legacy CUDA IPC (`cuIpcGetMemHandle`) on the allocation: whether it exports.
+   legacy CUDA IPC can export it, the VMM handle types it allows, its memory pool);
+2. VMM export of the whole allocation as a POSIX file descriptor (cuMemRetainAllocationHandle +
+   cuMemExportToShareableHandle), the descriptor passed to the peer over a Unix socket (SCM_RIGHTS),
+   imported and mapped there (cuMemImportFromShareableHandle, cuMemAddressReserve, cuMemMap,
+   cuMemSetAccess), the time of each step, the peer's first word read through the mapping (must be the
+   peer's index) and a word written into the peer's buffer through it (the peer checks it through XLA);
+3. legacy CUDA IPC (`cuIpcGetMemHandle`) on the allocation: whether it exports;
+4. last (it has crashed the MPS server before, taking every PE with it), only with PROBE_NVSHMEM=1:
+   `nvshmemx_buffer_register_symmetric` on the whole allocation.
 
 Nothing here changes the library; it decides which zero-copy design to build (benchmarks/NOTES.md,
 "Zero-copy").
@@ -23,12 +24,17 @@ Nothing here changes the library; it decides which zero-copy design to build (be
 from __future__ import annotations
 
 import ctypes
+import os
+import socket
+import threading
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import jax_tilescale as ts
+from jax_tilescale import _jax_compat
 from jax_tilescale.runtime import nvshmem_bootstrap
 
 ATTRS = {  # CUpointer_attribute (cuda.h), the ones that say what the allocation admits
@@ -40,6 +46,15 @@ ATTRS = {  # CUpointer_attribute (cuda.h), the ones that say what the allocation
     "mapping_size": 18,
     "mapping_base": 19,
 }
+POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
 
 
 def pointer_attrs(cu: ctypes.CDLL, ptr: int) -> dict[str, int | str]:
@@ -51,32 +66,43 @@ def pointer_attrs(cu: ctypes.CDLL, ptr: int) -> dict[str, int | str]:
     return out
 
 
-def try_register(shm: ctypes.CDLL, cu: ctypes.CDLL, ptr: int, size: int, peer: int, label: str, reps: int = 5) -> None:
-    """Registers [ptr, ptr + size) on every PE (collective), reads the peer's first word through
-    nvshmem_ptr, unregisters; prints what happened."""
-    t0 = time.perf_counter()
-    sym = shm.nvshmemx_buffer_register_symmetric(ctypes.c_void_p(ptr), ctypes.c_size_t(size), 0)
-    t_reg = time.perf_counter() - t0
-    if not sym:
-        print(f"{label}: nvshmemx_buffer_register_symmetric({size} B) returned null ({t_reg * 1e6:.0f} us)")
-        return
-    peer_ptr = shm.nvshmem_ptr(ctypes.c_void_p(sym), peer)
-    word = ctypes.c_float(-1.0)
-    read = "nvshmem_ptr gave null"
-    if peer_ptr:
-        r = cu.cuMemcpyDtoH_v2(ctypes.byref(word), ctypes.c_uint64(peer_ptr), ctypes.c_size_t(4))
-        read = f"peer's first word {word.value} (cuMemcpyDtoH {r})"
-    t1 = time.perf_counter()
-    rc = shm.nvshmemx_buffer_unregister_symmetric(ctypes.c_void_p(sym), ctypes.c_size_t(size))
-    t_unreg = time.perf_counter() - t1
-    pair = []
-    for _ in range(reps):  # the cost of doing it per call, if it had to be
-        t = time.perf_counter()
-        s = shm.nvshmemx_buffer_register_symmetric(ctypes.c_void_p(ptr), ctypes.c_size_t(size), 0)
-        shm.nvshmemx_buffer_unregister_symmetric(ctypes.c_void_p(s), ctypes.c_size_t(size))
-        pair.append(time.perf_counter() - t)
-    print(f"{label}: registered at {sym:#x} in {t_reg * 1e6:.0f} us; {read}; unregister rc {rc} in "
-          f"{t_unreg * 1e6:.0f} us; register+unregister median {sorted(pair)[len(pair) // 2] * 1e6:.0f} us")
+def check(r: int, what: str) -> None:
+    if r != 0:
+        raise RuntimeError(f"{what} -> CUDA error {r}")
+
+
+def serve_fd(me: int, fd: int, nclients: int) -> threading.Thread:
+    """Hands `fd` to each peer that connects to this PE's abstract Unix socket."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(f"\0ts_zc_probe_{os.getuid()}_{me}")
+    srv.listen(nclients)
+
+    def run() -> None:
+        for _ in range(nclients):
+            conn, _ = srv.accept()
+            socket.send_fds(conn, [b"fd"], [fd])
+            conn.close()
+        srv.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def fetch_fd(peer: int, timeout_s: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(f"\0ts_zc_probe_{os.getuid()}_{peer}")
+            _, fds, _, _ = socket.recv_fds(s, 16, 1)
+            return fds[0]
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        finally:
+            s.close()
 
 
 def main() -> None:
@@ -84,13 +110,8 @@ def main() -> None:
     info = nvshmem_bootstrap.ensure_initialized()
     me, n = info.rank, info.nranks
     peer = (me + 1) % n
+    client = _jax_compat.distributed_client()
     cu = ctypes.CDLL("libcuda.so.1")
-    shm = ctypes.CDLL("libnvshmem_host.so.3")
-    shm.nvshmemx_buffer_register_symmetric.restype = ctypes.c_void_p
-    shm.nvshmemx_buffer_register_symmetric.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    shm.nvshmemx_buffer_unregister_symmetric.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    shm.nvshmem_ptr.restype = ctypes.c_void_p
-    shm.nvshmem_ptr.argtypes = [ctypes.c_void_p, ctypes.c_int]
     print(f"PE {me} of {n} ({plat.describe()})")
 
     x = jnp.full((1 << 18,), float(me), jnp.float32)  # 1 MiB
@@ -99,17 +120,90 @@ def main() -> None:
     attrs = pointer_attrs(cu, ptr)
     print(f"XLA buffer at {ptr:#x}, 1 MiB; allocation: " + ", ".join(
         f"{k}={v:#x}" if isinstance(v, int) and k != "legacy_ipc_capable" else f"{k}={v}" for k, v in attrs.items()))
+    base, size = attrs["range_start"], attrs["range_size"]
+    assert isinstance(base, int) and isinstance(size, int)
 
     handle = (ctypes.c_byte * 64)()
-    start = attrs["range_start"] if isinstance(attrs["range_start"], int) else ptr
-    r = cu.cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(start))
+    r = cu.cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base))
     print(f"legacy CUDA IPC export of the allocation: cuIpcGetMemHandle -> {r} (0: exportable)")
 
-    try_register(shm, cu, ptr, 1 << 20, peer, "the buffer itself")
-    size = attrs["range_size"]
-    if isinstance(size, int) and size > 0 and isinstance(attrs["range_start"], int):
-        # The whole allocation: sizes may differ between PEs, which the collective may refuse.
-        try_register(shm, cu, attrs["range_start"], size, peer, f"the whole allocation ({size / 2**20:.0f} MiB)")
+    # The current context: JAX made the primary context; make it current on this thread.
+    dev = jax.local_devices()[0].local_hardware_id
+    ctx = ctypes.c_void_p()
+    check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+    t0 = time.perf_counter()
+    h = ctypes.c_uint64()
+    check(cu.cuMemRetainAllocationHandle(ctypes.byref(h), ctypes.c_uint64(base)), "cuMemRetainAllocationHandle")
+    fd = ctypes.c_int(-1)
+    check(cu.cuMemExportToShareableHandle(ctypes.byref(fd), h, POSIX_FD, ctypes.c_uint64(0)),
+          "cuMemExportToShareableHandle")
+    t_export = time.perf_counter() - t0
+    print(f"VMM export of the allocation as a POSIX fd: fd {fd.value} in {t_export * 1e6:.0f} us")
+    server = serve_fd(me, fd.value, n - 1)
+    client.key_value_set(f"zc_probe/{me}", f"{base} {size} {ptr - base}")
+
+    _pbase, psize, poff = (int(v) for v in client.blocking_key_value_get(f"zc_probe/{peer}", 60_000).split())
+    t0 = time.perf_counter()
+    pfd = fetch_fd(peer)
+    t_fd = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ph = ctypes.c_uint64()
+    check(cu.cuMemImportFromShareableHandle(ctypes.byref(ph), ctypes.c_void_p(pfd), POSIX_FD),
+          "cuMemImportFromShareableHandle")
+    t_import = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    va = ctypes.c_uint64()
+    check(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(psize), ctypes.c_size_t(0), ctypes.c_uint64(0),
+                                 ctypes.c_uint64(0)), "cuMemAddressReserve")
+    check(cu.cuMemMap(va, ctypes.c_size_t(psize), ctypes.c_size_t(0), ph, ctypes.c_uint64(0)), "cuMemMap")
+    desc = AccessDesc(Location(1, dev), 3)  # device `dev`, read-write
+    check(cu.cuMemSetAccess(va, ctypes.c_size_t(psize), ctypes.byref(desc), ctypes.c_size_t(1)), "cuMemSetAccess")
+    t_map = time.perf_counter() - t0
+    word = ctypes.c_float(-1.0)
+    check(cu.cuMemcpyDtoH_v2(ctypes.byref(word), ctypes.c_uint64(va.value + poff), ctypes.c_size_t(4)), "read")
+    print(f"peer {peer}'s allocation ({psize / 2**30:.1f} GiB): fd passed in {t_fd * 1e6:.0f} us, imported in "
+          f"{t_import * 1e6:.0f} us, mapped + access set in {t_map * 1e6:.0f} us; its buffer's first word read "
+          f"through the mapping: {word.value} (expected {float(peer)})")
+    # Write into the peer's buffer (word 1) through the mapping; the peer reads it through XLA.
+    mark = ctypes.c_float(100.0 + me)
+    check(cu.cuMemcpyHtoD_v2(ctypes.c_uint64(va.value + poff + 4), ctypes.byref(mark), ctypes.c_size_t(4)), "write")
+    check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+    # Bandwidth of a device-to-device copy out of the peer's allocation through the mapping (256 MiB).
+    nbytes = 256 << 20
+    big = jnp.zeros((nbytes // 4,), jnp.float32) + me
+    big.block_until_ready()
+    client.key_value_set(f"zc_probe_big/{me}", str(big.unsafe_buffer_pointer() - base))
+    big_off = int(client.blocking_key_value_get(f"zc_probe_big/{peer}", 60_000))
+    local = jnp.empty((nbytes // 4,), jnp.float32)
+    local.block_until_ready()
+    times = []
+    for _ in range(6):
+        t = time.perf_counter()
+        check(cu.cuMemcpyDtoD_v2(ctypes.c_uint64(local.unsafe_buffer_pointer()),
+                                 ctypes.c_uint64(va.value + big_off), ctypes.c_size_t(nbytes)), "copy")
+        check(cu.cuCtxSynchronize(), "sync")
+        times.append(time.perf_counter() - t)
+    t_med = sorted(times[1:])[len(times[1:]) // 2]
+    print(f"cuMemcpyDtoD of 256 MiB out of the peer's mapped allocation: {t_med * 1e3:.3f} ms "
+          f"({nbytes / t_med / 1e9:.0f} GB/s); copy holds the peer's value: "
+          f"{bool(np.all(np.asarray(local[:1024]) == peer))}")
+    client.key_value_set(f"zc_probe_done/{me}", "1")
+    client.blocking_key_value_get(f"zc_probe_done/{peer}", 60_000)
+    got = float(np.asarray(x[1]))
+    print(f"word 1 of my buffer, written by PE {peer} through its mapping, read through XLA: {got} "
+          f"(expected {100.0 + peer}) -> {'OK' if got == 100.0 + peer else 'WRONG'}")
+    server.join(5)
+
+    if os.environ.get("PROBE_NVSHMEM") == "1":
+        shm = ctypes.CDLL("libnvshmem_host.so.3")
+        shm.nvshmemx_buffer_register_symmetric.restype = ctypes.c_void_p
+        shm.nvshmemx_buffer_register_symmetric.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        t0 = time.perf_counter()
+        sym = shm.nvshmemx_buffer_register_symmetric(ctypes.c_void_p(base), ctypes.c_size_t(size), 0)
+        took = (time.perf_counter() - t0) * 1e6
+        print(f"nvshmemx_buffer_register_symmetric(whole allocation) -> {sym} in {took:.0f} us")
     jax.block_until_ready(x)
 
 
