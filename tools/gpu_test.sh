@@ -175,6 +175,11 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" overlap_2pe "* ]]; then
   step overlap_2pe shared_two_pes 29671 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
 fi
+# Only when asked for (gpu_tests_2pe runs them too): zero-copy (issue 14) and the primitives, two PEs on GPU 0.
+if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
+  step zero_copy_2pe shared_two_pes 29681 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_zero_copy_gpu.py \
+    tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+fi
 # BENCH_GEMM_ARGS / BENCH_OVERLAP_SHAPES shorten the benchmarks (e.g. BENCH_GEMM_ARGS="--shapes 2048x2048x2048").
 if [ "${1:-}" = bench ] && want bench_view; then
   step bench_view env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_view.py
@@ -205,6 +210,12 @@ if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PE
       benchmarks/bench_call_overhead.py --only comm,shift
   else
     step bench_call_overhead_2pe shared_two_pes 29691 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py --only comm,shift
+    # the same with NVSHMEM's calls and staged buffers (no call-free kernels, so no zero-copy): the comparison
+    if want bench_call_overhead_2pe_calls; then
+      with_calls() { TILESCALE_CALL_FREE=0 shared_two_pes "$@"; }
+      step bench_call_overhead_2pe_calls with_calls 29693 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py \
+        --only comm,shift
+    fi
   fi
 fi
 if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then

@@ -3,12 +3,15 @@
 Peers may only address symmetric (NVSHMEM heap) memory, and XLA's buffers are not, so the handler runs
 a kernel on symmetric copies of the buffers peers touch (docs/calling_convention.md): an output that
 peers write or read is copied out after the launch, an input that peers read is copied in before it.
-This prints, for each example kernel traced for two PEs, every buffer with its flag (what
-`lowering/cuda.staged_flags` hands the handler) and the statements that make it remote, and the bytes
+This prints, for each example kernel traced for two PEs, every buffer with its flag (the `staged`
+attribute the handler gets, codegen/staging.py) and the statements that make it remote, and the bytes
 copied per call at the given size. A kernel that keeps its peer traffic in `T.alloc_symmetric` /
-`T.alloc_signal` buffers stages nothing (all_to_all's inbox).
+`T.alloc_signal` buffers stages nothing (all_to_all's inbox). Since ABI 4 a call-free kernel's staged
+params are zero-copy ("XLA's buffer"): no copy where the buffer lies in the pool every peer mapped
+(one machine; docs/calling_convention.md, "Zero-copy"), so the bytes column counts them as 0; with
+`--calls` (as with TILESCALE_CALL_FREE=0, or on several machines) they are staged and copied.
 
-    python tools/staged_buffers.py
+    python tools/staged_buffers.py [--calls]
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import allgather_gemm
 import simple_shift
 
 from jax_tilescale import abi
+from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.ir.nodes import walk_stmts
-from jax_tilescale.lowering.cuda import staged_flags
 
 NPES = 2
 S = jax.ShapeDtypeStruct
@@ -61,14 +64,19 @@ def _why(kernel_ir, buf) -> str:
 
 
 def main() -> None:
+    one_machine = "--calls" not in sys.argv[1:]
     print(f"{'example':22s} {'buffer':10s} {'kind':7s} {'staged':16s} {'bytes/call':>11s}  why")
     for name, kern, args in _kernels():
         ir = kern.trace(*args, mesh_axes=("x",), num_pes=NPES)
+        module = generate_cuda(ir, "sm_90", p2p_peers=one_machine)
         total = 0
-        for buf, flag in zip(ir.params, staged_flags(ir)):
+        for buf, flag in zip(ir.params, module.staged):
+            copies = flag & ~abi.STAGE_P2P
             what = {0: "no", abi.STAGE_COPY_OUT: "copied out", abi.STAGE_COPY_IN: "copied in",
-                    abi.STAGE_COPY_OUT | abi.STAGE_COPY_IN: "in and out"}[flag]
-            nbytes = buf.nbytes * ((flag & abi.STAGE_COPY_OUT) > 0) + buf.nbytes * ((flag & abi.STAGE_COPY_IN) > 0)
+                    abi.STAGE_COPY_OUT | abi.STAGE_COPY_IN: "in and out"}[copies]
+            if flag & abi.STAGE_P2P:
+                what, copies = "XLA's buffer", 0  # zero-copy (inside the mapped pool)
+            nbytes = buf.nbytes * ((copies & abi.STAGE_COPY_OUT) > 0) + buf.nbytes * ((copies & abi.STAGE_COPY_IN) > 0)
             total += nbytes
             why = _why(ir, buf) if flag else "only this PE touches it"
             print(f"{name:22s} {buf.name:10s} {buf.kind.value:7s} {what:16s} {nbytes:11d}  {why}")

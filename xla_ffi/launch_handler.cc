@@ -19,6 +19,7 @@
 #include "kernel_module.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
+#include "peer_memory.h"
 #include "tensor_maps.h"
 #include "launch_abi.h"
 #include "wait_timeout.h"
@@ -58,6 +59,8 @@ constexpr const char* kNotInitialised =
 
 // Host time in the execute handler (TakeHandlerTimes): two clock reads per call, always on.
 std::atomic<uint64_t> g_handler_calls{0}, g_execute_ns{0}, g_launch_ns{0};
+// Buffers handed over zero-copy, and staged although marked TS_STAGE_P2P (outside every mapped pool).
+std::atomic<uint64_t> g_direct_buffers{0}, g_staged_p2p_buffers{0};
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(
@@ -170,7 +173,9 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
                               std::to_string(TS_MAX_BUFFERS));
   }
   for (int64_t flag : staged) {
-    if (flag < 0 || flag > (kCopyIn | kCopyOut)) return Invalid(entry, "bad `staged` value " + std::to_string(flag));
+    if (flag < 0 || flag > (kCopyIn | kCopyOut | kP2P) || flag == kP2P) {
+      return Invalid(entry, "bad `staged` value " + std::to_string(flag));
+    }
   }
   auto state = std::make_unique<LaunchState>();
   state->pe_table = ToVector(pe_table);
@@ -315,7 +320,8 @@ struct Param {
   void* data;
   size_t bytes;
   int64_t staged;
-  size_t offset;  // in the workspace, when staged
+  size_t offset;        // in the workspace, when staged
+  bool direct = false;  // zero-copy: XLA's buffer although staged (kP2P)
 };
 
 // Loads the call site once (module, PE map, plain scratch): from the initialize stage, which XLA runs
@@ -385,7 +391,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
       data = (*ret)->untyped_data();
       bytes = (*ret)->size_bytes();
     }
-    params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0};
+    params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0, false};
   }
 
   TsLaunchArgs launch{};
@@ -419,6 +425,26 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     staged += AlignUp(p.bytes, kWorkspaceAlign);
   }
 
+  // Zero-copy: a buffer peers reach only through their mapping of this PE's memory goes to the kernel as
+  // XLA's own when it lies in an allocation every peer has mapped (PeerMemory); the kernel tells the peers
+  // its address (TS_CTL_PUB_*). Its room in the workspace stays reserved, so that the layout, which must
+  // be the same on every PE, does not depend on this PE's decision.
+  // A kernel whose PE space is this PE alone reaches only its own buffers: every such param is direct.
+  const PeerMemory& peer_memory = PeerMemory::Get();
+  if (peer_memory.on() || s.npes == 1) {
+    for (size_t i = 0; i < n_params; ++i) {
+      Param& p = params[i];
+      if (!(p.staged & kP2P)) continue;
+      if (p.bytes == 0 || s.npes == 1 || peer_memory.Holds(p.data, p.bytes)) {
+        p.direct = true;
+        launch.direct_mask |= 1u << i;
+        g_direct_buffers.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        g_staged_p2p_buffers.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+
   SymmetricWorkspace& ws = SymmetricWorkspace::Get();
   std::lock_guard<std::mutex> ws_lock(ws.mutex());
   TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), scratch, staged);
@@ -431,7 +457,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   }
   TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
   uint64_t* ctl = nullptr;
-  if (std::string err = ws.Control(stream, cu, *shm, s.config.entry, &ctl); !err.empty()) {
+  if (std::string err = ws.Control(stream, cu, *shm, s.config.entry, &ctl, &launch.peer_allocs); !err.empty()) {
     return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
   }
   launch.seq = ++g_launch_seq;
@@ -440,7 +466,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   if (base != nullptr && (launch.seq & 1)) base += ws.bytes_locked() / 2;  // the same offset on every PE
   launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
   for (size_t i = 0; i < n_params; ++i) {
-    launch.buffers[i] = params[i].staged == kDirect ? params[i].data : base + arena + params[i].offset;
+    const Param& p = params[i];
+    launch.buffers[i] = p.staged == kDirect || p.direct ? p.data : base + arena + p.offset;
   }
 
   TS_TRACE("%s: seq %llu, scratch %p, ctl %p, launching\n", s.config.entry.c_str(),
@@ -448,7 +475,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   // 1. staged inputs in (the kernel's entry barrier keeps peers from reading them before it starts).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
-    if (!(p.staged & kCopyIn) || p.bytes == 0) continue;
+    if (!(p.staged & kCopyIn) || p.direct || p.bytes == 0) continue;
     if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(base + arena + p.offset),
                                           reinterpret_cast<CUdeviceptr>(p.data), p.bytes, stream);
         r != CUDA_SUCCESS) {
@@ -462,7 +489,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   // 3. staged outputs back to XLA's buffers.
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
-    if (!(p.staged & kCopyOut) || p.bytes == 0) continue;
+    if (!(p.staged & kCopyOut) || p.direct || p.bytes == 0) continue;
     if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(p.data),
                                           reinterpret_cast<CUdeviceptr>(base + arena + p.offset), p.bytes, stream);
         r != CUDA_SUCCESS) {
@@ -481,6 +508,10 @@ HandlerTimes TakeHandlerTimes() {
 }
 
 const XLA_FFI_TypeInfo* LaunchStateTypeInfo() { return &kLaunchStateTypeInfo; }
+
+ZeroCopyCounts TakeZeroCopyCounts() {
+  return ZeroCopyCounts{g_direct_buffers.exchange(0), g_staged_p2p_buffers.exchange(0)};
+}
 
 void SetDefaultPe(int64_t pe) { g_default_pe.store(pe); }
 

@@ -25,6 +25,14 @@ void SetDefaultPe(int64_t pe);
 
 // Host time spent in the execute handler (whole, and in cuLaunchKernel), summed over calls since the
 // last take: what a call costs on the host before XLA's own work (benchmarks/bench_call_overhead.py).
+// Zero-copy params since the last take: handed over as XLA's buffers, and staged because they lay outside
+// every pool the peers mapped.
+struct ZeroCopyCounts {
+  uint64_t direct;
+  uint64_t staged;
+};
+ZeroCopyCounts TakeZeroCopyCounts();
+
 struct HandlerTimes {
   uint64_t calls;
   uint64_t execute_ns;

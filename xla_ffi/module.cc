@@ -20,6 +20,7 @@
 #include "launch_handler.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
+#include "peer_memory.h"
 #include "launch_abi.h"
 #include "wait_timeout.h"
 #include "workspace.h"
@@ -80,6 +81,10 @@ NB_MODULE(_ffi, m) {
         d["offsetof(TsLaunchArgs, ctl)"] = offsetof(TsLaunchArgs, ctl);
         d["TS_STAGE_COPY_OUT"] = static_cast<int64_t>(ts::kCopyOut);
         d["TS_STAGE_COPY_IN"] = static_cast<int64_t>(ts::kCopyIn);
+        d["TS_STAGE_P2P"] = static_cast<int64_t>(ts::kP2P);
+        d["TS_PEER_ALLOCS"] = TS_PEER_ALLOCS;
+        d["sizeof(TsPeerAlloc)"] = sizeof(TsPeerAlloc);
+        d["offsetof(TsLaunchArgs, peer_allocs)"] = offsetof(TsLaunchArgs, peer_allocs);
         d["TS_CMP_EQ"] = TS_CMP_EQ;
         d["TS_CMP_NE"] = TS_CMP_NE;
         d["TS_CMP_GT"] = TS_CMP_GT;
@@ -118,6 +123,33 @@ NB_MODULE(_ffi, m) {
       },
       "Free the symmetric workspace (collective: every process must call it), before nvshmem finalize.");
   m.def("loaded_module_count", []() { return ts::LoadedModuleCount(); });
+  // Zero-copy (peer_memory.h): the runtime's exchange of XLA's memory pools hands the result over here.
+  m.def(
+      "set_peer_memory",
+      [](const std::vector<uint64_t>& own, const std::vector<uint64_t>& table, int n_pes) {
+        if (ts::SymmetricWorkspace::Get().has_control()) {
+          throw std::runtime_error("set_peer_memory after the first communicating launch: the table is uploaded "
+                                   "with the launch-control words, which exist already");
+        }
+        std::string err = ts::PeerMemory::Get().Set(own, table, n_pes);
+        if (!err.empty()) throw std::invalid_argument(err);
+      },
+      "own: [base, size, ...] of this process's allocations every peer mapped; table: [base, size, mapped] for "
+      "each NVSHMEM PE and each of its TS_PEER_ALLOCS slots (size 0: unused).");
+  m.def(
+      "take_zero_copy_counts",
+      []() {
+        const ts::ZeroCopyCounts c = ts::TakeZeroCopyCounts();
+        return std::make_tuple(c.direct, c.staged);
+      },
+      "(params handed over as XLA's buffers, TS_STAGE_P2P params staged) since the last take; resets them.");
+  m.def("clear_peer_memory", []() { ts::PeerMemory::Get().Clear(); }, "Zero-copy off (every buffer staged).");
+  m.def("peer_memory_on", []() { return ts::PeerMemory::Get().on(); });
+  m.def(
+      "peer_memory_holds", [](uint64_t p, size_t bytes) {
+        return ts::PeerMemory::Get().Holds(reinterpret_cast<const void*>(p), bytes);
+      },
+      "Whether [p, p + bytes) is in an allocation every peer mapped (a launch hands such buffers over directly).");
   m.def(
       "take_handler_times",
       []() {

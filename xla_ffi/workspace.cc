@@ -112,24 +112,42 @@ std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& 
                                               const std::string& entry) {
   if (agree_ != nullptr) return "";
   // One allocation, the process's first collective one (every PE reaches it at its first communicating
-  // launch): the agreement's words, then the launch-control words, which start zero and are never cleared.
-  const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(shm.nvshmem_n_pes()));
-  agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes + ctl_bytes));
+  // launch): the agreement's words, then the launch-control words, which start zero and are never cleared,
+  // then this PE's table of the peers' allocations it has mapped (zero-copy; read locally only).
+  const int n_pes = shm.nvshmem_n_pes();
+  const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(n_pes));
+  table_ = PeerMemory::Get().Table(n_pes);
+  const size_t table_bytes = sizeof(TsPeerAlloc) * table_.size();
+  // The size must be the same on every PE (a collective allocation): the table's part is n_pes *
+  // TS_PEER_ALLOCS entries whether or not this PE has one.
+  const size_t table_room = sizeof(TsPeerAlloc) * static_cast<size_t>(n_pes) * TS_PEER_ALLOCS;
+  agree_ = static_cast<unsigned char*>(shm.nvshmem_malloc(kAgreeBytes + ctl_bytes + table_room));
   if (agree_ == nullptr) {
-    return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes + ctl_bytes) + ") failed";
+    return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes + ctl_bytes + table_room) +
+           ") failed";
   }
   control_ = reinterpret_cast<uint64_t*>(agree_ + kAgreeBytes);
-  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, ctl_bytes, stream);
+  if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, ctl_bytes + table_room, stream);
       r != CUDA_SUCCESS) {
     return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
+  }
+  peer_allocs_ = nullptr;
+  if (!table_.empty()) {
+    unsigned char* at = agree_ + kAgreeBytes + ctl_bytes;
+    if (CUresult r = cu.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(at), table_.data(), table_bytes, stream);
+        r != CUDA_SUCCESS) {
+      return "kernel `" + entry + "`: uploading the table of peers' allocations failed: " + CuErrorText(r);
+    }
+    peer_allocs_ = reinterpret_cast<const TsPeerAlloc*>(at);
   }
   return WaitForAll(stream, cu, shm, entry);
 }
 
 std::string SymmetricWorkspace::Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
-                                        const std::string& entry, uint64_t** ctl) {
+                                        const std::string& entry, uint64_t** ctl, const TsPeerAlloc** peer_allocs) {
   if (std::string err = EnsureControl(stream, cu, shm, entry); !err.empty()) return err;
   *ctl = control_;
+  *peer_allocs = peer_allocs_;
   return "";
 }
 
@@ -178,6 +196,7 @@ std::string SymmetricWorkspace::Release(const DriverApi* cu) {
   if (agree_ != nullptr) shm->nvshmem_free(agree_);  // the control words with it
   base_ = agree_ = nullptr;
   control_ = nullptr;
+  peer_allocs_ = nullptr;
   bytes_ = capacity_ = arena_ = 0;
   return "";
 }

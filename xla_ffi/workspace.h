@@ -10,9 +10,11 @@
 #include <cstddef>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "driver_api.h"
 #include "nvshmem_api.h"
+#include "peer_memory.h"
 
 namespace jax_tilescale {
 
@@ -40,14 +42,19 @@ class SymmetricWorkspace {
                       const NvshmemApi& shm, const std::string& entry, unsigned char** base, size_t* arena);
   // The launch-control words of communicating launches (TS_CTL_WORDS(n_pes) uint64, ts_abi.h):
   // allocated, zeroed and agreed on (a barrier) by the first communicating launch of the process, which
-  // is the same call on every PE; never cleared again. Caller holds mutex(). "" or an error.
+  // is the same call on every PE; never cleared again. With them, in *peer_allocs, the device copy of
+  // PeerMemory's table as it was then (null when zero-copy is off). Caller holds mutex(). "" or an error.
   std::string Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry,
-                      uint64_t** ctl);
+                      uint64_t** ctl, const TsPeerAlloc** peer_allocs);
 
   // Frees the region (collective); for shutdown before nvshmem finalize. Returns "" or an error.
   std::string Release(const DriverApi* cu);
 
   size_t bytes();
+  bool has_control() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return control_ != nullptr;
+  }
   // The same, for a caller that holds mutex() (bytes() takes it: calling it then deadlocked every
   // communicating launch of odd number on the GPU, 2026-12-01).
   size_t bytes_locked() const { return bytes_; }
@@ -73,6 +80,8 @@ class SymmetricWorkspace {
   size_t arena_ = 0;                // bytes at the start of each half that only scratch uses
   unsigned char* agree_ = nullptr;  // symmetric words for CheckGrowth's agreement
   uint64_t* control_ = nullptr;     // Control()'s words, in agree_'s allocation
+  const TsPeerAlloc* peer_allocs_ = nullptr;  // the device table after them (zero-copy), or null
+  std::vector<TsPeerAlloc> table_;  // its host copy, kept while the upload may be in flight
 };
 
 }  // namespace jax_tilescale

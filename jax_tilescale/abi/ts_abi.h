@@ -11,12 +11,19 @@
 
 #define TS_ABI_VERSION 4
 #define TS_MAX_BUFFERS 32
-#define TS_LAUNCH_ARGS_BYTES 328  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 (LP64)
+#define TS_LAUNCH_ARGS_BYTES 336  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 (LP64)
 #define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)
 
 // The `staged` attribute, one per kernel buffer, read as bit flags (3: an aliased in/out buffer).
 #define TS_STAGE_COPY_OUT 1  // peers write or read it: the kernel runs on a symmetric copy, copied out after
 #define TS_STAGE_COPY_IN 2   // peers read it: copied into a symmetric copy before the launch
+// With COPY_OUT or COPY_IN: peers reach it only by loads and stores through their mapping of this PE's
+// memory (a call-free kernel), so the handler may hand the kernel XLA's own buffer instead (zero-copy:
+// no copies), when the buffer lies in an allocation every peer has mapped (TsPeerAlloc). Each launch
+// then tells its peers where the buffer is (TS_CTL_PUB_*; docs/calling_convention.md, "Zero-copy").
+#define TS_STAGE_P2P 4
+// Allocations of one peer that a process maps (XLA's memory pool; more with a growing pool).
+#define TS_PEER_ALLOCS 4
 
 // Comparison codes of waits: ts_wait's template argument and TsWaitFault.cmp.
 #define TS_CMP_EQ 0
@@ -34,10 +41,24 @@
 // that communicate, one word per NVSHMEM PE for the entry barrier and one for the end-of-call
 // barrier: the word of PE w holds the `seq` of the last launch in which w arrived. Launch numbers
 // only grow, so the words are never cleared (docs/calling_convention.md, "End of a call").
+// Then, for each NVSHMEM PE w and param b, two words that w writes into its kernel peers' copies at
+// the start of a launch of a kernel with TS_STAGE_P2P params: the address of its buffer b (bit 0 set:
+// a staged copy in the symmetric workspace; clear: XLA's buffer, in an allocation the reader has
+// mapped), then `seq` (a release store), which the reader waits for before reading the address.
 #define TS_CTL_BLOCKS_DONE 0
 #define TS_CTL_ENTRY(w) (1 + (w))
 #define TS_CTL_EXIT(w, W) (1 + (W) + (w))
-#define TS_CTL_WORDS(W) (1 + 2 * (W))
+#define TS_CTL_PUB_ADDR(w, b, W) (1 + 2 * (W) + 2 * ((w) * TS_MAX_BUFFERS + (b)))
+#define TS_CTL_PUB_SEQ(w, b, W) (TS_CTL_PUB_ADDR(w, b, W) + 1)
+#define TS_CTL_WORDS(W) (1 + 2 * (W) + 2 * (W) * TS_MAX_BUFFERS)
+
+// One allocation of a peer that this process has mapped: the peer's address range [base, base + size)
+// is this process's [mapped, mapped + size). A table of TS_PEER_ALLOCS per NVSHMEM PE (size 0: unused).
+struct TsPeerAlloc {
+  uint64_t base;
+  uint64_t size;
+  uint64_t mapped;
+};
 
 struct TsWaitFault;
 
@@ -56,7 +77,8 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
                                    // the half of the symmetric workspace the launch uses
   uint64_t* ctl;                   // launch-control words (TS_CTL_*), symmetric for kernels that communicate
   int32_t ctl_slots;               // W: NVSHMEM PEs with a slot in `ctl` (0 for a plain launch)
-  int32_t reserved;                // zero
+  uint32_t direct_mask;            // bit b: param b is XLA's buffer although TS_STAGE_P2P (zero-copy)
+  const TsPeerAlloc* peer_allocs;  // device table [W][TS_PEER_ALLOCS] of peers' mapped allocations, or null
 };
 
 // The handler copies the parameter block by size from the cubin's metadata, so host and device
@@ -73,6 +95,9 @@ static_assert(offsetof(TsLaunchArgs, wait_fault) == 40 + 8 * TS_MAX_BUFFERS, "Ts
 static_assert(offsetof(TsLaunchArgs, seq) == 48 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.seq");
 static_assert(offsetof(TsLaunchArgs, ctl) == 56 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl");
 static_assert(offsetof(TsLaunchArgs, ctl_slots) == 64 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl_slots");
+static_assert(offsetof(TsLaunchArgs, direct_mask) == 68 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.direct_mask");
+static_assert(offsetof(TsLaunchArgs, peer_allocs) == 72 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.peer_allocs");
+static_assert(sizeof(TsPeerAlloc) == 24, "TsPeerAlloc size");
 
 // What a wait that gave up tells the host. Pinned host memory mapped into the device, one per call
 // site; the first wait of a launch to give up fills it, writes `launch_id` last, and the runtime's

@@ -3,9 +3,11 @@
 A kernel that communicates is compiled relocatable (`-rdc`) to reach NVSHMEM's device state, and
 there ptxas serialises every wgmma of a kernel that still contains a call instruction, even one
 never taken (benchmarks/NOTES.md, issue 15: the AllGather-GEMM ran at 0.86x and the GEMM-
-ReduceScatter at 0.84x of the plain GEMM, whose wgmma pipeline runs freely). So a kernel that takes
-the Hopper plan and communicates is generated without calls when each of its statements has a
-call-free form:
+ReduceScatter at 0.84x of the plain GEMM, whose wgmma pipeline runs freely). And a kernel without
+calls reaches its peers only through its mapping of their memory, which can then be XLA's own buffers
+(zero-copy, codegen/staging.py) instead of staged copies in symmetric memory. So every kernel that
+communicates, on one machine, is generated without calls when each of its statements has a call-free
+form ($TILESCALE_CALL_FREE=0 keeps NVSHMEM's calls everywhere, for comparison):
 
 - puts and gets: copy loops of plain loads and stores through the peer's mapping (`nvshmem_ptr`,
   inlined), complete when the statement ends (stronger than `_nbi`, which completes at quiet);
@@ -26,6 +28,7 @@ statement kept them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..ir.nodes import (
@@ -45,7 +48,6 @@ from ..ir.nodes import (
     walk_stmts,
 )
 
-WGMMA_ARCH = "sm_90a"  # a plan that compiles for it issues wgmma
 # Statements whose call-free form needs nothing more than their type.
 _ALWAYS = (RemoteSignal, Quiet, Fence, SignalWait, WaitUntil, BarrierAll, TeamBarrier)
 _COPY_SCOPES = (Scope.BLOCK, Scope.WARP)  # copy loops over the block's or warp 0's threads
@@ -54,7 +56,7 @@ _COPY_SCOPES = (Scope.BLOCK, Scope.WARP)  # copy loops over the block's or warp 
 @dataclass(frozen=True)
 class CallFree:
     """The decision for one kernel: `on`, or why not (`reason`, "" where the question does not
-    arise: a kernel without wgmma or without communication compiles its calls freely)."""
+    arise: a kernel without communication has no NVSHMEM calls)."""
 
     on: bool
     reason: str = ""
@@ -75,12 +77,17 @@ def _blocker(s: Stmt) -> str | None:
     return f"T.{getattr(s, 'op_name', type(s).__name__)} (no call-free form)"
 
 
-def call_free(kernel: KernelIR, plan_arch: str | None, p2p_peers: bool = True) -> CallFree:
-    """Whether `kernel`, whose GEMM plan compiles for `plan_arch` (None: no plan), is generated
-    call-free. `p2p_peers`: every PE the kernel may talk to is load/store reachable (the launch is
-    on one node); otherwise the kernel keeps NVSHMEM's calls, which reach other nodes too."""
-    if plan_arch != WGMMA_ARCH or not kernel.uses_nvshmem():
+ENV_VAR = "TILESCALE_CALL_FREE"
+
+
+def call_free(kernel: KernelIR, p2p_peers: bool = True) -> CallFree:
+    """Whether `kernel` is generated call-free. `p2p_peers`: every PE the kernel may talk to is load/store
+    reachable (the launch is on one node); otherwise the kernel keeps NVSHMEM's calls, which reach other
+    nodes too."""
+    if not kernel.uses_nvshmem():
         return CallFree(False)
+    if os.environ.get(ENV_VAR, "1") == "0":
+        return CallFree(False, f"${ENV_VAR}=0")
     if not p2p_peers:
         return CallFree(False, "the launch spans several nodes, where peers need NVSHMEM's network path")
     if kernel.reads_node():
@@ -97,8 +104,9 @@ def header_lines(decision: CallFree) -> list[str]:
     """The generated source's lines for the decision: the define, or a comment saying what kept the
     calls (and with them serialised wgmma)."""
     if decision.on:
-        return ["// call-free: communicates without NVSHMEM calls (codegen/call_free.py), wgmma at full rate",
-                "#define TS_CALL_FREE 1"]
+        return ["// call-free: communicates without NVSHMEM calls (codegen/call_free.py): wgmma at full rate, "
+                "zero-copy params", "#define TS_CALL_FREE 1"]
     if decision.reason:
-        return [f"// not call-free, so ptxas serialises wgmma: {decision.reason} (codegen/call_free.py)"]
+        return [f"// not call-free (any wgmma serialised by ptxas, every peer-touched param staged): {decision.reason} "
+                "(codegen/call_free.py)"]
     return []

@@ -12,6 +12,7 @@ import math
 from .. import abi
 from ..ir.expr import Expr, format_expr
 from ..ir.nodes import (
+    Buffer,
     BufferKind,
     Cmp,
     Direction,
@@ -159,8 +160,9 @@ def _p2p_signal(ctx: Ctx, word: Region, value: Expr, op: SignalOp, pe: str, op_n
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(value)});",
-        *thread0(ctx, [f"{helper}(ts_peer_word(ts_sig, {pe}, ts_peer_k, {WHERE_NAME}, {c_string(op_name)}), "
-                       "ts_sig_value);"]),
+        f"uint64_t* const ts_peer_sig = reinterpret_cast<uint64_t*>("
+        f"{peer_address(ctx, word.buffer, 'ts_sig', pe, op_name)});",
+        *thread0(ctx, [f"{helper}(ts_peer_sig, ts_sig_value);"]),
     ]
 
 
@@ -222,15 +224,25 @@ def emit_get(s: Get, ctx: Ctx) -> list[str]:
     return lines + setup + scoped(ctx, s.scope, issue) + ctx.block_sync()
 
 
+def peer_address(ctx: Ctx, buffer: Buffer, local: str, nv_pe: str, op: str) -> str:
+    """The C expression for the peer's address of `local` (an address inside `buffer` on this PE): through
+    `nvshmem_ptr` for symmetric memory, or, for a zero-copy param (`Ctx.zero_copy`), through the address
+    the peer published for this launch (XLA's buffer in an allocation this PE mapped, or its staged copy).
+    `ts_peer_k` must hold the kernel PE."""
+    where = f"{WHERE_NAME}, {c_string(op)}"
+    index = ctx.zero_copy.get(ctx.kernel.memory_of(buffer))
+    if index is None:
+        return f"ts_peer_ptr({local}, {nv_pe}, ts_peer_k, {where})"
+    return f"ts_peer_param_ptr(args, {index}, {ctx.pointers[buffer]}, {local}, {nv_pe}, ts_peer_k, {where})"
+
+
 def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:
     """`ts_peer`: the peer's mapping of `region`'s buffer (checked: PE range, reachability)."""
     return [
         f"const int64_t ts_peer_k = {c_int64(pe)};",
         target_pe("ts_peer_k", op, var="ts_peer_nv", what="peer PE"),
-        (
-            f"unsigned char* const ts_peer = ts_peer_ptr({ctx.pointers[region.buffer]}, ts_peer_nv, ts_peer_k, "
-            f"{WHERE_NAME}, {c_string(op)});"
-        ),
+        "unsigned char* const ts_peer = "
+        f"{peer_address(ctx, region.buffer, ctx.pointers[region.buffer], 'ts_peer_nv', op)};",
     ]
 
 

@@ -22,7 +22,8 @@ context.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..ir.nodes import Buffer, KernelIR, Stmt
@@ -128,6 +129,9 @@ class Ctx:
     # Generated without calls (codegen/call_free.py): the communication rules emit P2P loads, stores
     # and release atomics instead of NVSHMEM calls.
     call_free: bool = False
+    # Zero-copy params of a call-free kernel (codegen/staging.py), each with its param index: a peer's copy
+    # is addressed through what the peer publishes at the start of the launch (comm.peer_address).
+    zero_copy: Mapping[Buffer, int] = field(default_factory=dict)
 
     @property
     def num_blocks(self) -> int:

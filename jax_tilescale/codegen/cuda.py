@@ -33,6 +33,7 @@ from .context import Ctx
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
 from .layout import plan_layout
+from .staging import handler_flags, zero_copy_params
 
 # The calling convention's numbers, from its one definition (jax_tilescale/abi/ts_abi.h), which the
 # device header includes and the generated source therefore inlines.
@@ -54,6 +55,7 @@ class CudaModule:
     uses_nvshmem: bool
     grid_barrier: bool
     call_free: bool = False  # communicates without NVSHMEM calls (codegen/call_free.py)
+    staged: tuple[int, ...] = ()  # the handler's `staged` attribute, one flag per param (codegen/staging.py)
     arch: str = "sm_90"  # what to compile for (sm_90a when the kernel uses wgmma)
     tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
     notes: tuple[str, ...] = ()  # GEMM loops that took another lowering than the preferred one, and why
@@ -172,8 +174,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         layout = plan_layout(kernel, plan, arch)
     except KernelTraceError as e:
         raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
-    free = call_free(kernel, plan.arch if plan is not None else None, p2p_peers)
-    ctx = Ctx(kernel, layout, _pointer_names(kernel), plan, call_free=free.on)
+    free = call_free(kernel, p2p_peers)
+    zero_copy = zero_copy_params(kernel, free.on)
+    ctx = Ctx(kernel, layout, _pointer_names(kernel), plan, call_free=free.on, zero_copy=zero_copy)
     frame = ctx.frame
     entry = _entry_name(kernel)
     uses_nvshmem = kernel.uses_nvshmem()
@@ -210,6 +213,11 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         params += plan.kernel_params()
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
     start, end = _call_start(kernel), _call_end(kernel, layout.scratch_bytes)
+    if zero_copy:  # before any peer can wait for it: where this launch's copies of those buffers are
+        mask = sum(1 << i for i in zero_copy.values())
+        names = ", ".join(b.name for b in zero_copy)
+        start = [comment(f"zero-copy: tell the peers where {names} are this launch (XLA's buffers or staged copies)"),
+                 f"ts_publish_params(args, {mask:#x}u, {c_string(str(kernel.loc))});", *start]
     if free.on:  # before any check can fail: where a failed check reports (the header's ts_fail_record)
         start = ["ts_fault_sink_set(args);", *start]
     out += [
@@ -235,6 +243,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         scratch_bytes=layout.scratch_bytes,
         uses_nvshmem=uses_nvshmem,
         call_free=free.on,
+        staged=handler_flags(kernel, free.on),
         grid_barrier=layout.barrier_offset is not None,
         arch=plan.arch if plan is not None else arch,
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),

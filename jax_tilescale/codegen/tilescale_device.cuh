@@ -516,6 +516,63 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* wh
 }
 #endif
 
+#if TS_CALL_FREE
+// ---- zero-copy (docs/calling_convention.md, "Zero-copy") ----
+// First thing of block (0,0,0)'s thread 0 in a call-free kernel with TS_STAGE_P2P params (`mask`: their
+// indices): tells each kernel peer where this launch's copy of each such buffer is, XLA's buffer (bit b of
+// args.direct_mask), which the peer reaches through its mapping of this PE's allocation, or the staged copy
+// in the symmetric workspace (bit 0 of the word set), which it reaches through nvshmem_ptr. The address
+// first, then this launch's `seq` with release semantics, which the peer waits for. A peer reads the words
+// of launch `seq` only after its own launch `seq` began, and no PE starts launch seq + 1 before every PE
+// has passed launch seq's end-of-call barrier, so a word is never overwritten while a peer may still read it.
+__device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t mask, const char* where) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  const int32_t W = args.ctl_slots, me = args.pe_map[args.pe];
+  for (int b = 0; b < TS_MAX_BUFFERS; ++b) {
+    if (((mask >> b) & 1u) == 0u) continue;
+    const uint64_t at = reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull);
+    for (int32_t k = 0; k < args.npes; ++k) {
+      if (k == args.pe) continue;
+      const int nv = args.pe_map[k];
+      uint64_t* addr = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), nv, k, where, "publishing a buffer's address");
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(at) : "memory");
+      ts_p2p_signal_set(ts_peer_word(args.ctl + TS_CTL_PUB_SEQ(me, b, W), nv, k, where, "publishing a buffer's address"),
+                        args.seq);
+    }
+  }
+}
+
+// The peer's address of `local`, a byte of param `b` (whose pointer on this PE is `local_base`), in a
+// call-free kernel where `b` is TS_STAGE_P2P: waits until the peer has published its copy for this
+// launch, then translates: a staged copy through nvshmem_ptr, XLA's buffer through this PE's mapping of
+// the peer's allocation (args.peer_allocs). Every thread of the block may call it.
+__device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, int b, const void* local_base,
+                                                      const void* local, int nvshmem_pe, int64_t kernel_pe,
+                                                      const char* where, const char* op) {
+  // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
+  if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
+  const int32_t W = args.ctl_slots;
+  ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W), args.seq,
+                                            kernel_pe, where, op);
+  uint64_t at;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, W))
+               : "memory");
+  const uint64_t off = static_cast<uint64_t>(static_cast<const unsigned char*>(local) -
+                                             static_cast<const unsigned char*>(local_base));
+  if (at & 1ull) return ts_peer_ptr(reinterpret_cast<const void*>(at & ~1ull), nvshmem_pe, kernel_pe, where, op) + off;
+  const TsPeerAlloc* t = args.peer_allocs;
+  if (t != nullptr) {
+    t += static_cast<size_t>(nvshmem_pe) * TS_PEER_ALLOCS;
+    for (int i = 0; i < TS_PEER_ALLOCS; ++i) {
+      if (at - t[i].base < t[i].size) return reinterpret_cast<unsigned char*>(t[i].mapped + (at - t[i].base)) + off;
+    }
+  }
+  ts_fail(where, "zero-copy: the peer's buffer lies in memory this PE has not mapped (value: the kernel PE, "
+          "limit: its NVSHMEM PE)", kernel_pe, nvshmem_pe);
+  return nullptr;
+}
+#endif
+
 // Last thing of every block. The last block to finish (counted in ctl[TS_CTL_BLOCKS_DONE]) waits, for a
 // kernel that communicates, until every PE of its PE space has finished with its remote writes (each
 // block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes

@@ -11,10 +11,12 @@ import jax
 import numpy as np
 
 from .. import _jax_compat, abi
+from ..codegen.staging import staged_flags
 from ..errors import LaunchError
 from ..ir import KernelIR
-from ..ir.nodes import BufferKind
 from .primitive import CallSpec
+
+__all__ = ["aliased_tensor_maps", "cuda_arch", "lower_cuda", "mesh_attributes", "staged_flags"]
 
 
 def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
@@ -61,7 +63,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         threads=np.int64(module.threads),
         smem_bytes=np.int64(module.smem_bytes),
         scratch_bytes=np.int64(module.scratch_bytes),
-        staged=np.asarray(staged_flags(k), np.int64),
+        staged=np.asarray(module.staged, np.int64),
         pe_table=np.asarray(pe_table, np.int64),
         mesh_shape=np.asarray(mesh_shape, np.int64),
         kernel_axes=np.asarray(kernel_axes, np.int64),
@@ -85,31 +87,6 @@ def mesh_attributes(
         return (jax.process_index(),), (1,), ()
     pe_table, mesh_shape = mesh_pe_table(mesh)
     return pe_table, mesh_shape, kernel_axis_indices(tuple(mesh.axis_names), kernel_mesh_axes)
-
-
-def staged_flags(k: KernelIR) -> list[int]:
-    """The handler's `staged` attribute, one flag per param (docs/calling_convention.md).
-
-    Every global buffer that peers touch must be symmetric during the launch. Outputs that peers
-    write or read are staged and copied out afterwards (abi.STAGE_COPY_OUT): XLA must get what the
-    kernel and its peers wrote, and an output has no contents to copy in. Inputs that peers read
-    (gets, loads through nvshmem_ptr, remote waits) are staged and copied in before
-    (abi.STAGE_COPY_IN). An aliased pair (`KernelIR.aliases`) is one memory: the kernel addresses the
-    input through its output's pointer, so the input is never staged, and an output whose memory
-    peers touch (through either ref) is staged both ways (`KernelIR.copied_in`): in, since the
-    elements the kernel leaves alone hold the input's values, and out, what XLA returns. The handler
-    copies every staged buffer in before the launch and out after it.
-    """
-    touched, copied_in = k.peer_memory(), k.copied_in()
-    flags = []
-    for b in k.params:
-        flag = 0
-        if b.kind is BufferKind.OUTPUT and b in touched:
-            flag |= abi.STAGE_COPY_OUT
-        if b in copied_in:
-            flag |= abi.STAGE_COPY_IN
-        flags.append(flag)
-    return flags
 
 
 def aliased_tensor_maps(k: KernelIR, fields: tuple[int, ...]) -> list[int]:

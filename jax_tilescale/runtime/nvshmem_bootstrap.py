@@ -18,7 +18,7 @@ import jax
 
 from .. import _jax_compat
 from ..errors import LaunchError
-from . import watchdog
+from . import peer_memory, watchdog
 from .distributed import process_layout
 from .ffi_registry import load_extension
 
@@ -88,6 +88,9 @@ def init(timeout_s: float = 300.0) -> NvshmemInfo:
         my_pe, n_pes = int(nvshmem_core.my_pe()), int(nvshmem_core.n_pes())
         if (my_pe, n_pes) != (rank, nranks):
             raise LaunchError(f"NVSHMEM started as PE {my_pe} of {n_pes}, expected {rank} of {nranks}")
+        if client is not None:  # zero-copy between the processes of one machine (runtime/peer_memory.py)
+            peer_memory.setup(client, rank, nranks, cuda_device, f"{_KEY_PREFIX}/{_generation}/peer_memory",
+                              one_machine=process_layout(timeout_s).hosts == 1, timeout_s=min(timeout_s, 60.0))
         _info = NvshmemInfo(rank=rank, nranks=nranks, cuda_device=cuda_device)
         return _info
 
@@ -104,6 +107,7 @@ def finalize() -> None:
             ffi = None
         if ffi is not None:
             ffi.release_workspace()
+        peer_memory.teardown()
         import nvshmem.core
 
         nvshmem.core.finalize()

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 import jax_tilescale as ts
+from jax_tilescale import abi
 from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -64,26 +65,55 @@ def test_a_communicating_hopper_kernel_is_generated_without_nvshmem_calls(comm):
     assert "nvshmem_quiet" not in body and "nvshmemx_" not in body and "nvshmem_fence" not in body
     assert "ts_fault_sink_set(args);" in body  # where a failed check reports, set first
     if comm == "block":
-        assert "ts_p2p_signal_add(ts_peer_word(" in body and "ts_p2p_signal_set(ts_peer_word(" in body
-    else:
-        assert "ts_peer_ptr(" in body  # the peer's mapping, then plain loads
+        assert "ts_p2p_signal_add(ts_peer_sig, " in body and "ts_p2p_signal_set(ts_peer_sig, " in body
+        assert "ts_peer_ptr(ts_sig, " in body  # the signal word is symmetric scratch: nvshmem_ptr
+    # `inbox` (param 3) is what peers touch: zero-copy, so its peer copy is found through what the
+    # peer publishes at the start of the launch (its address), not through nvshmem_ptr
+    assert mod.staged == (0, 0, 0, abi.STAGE_COPY_OUT | abi.STAGE_P2P)
+    assert "ts_publish_params(args, 0x8u, " in body
+    assert "ts_peer_param_ptr(args, 3, " in body
 
 
 def test_a_one_thread_put_keeps_the_calls_and_the_header_says_why():
     mod = generate_cuda(_gemm_then("thread"), "sm_90")
     assert mod.arch == "sm_90a" and not mod.call_free
     assert "#define TS_CALL_FREE 1" not in mod.source
-    assert "// not call-free, so ptxas serialises wgmma: T.putmem_nbi of one thread at" in mod.source
+    assert mod.staged == (0, 0, 0, abi.STAGE_COPY_OUT)  # staged and copied: NVSHMEM's calls need symmetric memory
+    assert "// not call-free (any wgmma serialised by ptxas, every peer-touched param staged): T.putmem_nbi of " \
+           "one thread at" in mod.source
     assert "test_call_free.py" in mod.source.split("// not call-free", 1)[1].splitlines()[0]
 
 
-def test_a_kernel_without_wgmma_is_not_call_free_and_says_nothing():
+def _shift():
     @ts.kernel(out_shape=S((64, 64), jnp.float32), grid=(1,), threads=128)
     def shift(x, y):
         T.putmem_block(y[:, :], x[:, :], pe=(T.get_pe() + 1) % T.get_pe_num())
 
-    mod = generate_cuda(shift.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=2), "sm_90")
-    assert mod.uses_nvshmem and not mod.call_free and "call-free" not in mod.source.split("#include", 1)[0]
+    return shift.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=2)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_a_kernel_without_wgmma_is_call_free_too_and_its_output_zero_copy(arch):
+    mod = generate_cuda(_shift(), arch)
+    body = mod.source.split("__global__", 1)[1]
+    assert mod.uses_nvshmem and mod.call_free and "#define TS_CALL_FREE 1" in mod.source
+    assert "nvshmemx_" not in body and "nvshmem_quiet" not in body
+    assert mod.staged == (0, abi.STAGE_COPY_OUT | abi.STAGE_P2P)
+    assert "ts_publish_params(args, 0x2u, " in body and "ts_peer_param_ptr(args, 1, " in body
+
+
+def test_the_variable_keeps_nvshmem_calls_and_every_peer_touched_param_staged(monkeypatch):
+    monkeypatch.setenv("TILESCALE_CALL_FREE", "0")
+    mod = generate_cuda(_shift(), "sm_90")
+    assert not mod.call_free and mod.staged == (0, abi.STAGE_COPY_OUT)
+    assert "nvshmemx_putmem_block(" in mod.source and "ts_publish_params(args" not in mod.source.split("__global__")[1]
+    assert "$TILESCALE_CALL_FREE=0" in mod.source
+
+
+def test_zero_copy_code_compiles(session_cache, require_nvshmem):
+    """The call-free shift, with its publish and its peer-address translation, through nvcc and ptxas."""
+    mod = generate_cuda(_shift(), "sm_90")
+    assert compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=True)
 
 
 @pytest.mark.parametrize("comm", ["block", "warp"])
@@ -98,4 +128,5 @@ def test_a_launch_over_several_machines_keeps_nvshmem_calls():
     (lowering/cuda.py passes p2p_peers=False when process_layout().hosts > 1)."""
     mod = generate_cuda(_gemm_then("block"), "sm_90", p2p_peers=False)
     assert not mod.call_free and "nvshmemx_putmem_nbi_block(" in mod.source.split("__global__", 1)[1]
-    assert "// not call-free, so ptxas serialises wgmma: the launch spans several nodes" in mod.source
+    assert "// not call-free (any wgmma serialised by ptxas, every peer-touched param staged): the launch spans " \
+           "several nodes" in mod.source

@@ -1,0 +1,53 @@
+"""Which kernel params the handler stages in symmetric memory, and which of those it may hand over as
+XLA's own buffers instead (zero-copy): the `staged` attribute (docs/calling_convention.md).
+
+Every global buffer that peers touch must be reachable by them during the launch. NVSHMEM's calls reach
+only symmetric memory, so such a buffer is staged: the kernel runs on a symmetric copy in the workspace,
+copied in before the launch and out after it. A call-free kernel (codegen/call_free.py) reaches peers
+only by loads and stores through its mapping of their memory, which can be XLA's own allocation when
+every process of the machine has mapped every other's (runtime/peer_memory.py): its staged params get
+`TS_STAGE_P2P`, and the handler hands over XLA's buffer wherever that holds, with no copy.
+"""
+
+from __future__ import annotations
+
+from .. import abi
+from ..ir.nodes import Buffer, BufferKind, KernelIR
+
+
+def staged_flags(k: KernelIR) -> list[int]:
+    """The copy flags, one per param (`TS_STAGE_COPY_*`).
+
+    Outputs that peers write or read are staged and copied out afterwards (abi.STAGE_COPY_OUT): XLA
+    must get what the kernel and its peers wrote, and an output has no contents to copy in. Inputs that
+    peers read (gets, loads through nvshmem_ptr, remote waits) are staged and copied in before
+    (abi.STAGE_COPY_IN). An aliased pair (`KernelIR.aliases`) is one memory: the kernel addresses the
+    input through its output's pointer, so the input is never staged, and an output whose memory
+    peers touch (through either ref) is staged both ways (`KernelIR.copied_in`): in, since the
+    elements the kernel leaves alone hold the input's values, and out, what XLA returns.
+    """
+    touched, copied_in = k.peer_memory(), k.copied_in()
+    flags = []
+    for b in k.params:
+        flag = 0
+        if b.kind is BufferKind.OUTPUT and b in touched:
+            flag |= abi.STAGE_COPY_OUT
+        if b in copied_in:
+            flag |= abi.STAGE_COPY_IN
+        flags.append(flag)
+    return flags
+
+
+def zero_copy_params(k: KernelIR, call_free: bool) -> dict[Buffer, int]:
+    """The staged params a launch may hand over as XLA's buffers (each with its param index): every
+    staged param of a call-free kernel, none otherwise. The generated code addresses a peer's copy of
+    such a buffer through what the peer publishes at the start of each launch (TS_CTL_PUB_*)."""
+    if not call_free:
+        return {}
+    return {b: i for i, (b, flag) in enumerate(zip(k.params, staged_flags(k))) if flag}
+
+
+def handler_flags(k: KernelIR, call_free: bool) -> tuple[int, ...]:
+    """The `staged` attribute: the copy flags, with TS_STAGE_P2P on the zero-copy params."""
+    p2p = zero_copy_params(k, call_free)
+    return tuple(flag | (abi.STAGE_P2P if b in p2p else 0) for b, flag in zip(k.params, staged_flags(k)))
