@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from .. import abi
 from ..errors import LaunchError
@@ -173,7 +173,8 @@ def _export(one_machine: bool) -> tuple[bool, str, tuple[int, int], int]:
         return False, "the job spans several machines (a peer's memory is mapped only on its own machine)", (0, 0), -1
     try:
         drv = _Driver()
-        probe = jnp.zeros((64,), jnp.float32)
+        # A transfer, not a computation: this runs while a kernel's call is being lowered.
+        probe = jax.device_put(np.zeros((64,), np.float32), jax.local_devices()[0])
         probe.block_until_ready()
         ptr = probe.unsafe_buffer_pointer()
         base, size = drv.attr(_ATTR_RANGE_START, ptr), drv.attr(_ATTR_RANGE_SIZE, ptr)
