@@ -12,7 +12,7 @@ import pytest
 import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.runtime import peer_memory
+from jax_tilescale.runtime import nvshmem_bootstrap, peer_memory
 from tests.primitives.util import F32, assert_equal, per_device, random_rows, shard_run
 
 ROWS, COLS, BM = 256, 512, 64
@@ -44,6 +44,7 @@ def _shifted(x: np.ndarray, n: int, by: int) -> np.ndarray:
 
 
 def test_every_pe_mapped_its_peers_pools(gpu_mesh):
+    nvshmem_bootstrap.ensure_initialized()  # where the pools are exchanged (also on a kernel's first lowering)
     status = peer_memory.status()
     assert status.on, f"zero-copy is off: {status.reason}"
     me = jax.process_index()
