@@ -36,21 +36,24 @@ def view_copy_kernel(remote: bool) -> ts.TileKernel:
     return kern
 
 
-def lowered(remote: bool, arch: str = "sm_90") -> tuple[str, str]:
-    """(IR text, the generated kernel function) of the local or remote view copy."""
+def lowered(remote: bool, arch: str = "sm_90", one_machine: bool = True) -> tuple[str, str]:
+    """(IR text, the generated kernel function) of the local or remote view copy; `one_machine=False`:
+    as generated for a job over several machines (NVSHMEM's calls, a getmem where the peer has no
+    load/store mapping), else call-free (loads through the peer's mapping only)."""
     kern = view_copy_kernel(remote)
     sds = jax.ShapeDtypeStruct((ROWS, COLS), jnp.float32)
     ir = kern.trace(sds, mesh_axes=("x",), num_pes=NPES)
-    source = generate_cuda(ir, arch).source
+    source = generate_cuda(ir, arch, p2p_peers=one_machine).source
     return kern.ir_text(sds, mesh_axes=("x",), num_pes=NPES), source[source.index('extern "C" __global__'):]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--machines", action="store_true", help="as generated for a job over several machines")
     args = ap.parse_args()
     for remote in (False, True):
-        ir, cuda = lowered(remote, args.arch)
+        ir, cuda = lowered(remote, args.arch, one_machine=not args.machines)
         title = "a region on a peer" if remote else "a region on this PE"
         print(f"===== {title}: IR =====\n{ir}\n===== {title}: CUDA =====\n{cuda}")
 

@@ -70,7 +70,7 @@ def test_shared_layout_and_sizes():
 
 
 def test_scratch_layout_signals_and_grid_barrier():
-    m = generate_cuda(kernels.signal_exchange(16, 64, 2, np.float32, blocks=2))
+    m = generate_cuda(kernels.signal_exchange(16, 64, 2, np.float32, blocks=2), p2p_peers=False)
     assert m.uses_nvshmem and m.grid_barrier
     # 4 signal words at 0..31, the barrier's two words at 32, rounded up to 256.
     assert m.scratch_bytes == 256
@@ -91,7 +91,7 @@ def test_scratch_layout_signals_and_grid_barrier():
 
 
 def test_each_barrier_all_meets_twice_in_the_grid():
-    m = generate_cuda(kernels.barrier_chain(8, 256, 2, np.float32, blocks=128))
+    m = generate_cuda(kernels.barrier_chain(8, 256, 2, np.float32, blocks=128), p2p_peers=False)
     assert m.grid_barrier and m.scratch_bytes == 256  # no signals: the barrier words alone
     for stmt in (1, 3):
         block = statement_block(m, stmt)
@@ -107,7 +107,7 @@ def test_each_barrier_all_meets_twice_in_the_grid():
 def test_put_checks_target_pe_and_names_the_line():
     k = kernels.ring_shift(256, 64, 4, 64, np.float32)
     put = k.body[0]
-    m = generate_cuda(k)
+    m = generate_cuda(k, p2p_peers=False)  # NVSHMEM's put (several machines); one machine: test_call_free.py
     block = statement_block(m, 0)
     assert "ts_target_pe(args.pe_map, args.npes, ts_mod((ts_pe + 1), 4, ts_where), ts_where," in block
     assert f'ts_where = "{put.loc.filename}:{put.loc.lineno}"' in block
@@ -175,7 +175,7 @@ def test_run_time_start_alignment_uses_affine_form():
 
 
 def test_non_contiguous_put_goes_row_by_row_and_signals_after_a_fence():
-    m = generate_cuda(kernels.signal_exchange(16, 64, 2, BF16, blocks=2))
+    m = generate_cuda(kernels.signal_exchange(16, 64, 2, BF16, blocks=2), p2p_peers=False)
     fused, strided = statement_block(m, 0), statement_block(m, 1)
     assert "nvshmemx_putmem_signal_nbi_block(" in fused and "NVSHMEM_SIGNAL_ADD" in fused
     assert "16 runs of 64 bytes" in strided
@@ -203,11 +203,11 @@ def test_blocking_put_and_shared_source_sync():
     k = kernels.build(
         kernel, name="b", inputs=[((4, 8), np.float32)], outputs=[((4, 8), np.float32)], grid=(1,), num_pes=2
     )
-    block = statement_block(generate_cuda(k), 1)
+    block = statement_block(generate_cuda(k, p2p_peers=False), 1)
     assert block.rstrip().endswith("}") and block.count("__syncthreads();") == 1  # the tile is read by the put
     blocking = Put(k.body[1].dst, k.body[1].src, k.body[1].pe, k.body[1].scope, blocking=True, loc=k.body[1].loc)
     k2 = type(k)(**{**k.__dict__, "body": (k.body[0], blocking)})
-    assert "nvshmemx_putmem_block(" in statement_block(generate_cuda(k2), 1)
+    assert "nvshmemx_putmem_block(" in statement_block(generate_cuda(k2, p2p_peers=False), 1)
 
 
 def test_source_is_deterministic_and_line_directives_restore():
