@@ -97,45 +97,39 @@ def setup(client: Any, rank: int, nranks: int, device: int, key: str, one_machin
     if rank == 0:
         client.key_value_set(f"{key}/token", secrets.token_hex(8))
     key = f"{key}/{client.blocking_key_value_get(f'{key}/token', ms)}"
-    local_ok, reason, pool, fd = _export(one_machine)
-    client.key_value_set(f"{key}/pool/{rank}", f"{pool[0]} {pool[1]}" if local_ok else f"off {reason}")
+    ok, why, pool, fd = _export(one_machine)
+    client.key_value_set(f"{key}/pool/{rank}", f"{pool[0]} {pool[1]}" if ok else f"off PE {rank}: {why}")
+    # Every PE reads the same words in the same order, so all agree, and all report the first PE's reason.
     pools: dict[int, tuple[int, int]] = {}
+    reason = ""
     for r in range(nranks):
         got = client.blocking_key_value_get(f"{key}/pool/{r}", ms)
         if got.startswith("off "):
-            local_ok, reason = False, reason or f"PE {r}: {got[4:]}"
+            reason = reason or got[4:]
         else:
             base, size = (int(v) for v in got.split())
             pools[r] = (base, size)
-    server = None
-    if local_ok:
+    if not reason:  # every PE exported its pool: each maps the others', then they agree again
+        server, mapped, mine = None, {}, "ok"
         try:
             server = _serve(key, rank, fd, nranks - 1, timeout_s)
-        except OSError as e:
-            local_ok, reason = False, f"PE {rank} could not open its socket: {e}"
-    mapped: dict[int, tuple[int, int, int]] = {}
-    if local_ok:
-        try:
             mapped = _map_peers(key, rank, nranks, device, pools, timeout_s)
         except (OSError, LaunchError) as e:
-            local_ok, reason = False, f"PE {rank} could not map its peers' memory: {e}"
-    client.key_value_set(f"{key}/mapped/{rank}", "ok" if local_ok else f"off {reason}")
-    for r in range(nranks):
-        got = client.blocking_key_value_get(f"{key}/mapped/{r}", ms)
-        if got != "ok" and local_ok:
-            local_ok, reason = False, f"PE {r}: {got[4:]}"
-    # Every peer has taken its descriptor, or failed and said so: the socket can go.
-    if server is not None:
-        server.close()
+            mine = f"off PE {rank} could not map its peers' memory: {e}"
+        client.key_value_set(f"{key}/mapped/{rank}", mine)
+        for r in range(nranks):
+            got = client.blocking_key_value_get(f"{key}/mapped/{r}", ms)
+            if got != "ok":
+                reason = reason or got[4:]
+        if server is not None:  # every peer has taken its descriptor, or failed and said so
+            server.close()
     if fd >= 0:
         os.close(fd)
-    if not local_ok:
+    if reason:
         teardown()
         _status = PeerMemoryStatus(False, reason)
         return _status
-    from .ffi_registry import load_extension
-
-    ffi = load_extension()
+    ffi = _extension()
     slots = abi.DEFINES["TS_PEER_ALLOCS"]
     table = [0] * (3 * nranks * slots)
     for pe, (base, size, va) in mapped.items():  # slot 0 of each peer: its pool
@@ -149,9 +143,7 @@ def teardown() -> None:
     """Zero-copy off: the handler forgets the table, this process unmaps its peers' pools."""
     global _status
     try:
-        from .ffi_registry import load_extension
-
-        load_extension().clear_peer_memory()
+        _extension().clear_peer_memory()
     except (ImportError, LaunchError):
         pass
     if _maps:
@@ -163,6 +155,12 @@ def teardown() -> None:
         _maps.clear()
     _keep.clear()
     _status = PeerMemoryStatus(False, "torn down")
+
+
+def _extension() -> Any:
+    from .ffi_registry import load_extension
+
+    return load_extension()
 
 
 def _export(one_machine: bool) -> tuple[bool, str, tuple[int, int], int]:
