@@ -177,7 +177,8 @@ def _export(one_machine: bool) -> tuple[bool, str, tuple[int, int], int]:
         ptr = probe.unsafe_buffer_pointer()
         base, size = drv.attr(_ATTR_RANGE_START, ptr), drv.attr(_ATTR_RANGE_SIZE, ptr)
         if size < _MIN_POOL_BYTES:
-            return False, (f"XLA's buffers are not in one memory pool (the allocation is {size} bytes: "
+            return False, (f"XLA's buffers are not in one large memory pool (the allocation holding a probe buffer "
+                           f"is {size} bytes: XLA_PYTHON_CLIENT_PREALLOCATE=false or "
                            "XLA_PYTHON_CLIENT_ALLOCATOR=platform?)"), (0, 0), -1
         if not drv.attr(_ATTR_HANDLE_TYPES, ptr) & _POSIX_FD:
             return False, "XLA's memory pool does not admit export as a file descriptor (not VMM memory)", (0, 0), -1
