@@ -229,6 +229,26 @@ def check(got: Any, want: Any, tolerance: float) -> tuple[bool, str]:
     return ok, f"max |error| {worst:.3g}" + (f" (allowed {tolerance:g} x max|reference|)" if tolerance else "")
 
 
+def with_nvshmem_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` (a jitted function, lowered at its first call) compiled with NVSHMEM's calls instead of
+    call-free: every buffer its peers touch staged and copied (TILESCALE_CALL_FREE=0 while it lowers).
+    A comparison row for zero-copy, in the same process; on the interpreter the same as `fn`."""
+    from jax_tilescale.codegen.call_free import ENV_VAR
+
+    def call(*args: Any) -> Any:
+        old = os.environ.get(ENV_VAR)
+        os.environ[ENV_VAR] = "0"
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ[ENV_VAR]
+            else:
+                os.environ[ENV_VAR] = old
+
+    return call
+
+
 def median_time(f: Callable[..., Any], inputs: Sequence[jax.Array], iters: int, reps: int, warmup: int) -> float:
     """Seconds per call: the median over `reps` repetitions of `iters` calls and one block_until_ready."""
     for _ in range(warmup):

@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     coll.add_common_options(ap)
     coll.add_row_options(ap)
+    ap.add_argument("--staged", action="store_true",
+                    help="also the push and pull kernels with NVSHMEM's calls, staged (what zero-copy replaced)")
     a = ap.parse_args(argv)
     plat, mesh = coll.setup(a)
     dtype = jnp.dtype(a.dtype)
@@ -39,11 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         block_m = a.block_m or coll.block_rows(m, n * dtype.itemsize)
         x = coll.random_sharded(mesh, (mesh.size * m, n), dtype, P("x"), seed=nbytes)
         params = f"block_m={block_m}"
-        return coll.Case(
-            bytes_per_rank=m * n * dtype.itemsize, inputs=(x,),
-            ours={"push": ag.gather_fn(mesh, m, n, dtype, block_m),
-                  "pull": ag.gather_fn(mesh, m, n, dtype, block_m, pull=True)},
-            xla=ag.xla_gather_fn(mesh), params={"push": params, "pull": params})
+        ours = {"push": ag.gather_fn(mesh, m, n, dtype, block_m),
+                "pull": ag.gather_fn(mesh, m, n, dtype, block_m, pull=True)}
+        if a.staged:
+            ours |= {f"{name}, staged": coll.with_nvshmem_calls(ag.gather_fn(mesh, m, n, dtype, block_m, pull=pull))
+                     for name, pull in (("push", False), ("pull", True))}
+        return coll.Case(bytes_per_rank=m * n * dtype.itemsize, inputs=(x,), ours=ours, xla=ag.xla_gather_fn(mesh),
+                         params=dict.fromkeys(ours, params))
 
     return coll.run(coll.ALL_GATHER, make_case, a, plat, mesh, what=f"rows of up to {a.n}")
 
