@@ -264,10 +264,16 @@ def _map_peers(key: str, rank: int, nranks: int, device: int, pools: dict[int, t
         finally:
             os.close(fd)
         va = ctypes.c_uint64()
-        drv("cuMemAddressReserve", ctypes.byref(va), ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(0),
-            ctypes.c_uint64(0))
-        drv("cuMemMap", va, ctypes.c_size_t(size), ctypes.c_size_t(0), handle, ctypes.c_uint64(0))
-        _maps.append((va.value, size, handle.value))
+        try:
+            drv("cuMemAddressReserve", ctypes.byref(va), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                ctypes.c_uint64(0), ctypes.c_uint64(0))
+            drv("cuMemMap", va, ctypes.c_size_t(size), ctypes.c_size_t(0), handle, ctypes.c_uint64(0))
+        except OSError:  # nothing of this peer stays behind: the reservation and the imported handle go
+            if va.value:
+                drv.cu.cuMemAddressFree(va, ctypes.c_size_t(size))
+            drv.cu.cuMemRelease(handle)
+            raise
+        _maps.append((va.value, size, handle.value))  # teardown unmaps, frees and releases from here on
         drv("cuMemSetAccess", va, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1))
         mapped[peer] = (base, size, va.value)
     return mapped

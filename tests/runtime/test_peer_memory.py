@@ -158,3 +158,11 @@ def test_one_process_has_nothing_to_exchange():
 
     before = pm.status()
     assert pm.setup(None, 0, 1, device=0, key="k", one_machine=True) is before and not before.on
+
+
+def test_a_failed_map_leaves_neither_the_reservation_nor_the_import_behind():
+    results = _run(2, fail_call={1: "cuMemMap"})
+    on, reason, _, _, calls = results[1]
+    assert not on and "PE 1 could not map its peers' memory: cuMemMap failed" in reason
+    assert "cuMemAddressFree" in calls and "cuMemRelease" in calls and "cuMemUnmap" not in calls
+    assert not results[0][0] and results[0][1] == reason  # the other PE turned it off too, for the same reason
