@@ -13,6 +13,7 @@ import time
 import pytest
 
 from jax_tilescale import abi
+from tests.conftest import needs_extension
 
 POOL = 1 << 30
 BASES = {0: 0x7000_0000_0000, 1: 0x7100_0000_0000, 2: 0x7200_0000_0000}
@@ -166,3 +167,40 @@ def test_a_failed_map_leaves_neither_the_reservation_nor_the_import_behind():
     assert not on and "PE 1 could not map its peers' memory: cuMemMap failed" in reason
     assert "cuMemAddressFree" in calls and "cuMemRelease" in calls and "cuMemUnmap" not in calls
     assert not results[0][0] and results[0][1] == reason  # the other PE turned it off too, for the same reason
+
+
+# ---- the handler's side (xla_ffi/peer_memory.h), through the extension -------------------------------
+
+
+@needs_extension
+def test_the_handler_holds_exactly_the_ranges_it_was_given_until_cleared():
+    from jax_tilescale import _ffi
+
+    slots = abi.DEFINES["TS_PEER_ALLOCS"]
+    try:
+        _ffi.set_peer_memory([0x1000, 0x2000, 0x10000, 0x100], [0] * (3 * 2 * slots), 2)
+        assert _ffi.peer_memory_on()
+        assert _ffi.peer_memory_holds(0x1000, 0x2000)  # the whole first range
+        assert _ffi.peer_memory_holds(0x2f00, 0x100) and not _ffi.peer_memory_holds(0x2f00, 0x101)  # its end
+        assert not _ffi.peer_memory_holds(0xfff, 2)  # starts before it
+        assert _ffi.peer_memory_holds(0x10080, 0x80) and not _ffi.peer_memory_holds(0x10100, 1)
+        assert _ffi.take_zero_copy_counts() == (0, 0)  # no launch has run
+    finally:
+        _ffi.clear_peer_memory()
+    assert not _ffi.peer_memory_on() and not _ffi.peer_memory_holds(0x1000, 1)
+
+
+@needs_extension
+@pytest.mark.parametrize("own, table_words, n_pes", [
+    ([], 3 * 4, 1),                            # no range
+    ([0x1000], 3 * 4, 1),                      # half a pair
+    ([1, 1] * 5, 3 * 4, 1),                    # more ranges than TS_PEER_ALLOCS
+    ([0x1000, 0x100], 3 * 4 - 1, 1),           # a table of the wrong length
+    ([0x1000, 0x100], 0, 0),                   # no PEs
+])
+def test_the_handler_refuses_a_malformed_registry(own, table_words, n_pes):
+    from jax_tilescale import _ffi
+
+    with pytest.raises(ValueError, match="peer memory"):
+        _ffi.set_peer_memory(own, [0] * table_words, n_pes)
+    assert not _ffi.peer_memory_on()
