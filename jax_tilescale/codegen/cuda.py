@@ -199,6 +199,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += control.header_defines(kernel)
     out += [
         *device_header().splitlines(),
+        *device_header("tilescale_call.cuh").splitlines(),
         *device_header("tilescale_compute.cuh").splitlines(),
         *device_header("tilescale_tile_ops.cuh").splitlines(),
         "",

@@ -1,0 +1,136 @@
+// tilescale_call.cuh: how a launch of a generated kernel starts and ends (docs/calling_convention.md,
+// "End of a call" and "Zero-copy"): the meeting of the PEs, the entry and end-of-call barriers, the
+// zeroing of the scratch, and the publishing and reading of zero-copy buffers' addresses. Inlined into
+// every generated kernel after tilescale_device.cuh, whose helpers (ts_wait, ts_peer_ptr, ...) it uses.
+
+// ---- start and end of a call (docs/calling_convention.md, "End of a call") ----
+// The handler neither zeroes the scratch nor runs host-side barriers: the kernel leaves its scratch
+// zero for the next launch that uses the same half of the workspace (launches alternate halves by the
+// parity of `seq`), and proves its remote writes complete before it ends.
+
+#if TS_USES_NVSHMEM
+// Thread 0 of the calling block: marks this PE arrived (word `slot(w)` = seq on every PE of the kernel's
+// PE space) and waits for every other PE's arrival. Launch numbers only grow, so a word holding a later
+// launch's number also proves arrival; nothing is ever cleared.
+__device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, bool exit_slots, bool signal, const char* where,
+                                          const char* op) {
+  const int32_t W = args.ctl_slots;
+  uint64_t* slots = args.ctl + (exit_slots ? TS_CTL_EXIT(0, W) : TS_CTL_ENTRY(0));
+  const int32_t me = args.pe_map[args.pe];
+  if (signal) {
+    for (int32_t k = 0; k < args.npes; ++k) {
+#if TS_CALL_FREE
+      if (k != args.pe) ts_p2p_signal_set(ts_peer_word(slots + me, args.pe_map[k], k, where, op), args.seq);
+#else
+      if (k != args.pe) nvshmemx_signal_op(slots + me, args.seq, NVSHMEM_SIGNAL_SET, args.pe_map[k]);
+#endif
+    }
+  }
+  const TsWaitCtx wait = ts_wait_ctx(args);
+  for (int32_t k = 0; k < args.npes; ++k) {
+    if (k != args.pe) ts_wait<TS_CMP_GE, true, true, uint64_t>(wait, slots + args.pe_map[k], args.seq, k, where, op);
+  }
+  __threadfence_system();
+}
+
+// Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
+// copies the handler fills before the launch): no peer reads them before this PE's launch began,
+// which is after its copies in stream order. Block (0,0,0) announces the arrival.
+__device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* where) {
+  if (threadIdx.x == 0) {
+    const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    ts_call_meet(args, false, first, where, "the entry barrier (peers read this kernel's inputs)");
+  }
+  __syncthreads();
+}
+#endif
+
+#if TS_CALL_FREE
+// ---- zero-copy (docs/calling_convention.md, "Zero-copy") ----
+// First thing of block (0,0,0)'s thread 0 in a call-free kernel with TS_STAGE_P2P params (`mask`: their
+// indices): tells each kernel peer where this launch's copy of each such buffer is, XLA's buffer (bit b of
+// args.direct_mask), which the peer reaches through its mapping of this PE's allocation, or the staged copy
+// in the symmetric workspace (bit 0 of the word set), which it reaches through nvshmem_ptr. The address
+// first, then this launch's `seq` with release semantics, which the peer waits for. A peer reads the words
+// of launch `seq` only after its own launch `seq` began, and no PE starts launch seq + 1 before every PE
+// has passed launch seq's end-of-call barrier, so a word is never overwritten while a peer may still read it.
+__device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t mask, const char* where) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  const int32_t W = args.ctl_slots, me = args.pe_map[args.pe];
+  for (int b = 0; b < TS_MAX_BUFFERS; ++b) {
+    if (((mask >> b) & 1u) == 0u) continue;
+    const uint64_t at = reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull);
+    for (int32_t k = 0; k < args.npes; ++k) {
+      if (k == args.pe) continue;
+      const int nv = args.pe_map[k];
+      uint64_t* addr = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), nv, k, where, "publishing a buffer's address");
+      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(at) : "memory");
+      ts_p2p_signal_set(ts_peer_word(args.ctl + TS_CTL_PUB_SEQ(me, b, W), nv, k, where, "publishing a buffer's address"),
+                        args.seq);
+    }
+  }
+}
+
+// The peer's address of `local`, a byte of param `b` (whose pointer on this PE is `local_base`), in a
+// call-free kernel where `b` is TS_STAGE_P2P: waits until the peer has published its copy for this
+// launch, then translates: a staged copy through nvshmem_ptr, XLA's buffer through this PE's mapping of
+// the peer's allocation (args.peer_allocs). Every thread of the block may call it.
+__device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, int b, const void* local_base,
+                                                      const void* local, int nvshmem_pe, int64_t kernel_pe,
+                                                      const char* where, const char* op) {
+  // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
+  if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
+  const int32_t W = args.ctl_slots;
+  ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W), args.seq,
+                                            kernel_pe, where, op);
+  uint64_t at;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, W))
+               : "memory");
+  const uint64_t off = static_cast<uint64_t>(static_cast<const unsigned char*>(local) -
+                                             static_cast<const unsigned char*>(local_base));
+  if (at & 1ull) return ts_peer_ptr(reinterpret_cast<const void*>(at & ~1ull), nvshmem_pe, kernel_pe, where, op) + off;
+  const TsPeerAlloc* t = args.peer_allocs;
+  if (t != nullptr) {
+    t += static_cast<size_t>(nvshmem_pe) * TS_PEER_ALLOCS;
+    for (int i = 0; i < TS_PEER_ALLOCS; ++i) {
+      if (at - t[i].base < t[i].size) return reinterpret_cast<unsigned char*>(t[i].mapped + (at - t[i].base)) + off;
+    }
+  }
+  ts_fail(where, "zero-copy: the peer's buffer lies in memory this PE has not mapped (value: the kernel PE, "
+          "limit: its NVSHMEM PE)", kernel_pe, nvshmem_pe);
+  return nullptr;
+}
+#endif
+
+// Last thing of every block. The last block to finish (counted in ctl[TS_CTL_BLOCKS_DONE]) waits, for a
+// kernel that communicates, until every PE of its PE space has finished with its remote writes (each
+// block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes
+// the `scratch_bytes` of scratch this launch used: no PE writes into that half of the workspace again
+// before every PE has passed this launch's barrier, and the next launch that uses it is two launches on.
+__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
+  // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
+  int last = 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#if TS_USES_NVSHMEM && !TS_CALL_FREE
+    nvshmem_quiet();
+#elif TS_CALL_FREE
+    __threadfence_system();  // every remote write of this block was a P2P store: fenced, it is complete
+#endif
+    __threadfence();
+    const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
+    unsigned int* done = reinterpret_cast<unsigned int*>(args.ctl + TS_CTL_BLOCKS_DONE);
+    last = atomicAdd(done, 1u) == nblocks - 1u;
+    if (last) {
+      __threadfence();
+#if TS_USES_NVSHMEM
+      ts_call_meet(args, true, true, where, "the end-of-call barrier");
+#endif
+      atomicExch(done, 0u);
+    }
+  }
+  if (!__syncthreads_or(last) || scratch_bytes == 0) return;
+  // The scratch is 256-byte aligned and its size a multiple of 256 (codegen/layout.py).
+  uint4* words = reinterpret_cast<uint4*>(args.scratch);
+  for (uint32_t i = threadIdx.x; i < scratch_bytes / 16u; i += blockDim.x) words[i] = make_uint4(0u, 0u, 0u, 0u);
+}
