@@ -1,6 +1,7 @@
 #include "workspace.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "heap_check.h"
 #include "launch_abi.h"
@@ -116,8 +117,8 @@ std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& 
   // then this PE's table of the peers' allocations it has mapped (zero-copy; read locally only).
   const int n_pes = shm.nvshmem_n_pes();
   const size_t ctl_bytes = sizeof(uint64_t) * TS_CTL_WORDS(static_cast<size_t>(n_pes));
-  table_ = PeerMemory::Get().Table(n_pes);
-  const size_t table_bytes = sizeof(TsPeerAlloc) * table_.size();
+  // Pageable memory: cuMemcpyHtoDAsync has taken its bytes when it returns, so a local copy will do.
+  const std::vector<TsPeerAlloc> table = PeerMemory::Get().Table(n_pes);
   // The size must be the same on every PE (a collective allocation): the table's part is n_pes *
   // TS_PEER_ALLOCS entries whether or not this PE has one.
   const size_t table_room = sizeof(TsPeerAlloc) * static_cast<size_t>(n_pes) * TS_PEER_ALLOCS;
@@ -132,9 +133,10 @@ std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& 
     return "kernel `" + entry + "`: zeroing the launch-control words failed: " + CuErrorText(r);
   }
   peer_allocs_ = nullptr;
-  if (!table_.empty()) {
+  if (!table.empty()) {
     unsigned char* at = agree_ + kAgreeBytes + ctl_bytes;
-    if (CUresult r = cu.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(at), table_.data(), table_bytes, stream);
+    if (CUresult r = cu.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(at), table.data(),
+                                          sizeof(TsPeerAlloc) * table.size(), stream);
         r != CUDA_SUCCESS) {
       return "kernel `" + entry + "`: uploading the table of peers' allocations failed: " + CuErrorText(r);
     }

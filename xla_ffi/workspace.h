@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "driver_api.h"
 #include "nvshmem_api.h"
@@ -81,7 +80,6 @@ class SymmetricWorkspace {
   unsigned char* agree_ = nullptr;  // symmetric words for CheckGrowth's agreement
   uint64_t* control_ = nullptr;     // Control()'s words, in agree_'s allocation
   const TsPeerAlloc* peer_allocs_ = nullptr;  // the device table after them (zero-copy), or null
-  std::vector<TsPeerAlloc> table_;  // its host copy, kept while the upload may be in flight
 };
 
 }  // namespace jax_tilescale

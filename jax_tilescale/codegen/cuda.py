@@ -175,7 +175,8 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     except KernelTraceError as e:
         raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
     free = call_free(kernel, p2p_peers)
-    zero_copy = zero_copy_params(kernel, free.on)
+    staged = handler_flags(kernel, free.on)
+    zero_copy = zero_copy_params(kernel, staged)
     ctx = Ctx(kernel, layout, _pointer_names(kernel), plan, call_free=free.on, zero_copy=zero_copy)
     frame = ctx.frame
     entry = _entry_name(kernel)
@@ -244,7 +245,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         scratch_bytes=layout.scratch_bytes,
         uses_nvshmem=uses_nvshmem,
         call_free=free.on,
-        staged=handler_flags(kernel, free.on),
+        staged=staged,
         grid_barrier=layout.barrier_offset is not None,
         arch=plan.arch if plan is not None else arch,
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),

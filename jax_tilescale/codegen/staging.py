@@ -38,16 +38,15 @@ def staged_flags(k: KernelIR) -> list[int]:
     return flags
 
 
-def zero_copy_params(k: KernelIR, call_free: bool) -> dict[Buffer, int]:
-    """The staged params a launch may hand over as XLA's buffers (each with its param index): every
-    staged param of a call-free kernel, none otherwise. The generated code addresses a peer's copy of
-    such a buffer through what the peer publishes at the start of each launch (TS_CTL_PUB_*)."""
-    if not call_free:
-        return {}
-    return {b: i for i, (b, flag) in enumerate(zip(k.params, staged_flags(k))) if flag}
-
-
 def handler_flags(k: KernelIR, call_free: bool) -> tuple[int, ...]:
-    """The `staged` attribute: the copy flags, with TS_STAGE_P2P on the zero-copy params."""
-    p2p = zero_copy_params(k, call_free)
-    return tuple(flag | (abi.STAGE_P2P if b in p2p else 0) for b, flag in zip(k.params, staged_flags(k)))
+    """The `staged` attribute: the copy flags, with TS_STAGE_P2P on every staged param of a call-free
+    kernel (it reaches peers only by loads and stores, so the handler may hand over XLA's buffer)."""
+    p2p = abi.STAGE_P2P if call_free else 0
+    return tuple(flag | p2p if flag else 0 for flag in staged_flags(k))
+
+
+def zero_copy_params(k: KernelIR, flags: tuple[int, ...]) -> dict[Buffer, int]:
+    """The params `flags` (handler_flags) marks TS_STAGE_P2P, each with its param index. The generated
+    code addresses a peer's copy of such a buffer through what the peer publishes at the start of each
+    launch (TS_CTL_PUB_*)."""
+    return {b: i for i, (b, flag) in enumerate(zip(k.params, flags)) if flag & abi.STAGE_P2P}

@@ -97,7 +97,7 @@ def setup(client: Any, rank: int, nranks: int, device: int, key: str, one_machin
     if rank == 0:
         client.key_value_set(f"{key}/token", secrets.token_hex(8))
     key = f"{key}/{client.blocking_key_value_get(f'{key}/token', ms)}"
-    ok, why, pool, fd = _export(one_machine)
+    ok, why, pool, fd = _export(one_machine, device)
     client.key_value_set(f"{key}/pool/{rank}", f"{pool[0]} {pool[1]}" if ok else f"off PE {rank}: {why}")
     # Every PE reads the same words in the same order, so all agree, and all report the first PE's reason.
     pools: dict[int, tuple[int, int]] = {}
@@ -163,8 +163,8 @@ def _extension() -> Any:
     return load_extension()
 
 
-def _export(one_machine: bool) -> tuple[bool, str, tuple[int, int], int]:
-    """(ok, why not, (base, size) of XLA's pool, exported descriptor or -1)."""
+def _export(one_machine: bool, device: int) -> tuple[bool, str, tuple[int, int], int]:
+    """(ok, why not, (base, size) of XLA's pool on CUDA device `device`, exported descriptor or -1)."""
     if os.environ.get(ENV_VAR, "1") == "0":
         return False, f"${ENV_VAR}=0", (0, 0), -1
     if not one_machine:
@@ -182,7 +182,7 @@ def _export(one_machine: bool) -> tuple[bool, str, tuple[int, int], int]:
                            "XLA_PYTHON_CLIENT_ALLOCATOR=platform?)"), (0, 0), -1
         if not drv.attr(_ATTR_HANDLE_TYPES, ptr) & _POSIX_FD:
             return False, "XLA's memory pool does not admit export as a file descriptor (not VMM memory)", (0, 0), -1
-        drv("cuCtxSetCurrent", _primary_context(drv, jax.local_devices()[0].local_hardware_id))
+        drv("cuCtxSetCurrent", _primary_context(drv, device))
         handle = ctypes.c_uint64()
         drv("cuMemRetainAllocationHandle", ctypes.byref(handle), ctypes.c_uint64(base))
         fd = ctypes.c_int(-1)

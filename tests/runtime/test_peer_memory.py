@@ -78,7 +78,7 @@ def _rank(rank: int, nranks: int, store, results, export_off: dict, fail_call: d
         os.environ[pm.ENV_VAR] = "0"
     log, calls = [], []
 
-    def export(one_machine: bool):
+    def export(one_machine: bool, device: int):
         if os.environ.get(pm.ENV_VAR) == "0":
             return False, f"${pm.ENV_VAR}=0", (0, 0), -1
         if rank in export_off:

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
-import threading
 import time
 
 import jax
@@ -35,7 +33,7 @@ import numpy as np
 
 import jax_tilescale as ts
 from jax_tilescale import _jax_compat
-from jax_tilescale.runtime import nvshmem_bootstrap
+from jax_tilescale.runtime import nvshmem_bootstrap, peer_memory
 
 ATTRS = {  # CUpointer_attribute (cuda.h), the ones that say what the allocation admits
     "legacy_ipc_capable": 10,
@@ -46,15 +44,10 @@ ATTRS = {  # CUpointer_attribute (cuda.h), the ones that say what the allocation
     "mapping_size": 18,
     "mapping_base": 19,
 }
-POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-
-
-class Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class AccessDesc(ctypes.Structure):
-    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+# The runtime's own pieces (runtime/peer_memory.py, which this probe led to): the CUDA structs and the
+# descriptor's passing over a Unix socket.
+POSIX_FD = peer_memory._POSIX_FD
+KEY = "zc_probe"
 
 
 def pointer_attrs(cu: ctypes.CDLL, ptr: int) -> dict[str, int | str]:
@@ -69,40 +62,6 @@ def pointer_attrs(cu: ctypes.CDLL, ptr: int) -> dict[str, int | str]:
 def check(r: int, what: str) -> None:
     if r != 0:
         raise RuntimeError(f"{what} -> CUDA error {r}")
-
-
-def serve_fd(me: int, fd: int, nclients: int) -> threading.Thread:
-    """Hands `fd` to each peer that connects to this PE's abstract Unix socket."""
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(f"\0ts_zc_probe_{os.getuid()}_{me}")
-    srv.listen(nclients)
-
-    def run() -> None:
-        for _ in range(nclients):
-            conn, _ = srv.accept()
-            socket.send_fds(conn, [b"fd"], [fd])
-            conn.close()
-        srv.close()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
-def fetch_fd(peer: int, timeout_s: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(f"\0ts_zc_probe_{os.getuid()}_{peer}")
-            _, fds, _, _ = socket.recv_fds(s, 16, 1)
-            return fds[0]
-        except ConnectionRefusedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-        finally:
-            s.close()
 
 
 def main() -> None:
@@ -141,12 +100,12 @@ def main() -> None:
           "cuMemExportToShareableHandle")
     t_export = time.perf_counter() - t0
     print(f"VMM export of the allocation as a POSIX fd: fd {fd.value} in {t_export * 1e6:.0f} us")
-    server = serve_fd(me, fd.value, n - 1)
+    server = peer_memory._serve(KEY, me, fd.value, n - 1, 60.0)
     client.key_value_set(f"zc_probe/{me}", f"{base} {size} {ptr - base}")
 
     _pbase, psize, poff = (int(v) for v in client.blocking_key_value_get(f"zc_probe/{peer}", 60_000).split())
     t0 = time.perf_counter()
-    pfd = fetch_fd(peer)
+    pfd = peer_memory._fetch(KEY, peer, 30.0)
     t_fd = time.perf_counter() - t0
     t0 = time.perf_counter()
     ph = ctypes.c_uint64()
@@ -158,7 +117,7 @@ def main() -> None:
     check(cu.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(psize), ctypes.c_size_t(0), ctypes.c_uint64(0),
                                  ctypes.c_uint64(0)), "cuMemAddressReserve")
     check(cu.cuMemMap(va, ctypes.c_size_t(psize), ctypes.c_size_t(0), ph, ctypes.c_uint64(0)), "cuMemMap")
-    desc = AccessDesc(Location(1, dev), 3)  # device `dev`, read-write
+    desc = peer_memory._AccessDesc(peer_memory._Location(1, dev), 3)  # device `dev`, read-write
     check(cu.cuMemSetAccess(va, ctypes.c_size_t(psize), ctypes.byref(desc), ctypes.c_size_t(1)), "cuMemSetAccess")
     t_map = time.perf_counter() - t0
     word = ctypes.c_float(-1.0)
@@ -194,7 +153,7 @@ def main() -> None:
     got = float(np.asarray(x[1]))
     print(f"word 1 of my buffer, written by PE {peer} through its mapping, read through XLA: {got} "
           f"(expected {100.0 + peer}) -> {'OK' if got == 100.0 + peer else 'WRONG'}")
-    server.join(5)
+    server.close()
 
     if os.environ.get("PROBE_NVSHMEM") == "1":
         shm = ctypes.CDLL("libnvshmem_host.so.3")
