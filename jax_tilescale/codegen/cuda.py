@@ -214,7 +214,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += plan.declarations()
         params += plan.kernel_params()
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
-    start, end = _call_start(kernel), _call_end(kernel, layout.scratch_bytes)
+    start, end = _call_start(kernel, free.on), _call_end(kernel, layout.scratch_bytes)
     if zero_copy:  # before any peer can wait for it: where this launch's copies of those buffers are
         mask = sum(1 << i for i in zero_copy.values())
         names = ", ".join(b.name for b in zero_copy)
@@ -253,17 +253,23 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     )
 
 
-def _call_start(kernel: KernelIR) -> list[str]:
+def _call_start(kernel: KernelIR, call_free: bool) -> list[str]:
     """The entry barrier, for kernels whose peers read this PE's inputs or touch an aliased output
     (docs/calling_convention.md, "End of a call"): the handler copies such buffers into the symmetric
     workspace before the launch, and a peer may not read or write them before this PE's launch has
-    begun."""
+    begun. A call-free kernel needs none: such params are zero-copy params there (codegen/staging.py),
+    every peer access to one waits for this PE's publish of this launch (ts_peer_param_ptr), and this PE
+    publishes at its kernel's start, after any copy-in in stream order: the barrier would prove nothing
+    more and costs a round trip between the PEs."""
     copied_in = kernel.copied_in()
     copied = [b for b in kernel.params if b in copied_in]
     if not copied:
         return []
     names = ", ".join(b.name for b in copied)
     verb = "read or write" if kernel.aliases else "read"
+    if call_free:
+        return [comment(f"no entry barrier: peers {verb} {names} only after waiting for this PE's publish "
+                        "of this launch, which follows the copies in stream order")]
     return [
         comment(f"entry barrier: peers {verb} {names}, which the handler copies in before the launch"),
         f"ts_call_start(args, {c_string(str(kernel.loc))});",

@@ -61,10 +61,15 @@ def test_an_aliased_output_that_peers_write_is_staged_both_ways_behind_an_entry_
     put = _peer_kernel({0: 0}, get=False)
     assert staged_flags(put) == [0, both]
     assert staged_flags(_peer_kernel(None, get=False)) == [0, abi.STAGE_COPY_OUT]  # unaliased: out only
-    source = generate_cuda(put).source
+    # with NVSHMEM's calls (several machines) the barrier keeps peers off until the copy-in is done
+    source = generate_cuda(put, p2p_peers=False).source
     assert "entry barrier: peers read or write o, which the handler copies in" in source
     assert "ts_call_start(args" in source
-    assert "ts_call_start(args" not in generate_cuda(_peer_kernel(None, get=False)).source
+    assert "ts_call_start(args" not in generate_cuda(_peer_kernel(None, get=False), p2p_peers=False).source
+    # call-free, every peer access waits for the owner's publish of the launch instead: no barrier
+    free = generate_cuda(put).source
+    assert "ts_call_start(args" not in free and "ts_publish_params(args, 0x2u" in free
+    assert "no entry barrier: peers read or write o only after waiting for this PE's publish" in free
 
 
 def test_an_aliased_input_that_peers_read_is_reached_through_its_staged_output():
@@ -73,9 +78,10 @@ def test_an_aliased_input_that_peers_read_is_reached_through_its_staged_output()
     # address it through the output's staged copy, which starts with XLA's contents
     assert staged_flags(get) == [0, abi.STAGE_COPY_IN | abi.STAGE_COPY_OUT]
     assert staged_flags(_peer_kernel(None, get=True)) == [abi.STAGE_COPY_IN, 0]
-    source = generate_cuda(get).source
-    assert re.search(r"\bp_x = static_cast<unsigned char\*>\(args\.buffers\[1\]\)", source), source
-    assert "ts_call_start(args" in source
+    for p2p_peers in (False, True):
+        source = generate_cuda(get, p2p_peers=p2p_peers).source
+        assert re.search(r"\bp_x = static_cast<unsigned char\*>\(args\.buffers\[1\]\)", source), source
+    assert "ts_call_start(args" in generate_cuda(get, p2p_peers=False).source
 
 
 def test_a_tensor_map_of_an_aliased_input_is_encoded_for_its_outputs_param():

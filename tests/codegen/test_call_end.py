@@ -79,11 +79,20 @@ def test_a_communicating_kernel_ends_with_the_end_of_call_barrier(modules) -> No
     assert not m.graph_safe
 
 
-def test_peers_reading_an_input_add_the_entry_barrier_first(modules) -> None:
-    m = modules["pull"]
+def test_peers_reading_an_input_add_the_entry_barrier_first_with_nvshmem_calls() -> None:
+    m = generate_cuda(CASES["pull"](), p2p_peers=False)
     body = _body(m.source, m.entry)
     assert body.index("ts_call_start(args, ") < body.index("args.buffers[0]")  # before anything reads
     assert "entry barrier: peers read" in body and "ts_call_end(args, " in body
+
+
+def test_a_call_free_pull_has_no_entry_barrier_but_publishes_first(modules) -> None:
+    """Call-free, a peer reads this PE's input only after waiting for its publish of the launch."""
+    m = modules["pull"]
+    body = _body(m.source, m.entry)
+    assert "ts_call_start(" not in body and "no entry barrier: peers read" in body
+    assert body.index("ts_publish_params(args, ") < body.index("ts_peer_param_ptr(args, ")
+    assert "ts_call_end(args, " in body
 
 
 def test_a_plain_kernel_is_the_launch_alone_and_graph_safe(modules) -> None:
