@@ -17,6 +17,9 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
 - comm:   the ring shift kernel (puts, end-of-call barrier) on this PE's mesh vs a plain copy kernel
           moving the same bytes: target at most 3 us more on one PE;
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU.
+The comm and shift rows also run as "[chain]" (`--loop`): jitted programs of 50 calls written out, with no
+while loop, whose per-iteration cost (counter, condition, their launches: 9-17 us on the H200 machine, the
+plain copy kernel's own figure) every fori row pays whatever the kernel does.
 """
 
 from __future__ import annotations
@@ -63,8 +66,32 @@ def _take_handler_times() -> tuple[int, int, int]:
     return _ffi.take_handler_times()
 
 
-def _loop(step, iters: int):
-    return jax.jit(lambda x: jax.lax.fori_loop(0, iters, lambda i, x: step(x), x))
+CHAIN = 50  # calls per jitted program in --loop chain
+
+
+def _loop(step, iters: int, kind: str = "fori"):
+    """`iters` calls of `step` (x -> x): one jitted fori_loop ("fori"), or ("chain") a jitted program of
+    CHAIN calls written out one after another, dispatched iters / CHAIN times back to back. The chain has
+    no while loop, so it measures a call without the loop's own per-iteration cost (XLA's counter,
+    condition and their launches, which every row pays alike in "fori"); only for rows whose baseline
+    XLA cannot fuse across calls (a chain of `x + 1` fusions becomes one fusion)."""
+    if kind == "fori":
+        return jax.jit(lambda x: jax.lax.fori_loop(0, iters, lambda i, x: step(x), x))
+
+    def chain(x):
+        for _ in range(CHAIN):
+            x = step(x)
+        return x
+
+    program = jax.jit(chain)
+
+    def run(x):
+        for _ in range(max(1, iters // CHAIN)):
+            x = program(x)
+        return x
+
+    run.lower = program.lower  # for --hlo
+    return run
 
 
 _SKIP_OPS = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "copy-start", "copy-done"}
@@ -98,12 +125,15 @@ def _time(loop, x, iters: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None) -> Row:
-    """Seconds per call of `ours` and of `base` (each x -> x, inside one jitted fori_loop of `iters`
-    calls), timed alternately rep by rep so that clock and host drift fall on both alike; medians.
+def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: str = "fori") -> Row:
+    """Seconds per call of `ours` and of `base` (each x -> x, `iters` calls as `_loop` of kind `loop` runs
+    them), timed alternately rep by rep so that clock and host drift fall on both alike; medians.
     Also our FFI handler's host time per call during ours' runs (whole handler, cuLaunchKernel)."""
     x_base = x if x_base is None else x_base
-    loop_ours, loop_base = _loop(ours, iters), _loop(base, iters)
+    loop_ours, loop_base = _loop(ours, iters, loop), _loop(base, iters, loop)
+    if loop == "chain":
+        iters = max(1, iters // CHAIN) * CHAIN
+        what = f"{what} [chain]"
     if SHOW_HLO and jax.process_index() == 0:
         print(f"{what}\n  ours' loop body: {loop_body_ops(loop_ours, x)}\n  base's loop body: "
               f"{loop_body_ops(loop_base, x_base)}")
@@ -188,18 +218,20 @@ def shift_and_copy(mesh, rows: int, n: int, block_m: int = 64):
     return wrap(shift), wrap(copy), x
 
 
-def bench_comm(mesh, iters: int, reps: int) -> list[Row]:
+def bench_comm(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",)) -> list[Row]:
     shift, copy, x = shift_and_copy(mesh, 64, 16)  # 4 KiB per PE
-    return [paired(f"4 KiB shift ({mesh.size} PE) vs plain copy kernel", shift, copy, x, iters, reps)]
+    return [paired(f"4 KiB shift ({mesh.size} PE) vs plain copy kernel", shift, copy, x, iters, reps, loop=lp)
+            for lp in loops]
 
 
-def bench_shift(mesh, iters: int, reps: int) -> list[Row]:
+def bench_shift(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",)) -> list[Row]:
     rows_out = []
     # 4 KiB: one block (latency); 1 MiB: 64 blocks of 16 KiB, since 4 blocks of 256 KiB made even the plain
     # copy cost 34 us with two PEs on one GPU (2026-12-01), more than the row's target.
     for label, rows, n, block_m in (("4 KiB", 64, 16, 64), ("1 MiB", 256, 1024, 4)):
         shift, copy, x = shift_and_copy(mesh, rows, n, block_m)
-        rows_out.append(paired(f"{label} shift per PE ({mesh.size} PEs) vs plain copy", shift, copy, x, iters, reps))
+        rows_out += [paired(f"{label} shift per PE ({mesh.size} PEs) vs plain copy", shift, copy, x, iters, reps,
+                            loop=lp) for lp in loops]
     return rows_out
 
 
@@ -209,6 +241,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--hlo", action="store_true", help="print the ops of each row's compiled loop body")
+    ap.add_argument("--loop", default="fori,chain",
+                    help="how the comm and shift rows repeat the call: fori (a jitted fori_loop), chain (jitted "
+                    f"programs of {CHAIN} calls written out, no while loop), or both, comma-separated; the launch "
+                    "and plain rows always use fori (XLA would fuse a chain of its baseline)")
     a = ap.parse_args()
     global SHOW_HLO
     SHOW_HLO = a.hlo
@@ -220,14 +256,17 @@ def main() -> None:
         rows += bench_launch(a.iters, a.reps)
     if "plain" in want:
         rows += bench_plain(a.iters, a.reps)
+    loops = tuple(a.loop.split(","))
+    if not set(loops) <= {"fori", "chain"}:
+        raise SystemExit(f"--loop: fori and/or chain, not {a.loop!r}")
     if "comm" in want:
-        rows += bench_comm(mesh, a.iters, a.reps)
+        rows += bench_comm(mesh, a.iters, a.reps, loops)
     if "shift" in want:
-        rows += bench_shift(mesh, a.iters, a.reps)
+        rows += bench_shift(mesh, a.iters, a.reps, loops)
     if jax.process_index() != 0:
         return
-    print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop, "
-          "ours and the baseline alternately")
+    print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop "
+          f"([chain]: jitted programs of {CHAIN} calls written out), ours and the baseline alternately")
     print("(handler: host time in our FFI handler per call, of it cuLaunch: in cuLaunchKernel)")
     head = ("ours us", "base us", "diff us")
     print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s}")
