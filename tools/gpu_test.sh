@@ -175,10 +175,12 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" overlap_2pe "* ]]; then
   step overlap_2pe shared_two_pes 29671 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_overlap_gpu.py \
     tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
 fi
-# Only when asked for (gpu_tests_2pe runs them too): zero-copy (issue 14) and the primitives, two PEs on GPU 0.
+# Only when asked for (gpu_tests_2pe runs them too): zero-copy and command buffers (issue 14) and the primitives,
+# two PEs on GPU 0.
 if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
-  step zero_copy_2pe shared_two_pes 29681 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_zero_copy_gpu.py \
-    tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+  step zero_copy_2pe shared_two_pes 29681 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_command_buffers_gpu.py \
+    tests/gpu/test_zero_copy_gpu.py tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v \
+    -rs -o addopts="" -p no:cacheprovider
 fi
 # BENCH_GEMM_ARGS / BENCH_OVERLAP_SHAPES shorten the benchmarks (e.g. BENCH_GEMM_ARGS="--shapes 2048x2048x2048").
 if [ "${1:-}" = bench ] && want bench_view; then

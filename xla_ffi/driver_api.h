@@ -25,6 +25,7 @@ namespace jax_tilescale {
   X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                      \
   X(cuStreamGetCtx, PFN_cuStreamGetCtx_v9020)                                      \
   X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                            \
+  X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                           \
   X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                                  \
   X(cuModuleLoad, PFN_cuModuleLoad_v2000)                                          \
   X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000)                            \

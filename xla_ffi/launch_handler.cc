@@ -33,9 +33,13 @@ namespace {
 
 std::atomic<int64_t> g_default_pe{0};
 
-// Communicating launches of this process, numbered from 1 (TsLaunchArgs.seq). Every process runs the same
-// program, so the same call has the same number on every PE (the workspace's growth relies on it too).
-uint64_t g_launch_seq = 0;  // guarded by the workspace's mutex
+// Communicating launches that went through this handler (not replays from a command buffer): their parity
+// picks the half of the workspace that staged buffers use, so that two consecutive staging launches use
+// different halves (a peer that has passed a launch's end-of-call barrier may write into the next one's
+// staged buffers while this PE still copies the last one's out). Every process runs the same program, so
+// the count is the same on every PE. The launch number itself (scratch half, barriers) is the device's
+// (ts_abi.h, TS_CTL_ENDED), which counts replayed launches too.
+uint64_t g_staging_launches = 0;  // guarded by the workspace's mutex
 
 // TILESCALE_TRACE_LAUNCH=1: one line on stderr per step of a communicating launch (diagnosing hangs).
 bool TraceLaunch() {
@@ -324,6 +328,71 @@ struct Param {
   bool direct = false;  // zero-copy: XLA's buffer although staged (kP2P)
 };
 
+// The call's buffers: the kernel's inputs, then the results its outputs (ABI 4: no pe_info operand).
+ffi::Error CollectParams(const LaunchState& s, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
+                         std::vector<Param>* out) {
+  const size_t n_in = args.size(), n_params = n_in + rets.size();
+  if (n_params != s.staged.size()) {
+    return Internal(s, "the call has " + std::to_string(n_params) + " buffers but `staged` describes " +
+                           std::to_string(s.staged.size()));
+  }
+  std::vector<Param>& params = *out;
+  params.assign(n_params, Param{});
+  for (size_t i = 0; i < n_params; ++i) {
+    void* data = nullptr;
+    size_t bytes = 0;
+    if (i < n_in) {
+      auto arg = args.get<ffi::AnyBuffer>(i);
+      if (arg.has_error()) return Internal(s, "operand " + std::to_string(i) + " is not a buffer");
+      data = arg->untyped_data();
+      bytes = arg->size_bytes();
+    } else {
+      auto ret = rets.get<ffi::AnyBuffer>(i - n_in);
+      if (ret.has_error()) return Internal(s, "result " + std::to_string(i - n_in) + " is not a buffer");
+      data = (*ret)->untyped_data();
+      bytes = (*ret)->size_bytes();
+    }
+    params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0, false};
+  }
+
+  return ffi::Error::Success();
+}
+
+// The workspace room of a communicating call: scratch, then room for each staged buffer (256-byte aligned,
+// offsets set in `params`). Staged room stays reserved for a buffer that goes over zero-copy, so that the
+// layout, which must be the same on every PE, does not depend on this PE's decision.
+size_t StagedRoom(std::vector<Param>& params) {
+  size_t staged = 0;
+  for (Param& p : params) {
+    if (p.staged == kDirect) continue;
+    p.offset = staged;
+    staged += AlignUp(p.bytes, kWorkspaceAlign);
+  }
+  return staged;
+}
+
+// Reserves the workspace a communicating call needs and makes the launch-control words (both collective
+// on first use or growth). Also from the initialize stage, which XLA runs before executing and outside any
+// command-buffer capture: a captured execute must find everything in place (growing synchronises the
+// stream and agrees with the peers on the host, which a capture cannot hold). Caller holds ws.mutex().
+ffi::Error ReserveWorkspace(const DriverApi& cu, const NvshmemApi& shm, const LaunchState& s, size_t staged,
+                            CUstream stream, unsigned char** base, size_t* arena, uint64_t** ctl,
+                            const TsPeerAlloc** peer_allocs) {
+  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
+  const size_t scratch = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
+  *base = nullptr;
+  *arena = 0;
+  if (scratch + staged > 0) {
+    if (std::string err = ws.Reserve(scratch, staged, stream, cu, shm, s.config.entry, base, arena); !err.empty()) {
+      return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+    }
+  }
+  if (std::string err = ws.Control(stream, cu, shm, s.config.entry, ctl, peer_allocs); !err.empty()) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+  }
+  return ffi::Error::Success();
+}
+
 // Loads the call site once (module, PE map, plain scratch): from the initialize stage, which XLA runs
 // outside any command-buffer capture, or from the first execute if that stage did not run.
 ffi::Error EnsureLoaded(const DriverApi& cu, LaunchState& s, CUstream stream, CUcontext ctx) {
@@ -339,7 +408,8 @@ ffi::Error EnsureLoaded(const DriverApi& cu, LaunchState& s, CUstream stream, CU
   return ffi::Error::Success();
 }
 
-ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs, ffi::RemainingRets) {
+ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
+                      ffi::RemainingRets rets) {
   LaunchState& s = *state;
   auto stream = reinterpret_cast<CUstream>(cuda_stream);
   std::string driver_error;
@@ -347,7 +417,28 @@ ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::Remaini
   if (cu == nullptr) return Internal(s, driver_error);
   StreamContext scope(*cu, stream);
   if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
-  return EnsureLoaded(*cu, s, stream, scope.ctx());
+  if (ffi::Error err = EnsureLoaded(*cu, s, stream, scope.ctx()); err.failure()) return err;
+  const NvshmemApi* shm = Nvshmem();
+  if (!s.config.uses_nvshmem || shm == nullptr || !shm->initialized()) return ffi::Error::Success();
+  // A communicating call's workspace and control words, before XLA may capture the execute (see
+  // ReserveWorkspace); every process initialises the same call sites in the same order.
+  std::vector<Param> params;
+  if (ffi::Error err = CollectParams(s, args, rets, &params); err.failure()) return err;
+  const size_t staged = StagedRoom(params);
+  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
+  std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  unsigned char* base = nullptr;
+  size_t arena = 0;
+  uint64_t* ctl = nullptr;
+  const TsPeerAlloc* peer_allocs = nullptr;
+  return ReserveWorkspace(*cu, *shm, s, staged, stream, &base, &arena, &ctl, &peer_allocs);
+}
+
+// Whether XLA is capturing `stream` into a command buffer (CUDA graph): then the launch is recorded, not run,
+// and replayed later with the same arguments.
+bool Capturing(const DriverApi& cu, CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cu.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
@@ -370,35 +461,15 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   if (scope.result() != CUDA_SUCCESS) return CuFailed(s, "making XLA's stream context current", scope.result());
   if (ffi::Error err = EnsureLoaded(cu, s, stream, scope.ctx()); err.failure()) return err;
 
-  // The operands are the kernel's inputs, then the results its outputs (ABI 4: no pe_info operand).
-  const size_t n_in = args.size(), n_params = n_in + rets.size();
-  if (n_params != s.staged.size()) {
-    return Internal(s, "the call has " + std::to_string(n_params) + " buffers but `staged` describes " +
-                           std::to_string(s.staged.size()));
-  }
-  std::vector<Param> params(n_params);
-  for (size_t i = 0; i < n_params; ++i) {
-    void* data = nullptr;
-    size_t bytes = 0;
-    if (i < n_in) {
-      auto arg = args.get<ffi::AnyBuffer>(i);
-      if (arg.has_error()) return Internal(s, "operand " + std::to_string(i) + " is not a buffer");
-      data = arg->untyped_data();
-      bytes = arg->size_bytes();
-    } else {
-      auto ret = rets.get<ffi::AnyBuffer>(i - n_in);
-      if (ret.has_error()) return Internal(s, "result " + std::to_string(i - n_in) + " is not a buffer");
-      data = (*ret)->untyped_data();
-      bytes = (*ret)->size_bytes();
-    }
-    params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0, false};
-  }
+  std::vector<Param> params;
+  if (ffi::Error err = CollectParams(s, args, rets, &params); err.failure()) return err;
+  const size_t n_params = params.size();
 
   TsLaunchArgs launch{};
   launch.pe = s.my_kernel_pe;
   launch.npes = s.npes;
   launch.pe_map = reinterpret_cast<const int32_t*>(s.pe_map);
-  launch.launch_id = NextLaunchId();  // waits that give up report through the call site's record
+  launch.launch_id = NextLaunchId();  // a plain launch's waits report through the call site's record with it
   launch.wait_fault = s.wait_record ? s.wait_record->device_ptr() : nullptr;
   launch.wait_timeout_ns = launch.wait_fault != nullptr ? s.wait_timeout_ns : 0;
 
@@ -412,24 +483,18 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     return LaunchKernel(cu, s, stream, launch);
   }
 
-  // Workspace layout of this call, in the half of the workspace the launch number's parity picks: the
-  // scratch at the start of the half (in the scratch arena, which only scratch ever uses, so it is zero:
-  // workspace.h), then each staged buffer after the arena, each 256-byte aligned. Alternating halves lets
-  // a peer that has passed this launch's end-of-call barrier start its next launch (and write into this
-  // PE's other half) while this PE still copies out and zeroes this one.
-  const size_t scratch = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
-  size_t staged = 0;
-  for (Param& p : params) {
-    if (p.staged == kDirect) continue;
-    p.offset = staged;
-    staged += AlignUp(p.bytes, kWorkspaceAlign);
-  }
+  // Workspace layout of this call: the scratch at the start of a half (in the scratch arena, which only
+  // scratch ever uses, so it is zero: workspace.h), which the kernel picks by its launch number's parity
+  // (ts_launch_scratch), then each staged buffer after the arena, in the half this handler's count of
+  // staging launches picks. Alternating halves lets a peer that has passed a launch's end-of-call barrier
+  // start its next launch (and write into this PE's other half) while this PE still copies out and
+  // zeroes this one.
+  const size_t staged = StagedRoom(params);
 
   // Zero-copy: a buffer peers reach only through their mapping of this PE's memory goes to the kernel as
   // XLA's own when it lies in an allocation every peer has mapped (PeerMemory); the kernel tells the peers
-  // its address (TS_CTL_PUB_*). Its room in the workspace stays reserved, so that the layout, which must
-  // be the same on every PE, does not depend on this PE's decision.
-  // A kernel whose PE space is this PE alone reaches only its own buffers: every such param is direct.
+  // its address (TS_CTL_PUB_*). A kernel whose PE space is this PE alone reaches only its own buffers:
+  // every such param is direct.
   const PeerMemory& peer_memory = PeerMemory::Get();
   if (peer_memory.on() || s.npes == 1) {
     for (size_t i = 0; i < n_params; ++i) {
@@ -445,33 +510,55 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     }
   }
 
-  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
-  std::lock_guard<std::mutex> ws_lock(ws.mutex());
-  TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), scratch, staged);
-  unsigned char* base = nullptr;
-  size_t arena = 0;
-  if (scratch + staged > 0) {
-    if (std::string err = ws.Reserve(scratch, staged, stream, cu, *shm, s.config.entry, &base, &arena); !err.empty()) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+  // Recorded into a command buffer, the launch is replayed with these arguments: fine for the launch number
+  // and scratch (the device's), not for a staging copy (made once, in whichever half this call picked).
+  const bool capturing = Capturing(cu, stream);
+  if (capturing) {
+    for (size_t i = 0; i < n_params; ++i) {
+      const Param& p = params[i];
+      if (p.staged == kDirect || p.direct || p.bytes == 0) continue;
+      return ffi::Error(
+          ffi::ErrorCode::kFailedPrecondition,
+          "jax_tilescale kernel `" + s.config.entry + "`: XLA is capturing the call into a command buffer (CUDA graph), "
+          "but buffer " + std::to_string(i) + " needs a staging copy (" +
+          (peer_memory.on() ? std::string("it lies outside the memory the peers have mapped, e.g. in a pool that "
+                                          "grew with XLA_PYTHON_CLIENT_PREALLOCATE=false")
+                            : std::string("zero-copy is off on this PE")) +
+          "), which a replay would not redo: set TILESCALE_COMMAND_BUFFERS=0 so that communicating kernels stay "
+          "out of command buffers (docs/environment.md)");
     }
   }
-  TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
-  uint64_t* ctl = nullptr;
-  if (std::string err = ws.Control(stream, cu, *shm, s.config.entry, &ctl, &launch.peer_allocs); !err.empty()) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+
+  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
+  std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), static_cast<size_t>(s.scratch_bytes), staged);
+  if (capturing && !ws.Holds(AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign), staged)) {
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jax_tilescale kernel `" + s.config.entry + "`: XLA is capturing the call into a command "
+                      "buffer before its initialize stage reserved the symmetric workspace (growing it cannot be "
+                      "captured): set TILESCALE_COMMAND_BUFFERS=0 (docs/environment.md)");
   }
-  launch.seq = ++g_launch_seq;
+  unsigned char* base = nullptr;
+  size_t arena = 0;
+  uint64_t* ctl = nullptr;
+  if (ffi::Error err = ReserveWorkspace(cu, *shm, s, staged, stream, &base, &arena, &ctl, &launch.peer_allocs);
+      err.failure()) {
+    return err;
+  }
+  TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
   launch.ctl = ctl;
   launch.ctl_slots = shm->nvshmem_n_pes();
-  if (base != nullptr && (launch.seq & 1)) base += ws.bytes_locked() / 2;  // the same offset on every PE
-  launch.scratch = s.scratch_bytes > 0 ? base : nullptr;
+  launch.scratch = nullptr;  // the kernel's: ctl[TS_CTL_SCRATCH(seq & 1)]
+  launch.launch_id = 0;      // the kernel's: its launch number
+  const bool odd = (++g_staging_launches & 1) != 0;
+  if (base != nullptr && odd) base += ws.bytes_locked() / 2;  // the same offset on every PE
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     launch.buffers[i] = p.staged == kDirect || p.direct ? p.data : base + arena + p.offset;
   }
 
-  TS_TRACE("%s: seq %llu, scratch %p, ctl %p, launching\n", s.config.entry.c_str(),
-           static_cast<unsigned long long>(launch.seq), static_cast<void*>(launch.scratch), static_cast<void*>(ctl));
+  TS_TRACE("%s: staging half %d, ctl %p, %s\n", s.config.entry.c_str(), odd ? 1 : 0, static_cast<void*>(ctl),
+           capturing ? "recording into a command buffer" : "launching");
   // 1. staged inputs in (the kernel's entry barrier keeps peers from reading them before it starts).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];

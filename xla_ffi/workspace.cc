@@ -62,6 +62,11 @@ std::string SymmetricWorkspace::Reserve(size_t scratch_bytes, size_t staged_byte
   return "";
 }
 
+bool SymmetricWorkspace::Holds(size_t scratch_bytes, size_t staged_bytes) const {
+  const size_t want_arena = std::max(arena_, RoundUp(scratch_bytes, kArenaGranularity));
+  return control_ != nullptr && want_arena == arena_ && 2 * (want_arena + staged_bytes) <= bytes_;
+}
+
 std::string SymmetricWorkspace::Grow(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                                      const std::string& entry) {
   const size_t grow_to = RoundUp(bytes, kGrowthGranularity);
@@ -92,6 +97,16 @@ std::string SymmetricWorkspace::Grow(size_t bytes, CUstream stream, const Driver
   capacity_ = std::max(capacity_, grow_to);
   if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(base_), 0, bytes_, stream); r != CUDA_SUCCESS) {
     return "kernel `" + entry + "`: zeroing the new symmetric workspace failed: " + CuErrorText(r);
+  }
+  // Where each half's scratch now starts: kernels read it from the control words (ts_launch_scratch), so a
+  // launch replayed from a command buffer follows the region when it moves. Pageable source: the copy has
+  // taken its bytes when the call returns. CheckGrowth made the control words.
+  const uint64_t halves[2] = {reinterpret_cast<uint64_t>(base_), reinterpret_cast<uint64_t>(base_ + bytes_ / 2)};
+  if (CUresult r = cu.cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(control_ + TS_CTL_SCRATCH(0)), halves,
+                                        sizeof halves, stream);
+      r != CUDA_SUCCESS) {
+    return "kernel `" + entry + "`: writing the scratch addresses into the launch-control words failed: " +
+           CuErrorText(r);
   }
   return WaitForAll(stream, cu, shm, entry);
 }

@@ -46,6 +46,10 @@ class SymmetricWorkspace {
   std::string Control(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry,
                       uint64_t** ctl, const TsPeerAlloc** peer_allocs);
 
+  // Whether the control words exist and a call of `scratch_bytes` (256-byte aligned) and `staged_bytes`
+  // fits without growing the region or its arena, i.e. Reserve would change nothing. Caller holds mutex().
+  bool Holds(size_t scratch_bytes, size_t staged_bytes) const;
+
   // Frees the region (collective); for shutdown before nvshmem finalize. Returns "" or an error.
   std::string Release(const DriverApi* cu);
 
@@ -65,7 +69,8 @@ class SymmetricWorkspace {
   std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,
                           const std::string& entry);
 
-  // Replaces the region by a zeroed one of at least `bytes` (see Reserve). "" or an error.
+  // Replaces the region by a zeroed one of at least `bytes` (see Reserve), and writes both halves' scratch
+  // addresses into the control words (TS_CTL_SCRATCH), where kernels read them. "" or an error.
   std::string Grow(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);
   // The agreement's and the launch-control words (one allocation, zeroed, agreed on). "" or an error.
   std::string EnsureControl(CUstream stream, const DriverApi& cu, const NvshmemApi& shm, const std::string& entry);

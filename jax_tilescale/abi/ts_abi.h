@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TS_ABI_VERSION 4
+#define TS_ABI_VERSION 5
 #define TS_MAX_BUFFERS 32
-#define TS_LAUNCH_ARGS_BYTES 336  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 (LP64)
+#define TS_LAUNCH_ARGS_BYTES 328  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 (LP64)
 #define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)
 
 // The `staged` attribute, one per kernel buffer, read as bit flags (3: an aliased in/out buffer).
@@ -37,20 +37,27 @@
 #define TS_FAULT_CHECK 16
 
 // The launch-control words `TsLaunchArgs.ctl` points at (uint64 each; W = ctl_slots). Word 0 counts
-// the blocks of the running launch that have finished (the last one resets it); then, for kernels
-// that communicate, one word per NVSHMEM PE for the entry barrier and one for the end-of-call
-// barrier: the word of PE w holds the `seq` of the last launch in which w arrived. Launch numbers
-// only grow, so the words are never cleared (docs/calling_convention.md, "End of a call").
+// the blocks of the running launch that have finished (the last one resets it). For kernels that
+// communicate: word 1 holds how many communicating launches of this process have ended, so a launch's
+// number `seq` is that word + 1 (read on the device, so that a launch XLA replays from a command buffer
+// gets a fresh one; the launch's last block advances it; the same on every PE for the same call); words
+// 2 and 3 the device addresses of the two halves' scratch in the symmetric workspace (the host writes
+// them whenever the workspace moves), of which `seq`'s parity picks one; then one word per NVSHMEM PE
+// for the entry barrier and one for the end-of-call barrier: the word of PE w holds the `seq` of the
+// last launch in which w arrived. Launch numbers only grow, so the words are never cleared
+// (docs/calling_convention.md, "End of a call").
 // Then, for each NVSHMEM PE w and param b, two words that w writes into its kernel peers' copies at
 // the start of a launch of a kernel with TS_STAGE_P2P params: the address of its buffer b (bit 0 set:
 // a staged copy in the symmetric workspace; clear: XLA's buffer, in an allocation the reader has
 // mapped), then `seq` (a release store), which the reader waits for before reading the address.
 #define TS_CTL_BLOCKS_DONE 0
-#define TS_CTL_ENTRY(w) (1 + (w))
-#define TS_CTL_EXIT(w, W) (1 + (W) + (w))
-#define TS_CTL_PUB_ADDR(w, b, W) (1 + 2 * (W) + 2 * ((w) * TS_MAX_BUFFERS + (b)))
+#define TS_CTL_ENDED 1
+#define TS_CTL_SCRATCH(h) (2 + (h))
+#define TS_CTL_ENTRY(w) (4 + (w))
+#define TS_CTL_EXIT(w, W) (4 + (W) + (w))
+#define TS_CTL_PUB_ADDR(w, b, W) (4 + 2 * (W) + 2 * ((w) * TS_MAX_BUFFERS + (b)))
 #define TS_CTL_PUB_SEQ(w, b, W) (TS_CTL_PUB_ADDR(w, b, W) + 1)
-#define TS_CTL_WORDS(W) (1 + 2 * (W) + 2 * (W) * TS_MAX_BUFFERS)
+#define TS_CTL_WORDS(W) (4 + 2 * (W) + 2 * (W) * TS_MAX_BUFFERS)
 
 // One allocation of a peer that this process has mapped: the peer's address range [base, base + size)
 // is this process's [mapped, mapped + size). A table of TS_PEER_ALLOCS per NVSHMEM PE (size 0: unused).
@@ -66,15 +73,15 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
   int32_t pe;                      // this device's kernel PE, 0 .. npes-1
   int32_t npes;                    // size of the kernel's PE space (product of its mesh axes)
   const int32_t* pe_map;           // device array [npes]: kernel PE -> NVSHMEM PE
-  unsigned char* scratch;          // symmetric memory, 256-byte aligned, scratch_bytes long,
-                                   // all zero when the kernel starts (signals, counters)
+  unsigned char* scratch;          // a plain kernel's scratch (its call site's own), 256-byte aligned,
+                                   // scratch_bytes long, all zero when the kernel starts; null for a kernel
+                                   // that communicates, whose scratch is in the symmetric workspace, at the
+                                   // address ctl[TS_CTL_SCRATCH(seq & 1)] (zero at the start likewise)
   void* buffers[TS_MAX_BUFFERS];   // kernel inputs then outputs, in IR order (KernelIR.params)
   uint64_t wait_timeout_ns;        // a wait not satisfied after this long gives up (0: never)
-  uint64_t launch_id;              // this launch, unique in the process and never 0
+  uint64_t launch_id;              // this launch, unique in the process and never 0; 0 for a kernel that
+                                   // communicates, which uses its `seq` instead (replayable)
   TsWaitFault* wait_fault;         // host-mapped record of this call site (device address)
-  uint64_t seq;                    // this launch's number among the process's communicating launches:
-                                   // the same on every PE for the same call (>= 1); its parity picks
-                                   // the half of the symmetric workspace the launch uses
   uint64_t* ctl;                   // launch-control words (TS_CTL_*), symmetric for kernels that communicate
   int32_t ctl_slots;               // W: NVSHMEM PEs with a slot in `ctl` (0 for a plain launch)
   uint32_t direct_mask;            // bit b: param b is XLA's buffer although TS_STAGE_P2P (zero-copy)
@@ -92,11 +99,10 @@ static_assert(offsetof(TsLaunchArgs, buffers) == 24, "TsLaunchArgs.buffers at 24
 static_assert(offsetof(TsLaunchArgs, wait_timeout_ns) == 24 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_timeout_ns");
 static_assert(offsetof(TsLaunchArgs, launch_id) == 32 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.launch_id");
 static_assert(offsetof(TsLaunchArgs, wait_fault) == 40 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.wait_fault");
-static_assert(offsetof(TsLaunchArgs, seq) == 48 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.seq");
-static_assert(offsetof(TsLaunchArgs, ctl) == 56 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl");
-static_assert(offsetof(TsLaunchArgs, ctl_slots) == 64 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl_slots");
-static_assert(offsetof(TsLaunchArgs, direct_mask) == 68 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.direct_mask");
-static_assert(offsetof(TsLaunchArgs, peer_allocs) == 72 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.peer_allocs");
+static_assert(offsetof(TsLaunchArgs, ctl) == 48 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl");
+static_assert(offsetof(TsLaunchArgs, ctl_slots) == 56 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl_slots");
+static_assert(offsetof(TsLaunchArgs, direct_mask) == 60 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.direct_mask");
+static_assert(offsetof(TsLaunchArgs, peer_allocs) == 64 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.peer_allocs");
 static_assert(sizeof(TsPeerAlloc) == 24, "TsPeerAlloc size");
 
 // What a wait that gave up tells the host. Pinned host memory mapped into the device, one per call

@@ -40,6 +40,7 @@ from .staging import handler_flags, zero_copy_params
 TS_ABI_VERSION = abi.ABI_VERSION
 TS_MAX_BUFFERS = abi.MAX_BUFFERS
 LAUNCH_ARGS_BYTES = abi.LAUNCH_ARGS_BYTES  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
+SCRATCH_NAME = "ts_scratch"  # the launch's scratch base in the generated kernel
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,20 @@ def _prologue(ctx: Ctx) -> list[str]:
         )
     for buf, off in ctx.layout.shared_offsets.items():
         lines.append(f"unsigned char* const {ctx.pointers[buf]} = {smem} + {off};  {comment(str(buf))}")
+    if ctx.layout.scratch_bytes > 0:
+        # this launch's scratch: the half of the symmetric workspace its launch number picks, read on the
+        # device so that a replayed launch finds its own (tilescale_device.cuh, ts_launch_scratch)
+        lines.append(f"unsigned char* const {SCRATCH_NAME} = ts_launch_scratch(args, ts_launch_seq(args));")
     for buf, off in ctx.layout.signal_offsets.items():
-        lines.append(f"unsigned char* const {ctx.pointers[buf]} = args.scratch + {off};  {comment(str(buf))}")
+        lines.append(f"unsigned char* const {ctx.pointers[buf]} = {SCRATCH_NAME} + {off};  {comment(str(buf))}")
     if ctx.layout.barrier_offset is not None:
         off = ctx.layout.barrier_offset
-        lines.append(f"unsigned int* const ts_bar_count = reinterpret_cast<unsigned int*>(args.scratch + {off});")
-        lines.append(f"unsigned int* const ts_bar_gen = reinterpret_cast<unsigned int*>(args.scratch + {off + 4});")
+        lines.append(f"unsigned int* const ts_bar_count = reinterpret_cast<unsigned int*>({SCRATCH_NAME} + {off});")
+        lines.append(f"unsigned int* const ts_bar_gen = reinterpret_cast<unsigned int*>({SCRATCH_NAME} + {off + 4});")
     for name, off in ((collectives.PE_BARRIER, ctx.layout.pe_barrier_offset),
                       (collectives.TEAM_BARRIER, ctx.layout.team_barrier_offset)):
         if off is not None:
-            lines.append(f"TsTeamBarrier* const {name} = reinterpret_cast<TsTeamBarrier*>(args.scratch + {off});")
+            lines.append(f"TsTeamBarrier* const {name} = reinterpret_cast<TsTeamBarrier*>({SCRATCH_NAME} + {off});")
     lines += control.prologue(ctx)  # the thread index and per-thread registers
     used += [ctx.pointers[b] for b in (*k.params, *ctx.layout.shared_offsets, *ctx.layout.signal_offsets)]
     lines.append(" ".join(f"(void){name};" for name in used) + "  // not every kernel uses all of them")

@@ -81,7 +81,7 @@ def _round_up(n: int, to: int) -> int:
 class Layout:
     shared_offsets: dict[Buffer, int]  # byte offset into ts_smem
     smem_bytes: int
-    signal_offsets: dict[Buffer, int]  # byte offset into args.scratch (SIGNAL, SYMMETRIC and GLOBAL buffers)
+    signal_offsets: dict[Buffer, int]  # into the scratch (ts_scratch): SIGNAL, SYMMETRIC, GLOBAL buffers
     barrier_offset: int | None  # byte offset of the grid barrier's two uint32 words
     scratch_bytes: int
     pe_barrier_offset: int | None = None  # TsTeamBarrier of barrier_all / sync_all

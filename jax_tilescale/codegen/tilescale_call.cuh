@@ -6,29 +6,30 @@
 // ---- start and end of a call (docs/calling_convention.md, "End of a call") ----
 // The handler neither zeroes the scratch nor runs host-side barriers: the kernel leaves its scratch
 // zero for the next launch that uses the same half of the workspace (launches alternate halves by the
-// parity of `seq`), and proves its remote writes complete before it ends.
+// parity of `seq`), proves its remote writes complete before it ends, and then advances the launch
+// number (ts_launch_seq), all on the device: a launch replayed from a command buffer is a new launch.
 
 #if TS_USES_NVSHMEM
 // Thread 0 of the calling block: marks this PE arrived (word `slot(w)` = seq on every PE of the kernel's
 // PE space) and waits for every other PE's arrival. Launch numbers only grow, so a word holding a later
 // launch's number also proves arrival; nothing is ever cleared.
-__device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, bool exit_slots, bool signal, const char* where,
-                                          const char* op) {
+__device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, bool exit_slots, bool signal,
+                                       const char* where, const char* op) {
   const int32_t W = args.ctl_slots;
   uint64_t* slots = args.ctl + (exit_slots ? TS_CTL_EXIT(0, W) : TS_CTL_ENTRY(0));
   const int32_t me = args.pe_map[args.pe];
   if (signal) {
     for (int32_t k = 0; k < args.npes; ++k) {
 #if TS_CALL_FREE
-      if (k != args.pe) ts_p2p_signal_set(ts_peer_word(slots + me, args.pe_map[k], k, where, op), args.seq);
+      if (k != args.pe) ts_p2p_signal_set(ts_peer_word(slots + me, args.pe_map[k], k, where, op), seq);
 #else
-      if (k != args.pe) nvshmemx_signal_op(slots + me, args.seq, NVSHMEM_SIGNAL_SET, args.pe_map[k]);
+      if (k != args.pe) nvshmemx_signal_op(slots + me, seq, NVSHMEM_SIGNAL_SET, args.pe_map[k]);
 #endif
     }
   }
   const TsWaitCtx wait = ts_wait_ctx(args);
   for (int32_t k = 0; k < args.npes; ++k) {
-    if (k != args.pe) ts_wait<TS_CMP_GE, true, true, uint64_t>(wait, slots + args.pe_map[k], args.seq, k, where, op);
+    if (k != args.pe) ts_wait<TS_CMP_GE, true, true, uint64_t>(wait, slots + args.pe_map[k], seq, k, where, op);
   }
   __threadfence_system();
 }
@@ -39,7 +40,7 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, bool exit_slots
 __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* where) {
   if (threadIdx.x == 0) {
     const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    ts_call_meet(args, false, first, where, "the entry barrier (peers read this kernel's inputs)");
+    ts_call_meet(args, ts_launch_seq(args), false, first, where, "the entry barrier (peers read this kernel's inputs)");
   }
   __syncthreads();
 }
@@ -57,6 +58,7 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* wh
 __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t mask, const char* where) {
   if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
   const int32_t W = args.ctl_slots, me = args.pe_map[args.pe];
+  const uint64_t seq = ts_launch_seq(args);
   for (int b = 0; b < TS_MAX_BUFFERS; ++b) {
     if (((mask >> b) & 1u) == 0u) continue;
     const uint64_t at = reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull);
@@ -66,7 +68,7 @@ __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t m
       uint64_t* addr = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), nv, k, where, "publishing a buffer's address");
       asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(at) : "memory");
       ts_p2p_signal_set(ts_peer_word(args.ctl + TS_CTL_PUB_SEQ(me, b, W), nv, k, where, "publishing a buffer's address"),
-                        args.seq);
+                        seq);
     }
   }
 }
@@ -81,7 +83,8 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
   // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
   if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
   const int32_t W = args.ctl_slots;
-  ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W), args.seq,
+  ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W),
+                                            ts_launch_seq(args),
                                             kernel_pe, where, op);
   uint64_t at;
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, W))
@@ -107,8 +110,11 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
 // block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes
 // the `scratch_bytes` of scratch this launch used: no PE writes into that half of the workspace again
 // before every PE has passed this launch's barrier, and the next launch that uses it is two launches on.
+// Then it advances ctl[TS_CTL_ENDED] to this launch's number: every block has read it before (each
+// counted itself done after its last read), and the next launch starts after this one ends.
 __device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
   // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
+  const uint64_t seq = ts_launch_seq(args);
   int last = 0;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -124,13 +130,21 @@ __device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch
     if (last) {
       __threadfence();
 #if TS_USES_NVSHMEM
-      ts_call_meet(args, true, true, where, "the end-of-call barrier");
+      ts_call_meet(args, seq, true, true, where, "the end-of-call barrier");
 #endif
       atomicExch(done, 0u);
     }
   }
-  if (!__syncthreads_or(last) || scratch_bytes == 0) return;
-  // The scratch is 256-byte aligned and its size a multiple of 256 (codegen/layout.py).
-  uint4* words = reinterpret_cast<uint4*>(args.scratch);
-  for (uint32_t i = threadIdx.x; i < scratch_bytes / 16u; i += blockDim.x) words[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (!__syncthreads_or(last)) return;
+  if (scratch_bytes != 0) {
+    // The scratch is 256-byte aligned and its size a multiple of 256 (codegen/layout.py).
+    uint4* words = reinterpret_cast<uint4*>(ts_launch_scratch(args, seq));
+    for (uint32_t i = threadIdx.x; i < scratch_bytes / 16u; i += blockDim.x) words[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+#if TS_USES_NVSHMEM
+  __syncthreads();  // every thread of this block has its scratch address before the number moves
+  if (threadIdx.x == 0) {
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(args.ctl + TS_CTL_ENDED), "l"(seq) : "memory");
+  }
+#endif
 }

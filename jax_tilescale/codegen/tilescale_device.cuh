@@ -55,6 +55,46 @@ __device__ __forceinline__ uint64_t ts_globaltimer() {
   return t;
 }
 
+// ---- the launch's number and scratch (ts_abi.h, TS_CTL_ENDED / TS_CTL_SCRATCH) ----
+// A kernel that communicates reads both from its launch-control words, not from the launch arguments, so
+// that a launch XLA replays from a command buffer (the same arguments every time) is still a new launch:
+// `seq` = launches of this process that have ended + 1, the same on every PE for the same call. The word
+// only changes at the very end of a launch (ts_call_end, after every block has counted itself done), so
+// every read during the launch sees the same value.
+__device__ __forceinline__ uint64_t ts_launch_seq(const TsLaunchArgs& args) {
+#if TS_USES_NVSHMEM
+  uint64_t ended;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(ended) : "l"(args.ctl + TS_CTL_ENDED) : "memory");
+  return ended + 1;
+#else
+  return 0;
+#endif
+}
+
+// Unique per launch of a call site and never 0 (wait and check records): the handler's number for a plain
+// launch, the launch number for one that communicates.
+__device__ __forceinline__ uint64_t ts_launch_id(const TsLaunchArgs& args) {
+#if TS_USES_NVSHMEM
+  return ts_launch_seq(args);
+#else
+  return args.launch_id;
+#endif
+}
+
+// This launch's scratch: the call site's own for a plain kernel; for one that communicates, the half of the
+// symmetric workspace that `seq`'s parity picks (the handler keeps both addresses in the control words).
+__device__ __forceinline__ unsigned char* ts_launch_scratch(const TsLaunchArgs& args, uint64_t seq) {
+#if TS_USES_NVSHMEM
+  uint64_t at;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_SCRATCH(seq & 1ull))
+               : "memory");
+  return reinterpret_cast<unsigned char*>(at);
+#else
+  (void)seq;
+  return args.scratch;
+#endif
+}
+
 #define TS_WAIT_ACK_NS 2000000000ull          // how long a reporting thread waits for the host
 
 #if TS_CALL_FREE
@@ -70,7 +110,7 @@ __device__ TsFaultSink ts_fault_sink;
 
 __device__ __forceinline__ void ts_fault_sink_set(const TsLaunchArgs& a) {
   ts_fault_sink.record = a.wait_fault;
-  ts_fault_sink.launch_id = a.launch_id;
+  ts_fault_sink.launch_id = ts_launch_id(a);
   ts_fault_sink.pe = a.pe;
   ts_fault_sink.npes = a.npes;
 }
@@ -296,7 +336,7 @@ struct TsWaitCtx {
 };
 
 __device__ __forceinline__ TsWaitCtx ts_wait_ctx(const TsLaunchArgs& args) {
-  return TsWaitCtx{args.wait_timeout_ns, args.launch_id, args.wait_fault, args.pe, args.npes};
+  return TsWaitCtx{args.wait_timeout_ns, ts_launch_id(args), args.wait_fault, args.pe, args.npes};
 }
 
 // Loads of the polled word: system scope for words peers (or NVSHMEM's proxy) update, GPU scope

@@ -43,10 +43,11 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     module = generate_cuda(k, arch=cuda_arch(), p2p_peers=not k.uses_nvshmem() or _one_machine())
     cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
-    # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs); a kernel
-    # that communicates needs its launch number and workspace half per call, so it is never captured. A
-    # graph-safe kernel is a pure function of its inputs, so XLA may also schedule it as one.
-    target = GRAPH_TARGET_NAME if module.graph_safe else TARGET_NAME
+    # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs): see
+    # command_buffer_ok. Only a graph-safe kernel is a pure function of its inputs, which XLA may schedule
+    # as one; a communicating kernel keeps its side effect (its peers' writes) either way.
+    kernel_pes = int(np.prod([mesh_shape[i] for i in kernel_axes])) if kernel_axes else 1
+    target = GRAPH_TARGET_NAME if command_buffer_ok(module, kernel_pes)[0] else TARGET_NAME
     # Aliased outputs are returned in their inputs' buffers: XLA hands the handler one pointer for both.
     aliases = dict(k.aliases) or None
     rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe, operand_output_aliases=aliases)
@@ -99,6 +100,36 @@ def aliased_tensor_maps(k: KernelIR, fields: tuple[int, ...]) -> list[int]:
     for at in range(0, len(out), TENSOR_MAP_FIELDS):  # each map's first field is its buffer's param index
         out[at] = k.params.index(k.memory_of(k.params[out[at]]))
     return out
+
+
+COMMAND_BUFFERS_VAR = "TILESCALE_COMMAND_BUFFERS"
+
+
+def command_buffer_ok(module: Any, kernel_pes: int) -> tuple[bool, str]:
+    """Whether the launch of `module` (a CudaModule) may be recorded into XLA's command buffers (CUDA graphs)
+    and replayed with the same arguments, and why not. A plain kernel without scratch needs nothing per
+    call. A call-free kernel takes its launch number and scratch half from its launch-control words
+    (ts_abi.h, TS_CTL_ENDED), so a replay is a new launch, as long as the handler stages nothing: every
+    param peers touch must go over zero-copy, which needs the processes' pools mapped (runtime/peer_memory.py;
+    a buffer outside them under capture is a clear error naming $TILESCALE_COMMAND_BUFFERS), or the kernel's
+    PE space must be this PE alone (`kernel_pes` 1: every param is its own). A kernel with NVSHMEM's calls
+    (several machines) stages through the handler, so it stays out."""
+    import os
+
+    from ..abi import STAGE_P2P
+    from ..runtime import peer_memory
+
+    if module.graph_safe:
+        return True, ""
+    if not module.uses_nvshmem:
+        return False, "a plain kernel with scratch (its launch number is the handler's)"
+    if os.environ.get(COMMAND_BUFFERS_VAR, "1") == "0":
+        return False, f"${COMMAND_BUFFERS_VAR}=0"
+    if not module.call_free:
+        return False, "the kernel keeps NVSHMEM's calls, so the handler stages the buffers its peers touch"
+    if kernel_pes > 1 and any(flag & STAGE_P2P for flag in module.staged) and not peer_memory.status().on:
+        return False, f"zero-copy is off ({peer_memory.status().reason}), so the handler stages buffers"
+    return True, ""
 
 
 def _one_machine() -> bool:

@@ -74,9 +74,9 @@ def test_scratch_layout_signals_and_grid_barrier():
     assert m.uses_nvshmem and m.grid_barrier
     # 4 signal words at 0..31, the barrier's two words at 32, rounded up to 256.
     assert m.scratch_bytes == 256
-    assert "p_sig = args.scratch + 0;" in m.source
-    assert "reinterpret_cast<unsigned int*>(args.scratch + 32)" in m.source
-    assert "reinterpret_cast<unsigned int*>(args.scratch + 36)" in m.source
+    assert "p_sig = ts_scratch + 0;" in m.source
+    assert "reinterpret_cast<unsigned int*>(ts_scratch + 32)" in m.source
+    assert "reinterpret_cast<unsigned int*>(ts_scratch + 36)" in m.source
     barrier = statement_block(m, 8)
     site = 'ts_wait_ctx(args), ts_where, "T.barrier_all (grid barrier: every block of this PE)");'
     assert barrier.count(f"ts_grid_barrier(ts_bar_count, ts_bar_gen, 2u, {site}") == 2
@@ -84,7 +84,7 @@ def test_scratch_layout_signals_and_grid_barrier():
     team_site = 'ts_wait_ctx(args), ts_where, "T.barrier_all (team barrier: every PE)");'
     assert f"ts_team_barrier(ts_pe_bar, args.pe_map, args.npes, {team_site}" in barrier
     assert "nvshmem_quiet();" in barrier and 'const char* const ts_where = "' in barrier
-    assert "TsTeamBarrier* const ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(args.scratch + 40);" in m.source
+    assert "TsTeamBarrier* const ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(ts_scratch + 40);" in m.source
     # One block: no grid barrier and no scratch for it.
     one = generate_cuda(kernels.signal_exchange(16, 64, 2, np.float32, blocks=1))
     assert not one.grid_barrier and "ts_grid_barrier(" not in statement_block(one, 8)

@@ -100,13 +100,13 @@ def test_waits_poll_local_and_remote_words_and_give_up_after_the_timeout(p2p: Cu
 
 def test_scratch_layout_of_signals_symmetric_buffers_and_barriers(p2p: CudaModule, coll: CudaModule) -> None:
     # 4 signal words (32 bytes), then symmetric buffers at 128-byte offsets.
-    assert "p_sig = args.scratch + 0;" in p2p.source and "p_sym = args.scratch + 128;" in p2p.source
-    assert "p_word = args.scratch + 2176;" in p2p.source and p2p.scratch_bytes == 2304
+    assert "p_sig = ts_scratch + 0;" in p2p.source and "p_sym = ts_scratch + 128;" in p2p.source
+    assert "p_word = ts_scratch + 2176;" in p2p.source and p2p.scratch_bytes == 2304
     # Collectives: grid barrier words, then the two TsTeamBarrier states (barrier_all's and the team's).
     assert coll.grid_barrier
-    assert "reinterpret_cast<unsigned int*>(args.scratch + 512)" in coll.source
-    assert "ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(args.scratch + 520);" in coll.source
-    assert "ts_team_bar = reinterpret_cast<TsTeamBarrier*>(args.scratch + 536);" in coll.source
+    assert "reinterpret_cast<unsigned int*>(ts_scratch + 512)" in coll.source
+    assert "ts_pe_bar = reinterpret_cast<TsTeamBarrier*>(ts_scratch + 520);" in coll.source
+    assert "ts_team_bar = reinterpret_cast<TsTeamBarrier*>(ts_scratch + 536);" in coll.source
 
 
 def test_barriers_and_collectives_use_the_pe_space_barrier(coll: CudaModule) -> None:

@@ -140,7 +140,7 @@ def test_global_scratch_is_a_slice_of_the_launch_scratch_in_cuda():
     assert not ir.uses_nvshmem()
     mod = generate_cuda(ir, "sm_90")
     assert mod.scratch_bytes >= 4 * 64 * 4
-    assert "args.scratch + 0;" in mod.source and "level=global" in mod.source
+    assert "ts_scratch + 0;" in mod.source and "level=global" in mod.source
 
 
 def test_alloc_is_named_by_its_variable_or_by_name():

@@ -187,7 +187,7 @@ def test_gpu_wait_records_name_the_word_polled():
 
     source = generate_cuda(trace(waits, ((M, N), F32))).source
     assert '"T.signal_wait_until on ready[3]"' in source and '"T.wait_ge on flags[pe]"' in source
-    assert "p_ready = args.scratch + " in source and "p_flags = args.scratch + " in source
+    assert "p_ready = ts_scratch + " in source and "p_flags = ts_scratch + " in source
     fault = {"kernel": "ts_waits", "launch_id": 1, "pe": 0, "npes": 2, "peer": -1, "cmp": 0, "bits": 64,
              "is_signed": False, "seen": 0, "expected": 1, "waited_ns": 2_000_000_000, "block": (0, 0, 0),
              "thread": 0, "op": "T.signal_wait_until on ready[3]", "where": "job.py:7"}
