@@ -55,7 +55,8 @@ def copy_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileK
 
 
 SHOW_HLO = False  # --hlo: print each row's compiled loop body
-Row = tuple[str, float, float, tuple[float, float] | None]  # what, ours s, base s, handler (whole, cuLaunch) s
+# what, ours s, base s, handler (whole s, cuLaunch s, handler calls per launch)
+Row = tuple[str, float, float, tuple[float, float, float] | None]
 
 
 def _take_handler_times() -> tuple[int, int, int]:
@@ -147,7 +148,8 @@ def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: s
         c, e, lt = _take_handler_times()
         calls, execute_ns, launch_ns = calls + c, execute_ns + e, launch_ns + lt
         t_base.append(_time(loop_base, x_base, iters))
-    handler = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9) if calls else None
+    # per handler call, and handler calls per launch of ours (below 1: XLA replayed launches from a command buffer)
+    handler = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9, calls / (reps * iters)) if calls else None
     return (what, float(np.median(t_ours)), float(np.median(t_base)), handler)
 
 
@@ -267,13 +269,16 @@ def main() -> None:
         return
     print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop "
           f"([chain]: jitted programs of {CHAIN} calls written out), ours and the baseline alternately")
-    print("(handler: host time in our FFI handler per call, of it cuLaunch: in cuLaunchKernel)")
+    print("(handler: host time in our FFI handler per handler call, of it cuLaunch: in cuLaunchKernel; calls/launch: "
+          "handler calls per launch of ours, below 1 where XLA replayed launches from a command buffer)")
     head = ("ours us", "base us", "diff us")
-    print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s}")
+    print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s} "
+          f"{'calls/launch':>12s}")
     for what, ours, base, host in rows:
-        handler, launch = (f"{t * 1e6:8.2f}" for t in host) if host else ("-", "-")
+        handler, launch, per = (f"{host[0] * 1e6:8.2f}", f"{host[1] * 1e6:8.2f}", f"{host[2]:12.3f}") if host \
+            else ("-", "-", "-")
         print(f"{what:58s} {ours * 1e6:9.2f} {base * 1e6:9.2f} {(ours - base) * 1e6:9.2f} {ours / base:6.2f} "
-              f"{handler:>8s} {launch:>8s}")
+              f"{handler:>8s} {launch:>8s} {per:>12s}")
 
 
 if __name__ == "__main__":
