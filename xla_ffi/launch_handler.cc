@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "call_layout.h"
 #include "driver_api.h"
 #include "kernel_module.h"
 #include "nvshmem_api.h"
@@ -320,14 +321,6 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
   return ffi::Error::Success();
 }
 
-struct Param {
-  void* data;
-  size_t bytes;
-  int64_t staged;
-  size_t offset;        // in the workspace, when staged
-  bool direct = false;  // zero-copy: XLA's buffer although staged (kP2P)
-};
-
 // The call's buffers: the kernel's inputs, then the results its outputs (ABI 4: no pe_info operand).
 ffi::Error CollectParams(const LaunchState& s, ffi::RemainingArgs& args, ffi::RemainingRets& rets,
                          std::vector<Param>* out) {
@@ -358,40 +351,8 @@ ffi::Error CollectParams(const LaunchState& s, ffi::RemainingArgs& args, ffi::Re
   return ffi::Error::Success();
 }
 
-// The workspace room of a communicating call: scratch, then room for each staged buffer (256-byte aligned,
-// offsets set in `params`). Staged room stays reserved for a buffer that goes over zero-copy, so that the
-// layout, which must be the same on every PE, does not depend on this PE's decision.
-size_t StagedRoom(std::vector<Param>& params) {
-  size_t staged = 0;
-  for (Param& p : params) {
-    if (p.staged == kDirect) continue;
-    p.offset = staged;
-    staged += AlignUp(p.bytes, kWorkspaceAlign);
-  }
-  return staged;
-}
-
-// Reserves the workspace a communicating call needs and makes the launch-control words (both collective
-// on first use or growth). Also from the initialize stage, which XLA runs before executing and outside any
-// command-buffer capture: a captured execute must find everything in place (growing synchronises the
-// stream and agrees with the peers on the host, which a capture cannot hold). Caller holds ws.mutex().
-ffi::Error ReserveWorkspace(const DriverApi& cu, const NvshmemApi& shm, const LaunchState& s, size_t staged,
-                            CUstream stream, unsigned char** base, size_t* arena, uint64_t** ctl,
-                            const TsPeerAlloc** peer_allocs) {
-  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
-  const size_t scratch = AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign);
-  *base = nullptr;
-  *arena = 0;
-  if (scratch + staged > 0) {
-    if (std::string err = ws.Reserve(scratch, staged, stream, cu, shm, s.config.entry, base, arena); !err.empty()) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
-    }
-  }
-  if (std::string err = ws.Control(stream, cu, shm, s.config.entry, ctl, peer_allocs); !err.empty()) {
-    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
-  }
-  return ffi::Error::Success();
-}
+// A communicating call's scratch in each half of the workspace (256-byte aligned).
+size_t ScratchRoom(const LaunchState& s) { return AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign); }
 
 // Loads the call site once (module, PE map, plain scratch): from the initialize stage, which XLA runs
 // outside any command-buffer capture, or from the first execute if that stage did not run.
@@ -425,21 +386,19 @@ ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::Remaini
   std::vector<Param> params;
   if (ffi::Error err = CollectParams(s, args, rets, &params); err.failure()) return err;
   const size_t staged = StagedRoom(params);
-  SymmetricWorkspace& ws = SymmetricWorkspace::Get();
-  std::lock_guard<std::mutex> ws_lock(ws.mutex());
+  std::lock_guard<std::mutex> ws_lock(SymmetricWorkspace::Get().mutex());
   unsigned char* base = nullptr;
   size_t arena = 0;
   uint64_t* ctl = nullptr;
   const TsPeerAlloc* peer_allocs = nullptr;
-  return ReserveWorkspace(*cu, *shm, s, staged, stream, &base, &arena, &ctl, &peer_allocs);
+  if (std::string err = ReserveWorkspace(*cu, *shm, s.config.entry, ScratchRoom(s), staged, stream, &base, &arena,
+                                         &ctl, &peer_allocs);
+      !err.empty()) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
+  }
+  return ffi::Error::Success();
 }
 
-// Whether XLA is capturing `stream` into a command buffer (CUDA graph): then the launch is recorded, not run,
-// and replayed later with the same arguments.
-bool Capturing(const DriverApi& cu, CUstream stream) {
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return cu.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
 
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
@@ -469,7 +428,6 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   launch.pe = s.my_kernel_pe;
   launch.npes = s.npes;
   launch.pe_map = reinterpret_cast<const int32_t*>(s.pe_map);
-  launch.launch_id = NextLaunchId();  // a plain launch's waits report through the call site's record with it
   launch.wait_fault = s.wait_record ? s.wait_record->device_ptr() : nullptr;
   launch.wait_timeout_ns = launch.wait_fault != nullptr ? s.wait_timeout_ns : 0;
 
@@ -478,6 +436,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     // its scratch zero for the next launch (ts_call_end), so no memset: with no scratch, a launch is all
     // there is, and XLA may capture it in a command buffer (the graph-compatible target).
     for (size_t i = 0; i < n_params; ++i) launch.buffers[i] = params[i].data;
+    launch.launch_id = NextLaunchId();  // its waits report through the call site's record with it
     launch.scratch = reinterpret_cast<unsigned char*>(s.plain_scratch);
     launch.ctl = reinterpret_cast<uint64_t*>(s.plain_ctl);
     return LaunchKernel(cu, s, stream, launch);
@@ -492,47 +451,26 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   const size_t staged = StagedRoom(params);
 
   // Zero-copy: a buffer peers reach only through their mapping of this PE's memory goes to the kernel as
-  // XLA's own when it lies in an allocation every peer has mapped (PeerMemory); the kernel tells the peers
-  // its address (TS_CTL_PUB_*). A kernel whose PE space is this PE alone reaches only its own buffers:
-  // every such param is direct.
+  // XLA's own when it lies in an allocation every peer has mapped; the kernel tells the peers its address
+  // (TS_CTL_PUB_*).
   const PeerMemory& peer_memory = PeerMemory::Get();
-  if (peer_memory.on() || s.npes == 1) {
-    for (size_t i = 0; i < n_params; ++i) {
-      Param& p = params[i];
-      if (!(p.staged & kP2P)) continue;
-      if (p.bytes == 0 || s.npes == 1 || peer_memory.Holds(p.data, p.bytes)) {
-        p.direct = true;
-        launch.direct_mask |= 1u << i;
-        g_direct_buffers.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        g_staged_p2p_buffers.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-  }
+  uint64_t direct = 0, staged_p2p = 0;
+  launch.direct_mask = HandOverDirect(params, s.npes, peer_memory, &direct, &staged_p2p);
+  g_direct_buffers.fetch_add(direct, std::memory_order_relaxed);
+  g_staged_p2p_buffers.fetch_add(staged_p2p, std::memory_order_relaxed);
 
-  // Recorded into a command buffer, the launch is replayed with these arguments: fine for the launch number
-  // and scratch (the device's), not for a staging copy (made once, in whichever half this call picked).
   const bool capturing = Capturing(cu, stream);
   if (capturing) {
-    for (size_t i = 0; i < n_params; ++i) {
-      const Param& p = params[i];
-      if (p.staged == kDirect || p.direct || p.bytes == 0) continue;
-      return ffi::Error(
-          ffi::ErrorCode::kFailedPrecondition,
-          "jax_tilescale kernel `" + s.config.entry + "`: XLA is capturing the call into a command buffer (CUDA graph), "
-          "but buffer " + std::to_string(i) + " needs a staging copy (" +
-          (peer_memory.on() ? std::string("it lies outside the memory the peers have mapped, e.g. in a pool that "
-                                          "grew with XLA_PYTHON_CLIENT_PREALLOCATE=false")
-                            : std::string("zero-copy is off on this PE")) +
-          "), which a replay would not redo: set TILESCALE_COMMAND_BUFFERS=0 so that communicating kernels stay "
-          "out of command buffers (docs/environment.md)");
+    if (std::string why = CaptureRefusal(params, s.config.entry, peer_memory.on()); !why.empty()) {
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition, why);
     }
   }
 
   SymmetricWorkspace& ws = SymmetricWorkspace::Get();
   std::lock_guard<std::mutex> ws_lock(ws.mutex());
-  TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), static_cast<size_t>(s.scratch_bytes), staged);
-  if (capturing && !ws.Holds(AlignUp(static_cast<size_t>(s.scratch_bytes), kWorkspaceAlign), staged)) {
+  const size_t scratch = ScratchRoom(s);
+  TS_TRACE("%s: reserve %zu + %zu bytes x 2\n", s.config.entry.c_str(), scratch, staged);
+  if (capturing && !ws.Holds(scratch, staged)) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jax_tilescale kernel `" + s.config.entry + "`: XLA is capturing the call into a command "
                       "buffer before its initialize stage reserved the symmetric workspace (growing it cannot be "
@@ -541,15 +479,15 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   unsigned char* base = nullptr;
   size_t arena = 0;
   uint64_t* ctl = nullptr;
-  if (ffi::Error err = ReserveWorkspace(cu, *shm, s, staged, stream, &base, &arena, &ctl, &launch.peer_allocs);
-      err.failure()) {
-    return err;
+  if (std::string err = ReserveWorkspace(cu, *shm, s.config.entry, scratch, staged, stream, &base, &arena, &ctl,
+                                         &launch.peer_allocs);
+      !err.empty()) {
+    return ffi::Error(ffi::ErrorCode::kResourceExhausted, "jax_tilescale: " + err);
   }
   TS_TRACE("%s: reserved, control words\n", s.config.entry.c_str());
   launch.ctl = ctl;
   launch.ctl_slots = shm->nvshmem_n_pes();
-  launch.scratch = nullptr;  // the kernel's: ctl[TS_CTL_SCRATCH(seq & 1)]
-  launch.launch_id = 0;      // the kernel's: its launch number
+  // scratch and launch_id stay 0: the kernel's are ctl[TS_CTL_SCRATCH(seq & 1)] and its launch number
   const bool odd = (++g_staging_launches & 1) != 0;
   if (base != nullptr && odd) base += ws.bytes_locked() / 2;  // the same offset on every PE
   for (size_t i = 0; i < n_params; ++i) {
@@ -559,7 +497,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
   TS_TRACE("%s: staging half %d, ctl %p, %s\n", s.config.entry.c_str(), odd ? 1 : 0, static_cast<void*>(ctl),
            capturing ? "recording into a command buffer" : "launching");
-  // 1. staged inputs in (the kernel's entry barrier keeps peers from reading them before it starts).
+  // 1. staged inputs in (the kernel's entry barrier, or a call-free kernel's publish, keeps peers from
+  // reading them before it starts).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     if (!(p.staged & kCopyIn) || p.direct || p.bytes == 0) continue;

@@ -41,7 +41,7 @@ size_t SymmetricWorkspace::bytes() {
 std::string SymmetricWorkspace::Reserve(size_t scratch_bytes, size_t staged_bytes, CUstream stream,
                                         const DriverApi& cu, const NvshmemApi& shm, const std::string& entry,
                                         unsigned char** base, size_t* arena) {
-  const size_t want_arena = std::max(arena_, RoundUp(scratch_bytes, kArenaGranularity));
+  const size_t want_arena = ArenaFor(scratch_bytes);
   const size_t bytes = 2 * (want_arena + staged_bytes);
   if (bytes > bytes_) {
     if (std::string err = Grow(bytes, stream, cu, shm, entry); !err.empty()) return err;
@@ -62,9 +62,12 @@ std::string SymmetricWorkspace::Reserve(size_t scratch_bytes, size_t staged_byte
   return "";
 }
 
+size_t SymmetricWorkspace::ArenaFor(size_t scratch_bytes) const {
+  return std::max(arena_, RoundUp(scratch_bytes, kArenaGranularity));
+}
+
 bool SymmetricWorkspace::Holds(size_t scratch_bytes, size_t staged_bytes) const {
-  const size_t want_arena = std::max(arena_, RoundUp(scratch_bytes, kArenaGranularity));
-  return control_ != nullptr && want_arena == arena_ && 2 * (want_arena + staged_bytes) <= bytes_;
+  return control_ != nullptr && ArenaFor(scratch_bytes) == arena_ && 2 * (arena_ + staged_bytes) <= bytes_;
 }
 
 std::string SymmetricWorkspace::Grow(size_t bytes, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,

@@ -64,6 +64,8 @@ class SymmetricWorkspace {
 
  private:
   SymmetricWorkspace() = default;
+  // The scratch arena a call of `scratch_bytes` needs: the present one, or larger in 64 KiB steps.
+  size_t ArenaFor(size_t scratch_bytes) const;
   // Whether every PE can get `grow_to` bytes from nvshmem_malloc without NVSHMEM ending the process
   // (heap_check.h); collective. Returns "" or the error naming `entry`.
   std::string CheckGrowth(size_t bytes, size_t grow_to, CUstream stream, const DriverApi& cu, const NvshmemApi& shm,

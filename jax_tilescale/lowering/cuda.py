@@ -5,6 +5,7 @@ FFI handler; this module fills the call's attributes (docs/calling_convention.md
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import jax
@@ -114,10 +115,7 @@ def command_buffer_ok(module: Any, kernel_pes: int) -> tuple[bool, str]:
     a buffer outside them under capture is a clear error naming $TILESCALE_COMMAND_BUFFERS), or the kernel's
     PE space must be this PE alone (`kernel_pes` 1: every param is its own). A kernel with NVSHMEM's calls
     (several machines) stages through the handler, so it stays out."""
-    import os
-
-    from ..abi import STAGE_P2P
-    from ..runtime import peer_memory
+    from ..runtime import peer_memory  # lazily, like lower_cuda's runtime imports
 
     if module.graph_safe:
         return True, ""
@@ -127,7 +125,7 @@ def command_buffer_ok(module: Any, kernel_pes: int) -> tuple[bool, str]:
         return False, f"${COMMAND_BUFFERS_VAR}=0"
     if not module.call_free:
         return False, "the kernel keeps NVSHMEM's calls, so the handler stages the buffers its peers touch"
-    if kernel_pes > 1 and any(flag & STAGE_P2P for flag in module.staged) and not peer_memory.status().on:
+    if kernel_pes > 1 and any(flag & abi.STAGE_P2P for flag in module.staged) and not peer_memory.status().on:
         return False, f"zero-copy is off ({peer_memory.status().reason}), so the handler stages buffers"
     return True, ""
 
