@@ -268,7 +268,8 @@ def main() -> None:
     if jax.process_index() != 0:
         return
     print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop "
-          f"([chain]: jitted programs of {CHAIN} calls written out), ours and the baseline alternately")
+          f"([chain]: jitted programs of {CHAIN} calls written out), ours and the baseline alternately; "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     print("(handler: host time in our FFI handler per handler call, of it cuLaunch: in cuLaunchKernel; calls/launch: "
           "handler calls per launch of ours, below 1 where XLA replayed launches from a command buffer)")
     head = ("ours us", "base us", "diff us")

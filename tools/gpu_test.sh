@@ -182,6 +182,18 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
     tests/gpu/test_zero_copy_gpu.py tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v \
     -rs -o addopts="" -p no:cacheprovider
 fi
+# Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels
+# becomes one CUDA graph with a conditional node), one PE and two PEs on GPU 0.
+LOOP_GRAPHS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1"
+loop_graphs() { XLA_FLAGS="$LOOP_GRAPHS" shared_two_pes "$@"; }
+if [[ " ${STEPS:-} " == *" loop_graphs"* ]]; then  # STEPS names loop_graphs and/or loop_graphs_2pe
+  step loop_graphs env XLA_FLAGS="$LOOP_GRAPHS" CUDA_VISIBLE_DEVICES=0 python3 -m pytest \
+    tests/gpu/test_command_buffers_gpu.py -m "not multi_pe" -v -rs -o addopts="" -p no:cacheprovider
+  if [ "$NGPU" -lt 2 ]; then
+    step loop_graphs_2pe loop_graphs 29683 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_command_buffers_gpu.py \
+      -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+  fi
+fi
 # BENCH_GEMM_ARGS / BENCH_OVERLAP_SHAPES shorten the benchmarks (e.g. BENCH_GEMM_ARGS="--shapes 2048x2048x2048").
 if [ "${1:-}" = bench ] && want bench_view; then
   step bench_view env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_view.py
@@ -218,6 +230,20 @@ if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PE
       step bench_call_overhead_2pe_calls with_calls 29693 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py \
         --only comm,shift
     fi
+  fi
+fi
+# The same rows with XLA recording whole while loops into command buffers (CUDA graphs with conditional nodes):
+# by default XLA records neither WHILE nor a body under 5 commands, so every fori iteration returns to the host.
+if [ "${1:-}" = bench ] && want bench_call_overhead_graphs; then
+  # shellcheck disable=SC2086
+  step bench_call_overhead_graphs env XLA_FLAGS="$LOOP_GRAPHS" CUDA_VISIBLE_DEVICES=0 python3 \
+    benchmarks/bench_call_overhead.py --loop fori ${BENCH_CALL_ARGS:-}
+  if [ "$NGPU" -ge 2 ]; then
+    step bench_call_overhead_graphs_2pe env XLA_FLAGS="$LOOP_GRAPHS" python3 -m jax_tilescale.launch -n 2 \
+      --timeout 300 benchmarks/bench_call_overhead.py --only comm,shift --loop fori
+  else
+    step bench_call_overhead_graphs_2pe loop_graphs 29695 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py \
+      --only comm,shift --loop fori
   fi
 fi
 if [ "${1:-}" = bench ] && want bench_wait_timeout && [ "$NGPU" -ge 2 ]; then

@@ -169,13 +169,17 @@ def _p2p_signal(ctx: Ctx, word: Region, value: Expr, op: SignalOp, pe: str, op_n
 def _p2p_copy(ctx: Ctx, src: Region, dst: Region, scope: Scope, pe: Expr, op_name: str,
               direction: Direction) -> list[str]:
     """A call-free kernel's put or get: the threads of `scope` copy through the peer's mapping of the
-    remote buffer with plain loads and stores; a put's stores are fenced at system scope, so the
-    transfer is complete (visible to the peer) when the statement ends."""
+    remote buffer with plain loads and stores. A put issues no fence of its own: whatever makes its data
+    count for the peer orders the stores first, as NVSHMEM's P2P path does (the fused signal and
+    `signal_op` are release atomics at system scope after the scope's threads meet; quiet, fence and the
+    barriers fence at system scope; the end of call fences once per block after its threads meet). A
+    system fence in every thread after every put cost about 1-2 us per call even when the put went to
+    this PE's own memory (benchmarks/NOTES.md, issue 14)."""
     put = direction is Direction.PUT
     lines = peer_pointer(ctx, dst if put else src, pe, op_name)
     remote = {"dst_base": "ts_peer"} if put else {"src_base": "ts_peer"}
     setup, loop = copy_loop_parts(ctx, src, dst, lanes=32 if scope is Scope.WARP else None, **remote)
-    return lines + setup + scoped(ctx, scope, loop + (["__threadfence_system();"] if put else []))
+    return lines + setup + scoped(ctx, scope, loop)
 
 
 def _p2p_put(s: Put, ctx: Ctx) -> list[str]:

@@ -7,6 +7,9 @@ the host, fresh random data; NCCL refuses two ranks on one GPU, so no XLA collec
 
 from __future__ import annotations
 
+import os
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from tests.primitives.util import F32, assert_equal, per_device, random_rows
 
 ROWS, COLS, BM = 128, 256, 32
 CALLS, RUNS = 8, 5  # calls per jitted program (XLA records 5 or more consecutive commands), programs run
+LOOP = 40  # iterations of the fori_loop tests
 
 
 @ts.kernel(out_shape=jax.ShapeDtypeStruct((ROWS, COLS), F32), grid=(ROWS // BM,))
@@ -90,3 +94,39 @@ def test_replayed_communicating_launches_on_one_pe():
     """A kernel whose PE space is this PE alone (every buffer its own) needs no mapped pools either."""
     mesh = jax.make_mesh((1,), ("x",), devices=jax.devices("gpu")[:1])
     _check_replays(push, mesh, 1)
+
+
+def _xla_records_while_loops() -> bool:
+    """Whether XLA_FLAGS adds WHILE to the command buffer kinds (tools/gpu_test.sh's loop_graphs steps):
+    then a whole fori_loop is one CUDA graph with a conditional node, replayed without the host."""
+    m = re.search(r"--xla_gpu_enable_command_buffer=(\S*)", os.environ.get("XLA_FLAGS", ""))
+    return m is not None and "WHILE" in [v.strip().lstrip("+") for v in m.group(1).upper().split(",")]
+
+
+def _check_loop(kern, mesh) -> None:
+    """LOOP shifts in a jitted fori_loop: XLA's while loop runs the same call site with the same buffers
+    every iteration (recorded once into a graph when XLA_FLAGS asks for WHILE), and each iteration must
+    still be a new launch that reads the previous one's result."""
+    n = mesh.size
+    spec = P(tuple(mesh.axis_names))
+    run = jax.jit(jax.shard_map(lambda x: jax.lax.fori_loop(0, LOOP, lambda i, y: kern(y), x), mesh=mesh,
+                                in_specs=spec, out_specs=spec))
+    _handler_calls()
+    for seed in range(RUNS):
+        x = random_rows(np.random.default_rng(50 + seed), n, (ROWS, COLS))
+        want = np.roll(per_device(x, n), LOOP, axis=0).reshape(x.shape)
+        assert_equal(run(ts.testing.place(x, mesh, spec)), want)
+    calls = _handler_calls()
+    if _xla_records_while_loops():
+        assert calls < LOOP * RUNS, (
+            f"{calls} handler calls for {LOOP * RUNS} launches in loops: XLA recorded no while loop")
+
+
+@pytest.mark.parametrize("kern", [push, pull], ids=["push", "pull"])
+def test_loop_of_communicating_launches_on_several_pes(gpu_mesh, kern):
+    _check_loop(kern, gpu_mesh)
+
+
+def test_loop_of_communicating_launches_on_one_pe():
+    mesh = jax.make_mesh((1,), ("x",), devices=jax.devices("gpu")[:1])
+    _check_loop(push, mesh)
