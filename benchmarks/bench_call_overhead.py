@@ -19,7 +19,10 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU.
 The comm and shift rows also run as "[chain]" (`--loop`): jitted programs of 50 calls written out, with no
 while loop, whose per-iteration cost (counter, condition, their launches: 9-17 us on the H200 machine, the
-plain copy kernel's own figure) every fori row pays whatever the kernel does.
+plain copy kernel's own figure) every fori row pays whatever the kernel does. XLA does not record a while
+loop into a command buffer by default; with XLA_FLAGS="--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL
+--xla_gpu_graph_min_graph_size=1" (tools/gpu_test.sh step bench_call_overhead_graphs) the fori rows time a
+loop recorded as one CUDA graph, whose iterations do not return to the host. The header prints XLA_FLAGS.
 """
 
 from __future__ import annotations

@@ -27,11 +27,13 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
 #endif
     }
   }
+  // Acquire waits at system scope: what every peer did before its arrival is visible to this thread after
+  // them, and to its block after the caller's __syncthreads; no further fence (a system fence here cost a
+  // call about a microsecond: benchmarks/NOTES.md, issue 14).
   const TsWaitCtx wait = ts_wait_ctx(args);
   for (int32_t k = 0; k < args.npes; ++k) {
     if (k != args.pe) ts_wait<TS_CMP_GE, true, true, uint64_t>(wait, slots + args.pe_map[k], seq, k, where, op);
   }
-  __threadfence_system();
 }
 
 // Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
@@ -127,16 +129,21 @@ __device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch
 #elif TS_CALL_FREE
     if (peers) __threadfence_system();  // every remote write of this block was a P2P store: fenced, complete
 #endif
-    __threadfence();
+    // A grid of one block is its own last block: no count, no fences between blocks.
     const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
     unsigned int* done = reinterpret_cast<unsigned int*>(args.ctl + TS_CTL_BLOCKS_DONE);
-    last = atomicAdd(done, 1u) == nblocks - 1u;
-    if (last) {
+    if (nblocks == 1u) {
+      last = 1;
+    } else {
       __threadfence();
+      last = atomicAdd(done, 1u) == nblocks - 1u;
+      if (last) __threadfence();
+    }
+    if (last) {
 #if TS_USES_NVSHMEM
       if (peers) ts_call_meet(args, seq, true, true, where, "the end-of-call barrier");
 #endif
-      atomicExch(done, 0u);
+      if (nblocks != 1u) atomicExch(done, 0u);
     }
   }
   if (!__syncthreads_or(last)) return;
