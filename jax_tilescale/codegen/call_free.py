@@ -31,11 +31,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import (
     BarrierAll,
     Fence,
     Get,
-    KernelIR,
     PeerCopy,
     Put,
     Quiet,

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from ..ir.nodes import Buffer, KernelIR, Stmt
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, Stmt
 from .layout import Layout, PlanMemory
 
 

@@ -34,7 +34,8 @@ from ..errors import KernelTraceError
 from ..ir.buffers import BufferKind
 from ..ir.control import If, LocalStore, local_buffers, thread_dependent
 from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select, Var, VarKind
-from ..ir.nodes import BarrierAll, KernelIR, walk_stmts
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import BarrierAll, walk_stmts
 from .body import EMIT, emit_body
 from .context import Ctx
 from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_identifier, c_int64, const_literal

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 
 from .. import abi
 from ..errors import KernelTraceError
-from ..ir.nodes import Buffer, BufferKind, KernelIR
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import collectives, comm, compute, control, tile_ops

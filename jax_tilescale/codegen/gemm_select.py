@@ -17,7 +17,8 @@ import os
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.nodes import BufferKind, Gemm, KernelIR, walk_stmts
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import BufferKind, Gemm, walk_stmts
 from . import gemm_sm80, gemm_sm90
 from .context import GemmPlan
 from .layout import max_shared_bytes

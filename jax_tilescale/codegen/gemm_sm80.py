@@ -55,7 +55,8 @@ from typing import ClassVar
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import Expr, Var, affine_form, variables
-from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, KernelIR, Loop, Stmt, walk_stmts
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind, Copy, Gemm, Loop, Stmt, walk_stmts
 from .common import INDENT, WARP, indent
 from .context import Ctx, Frame
 from .expr_printer import c_expr, var_name

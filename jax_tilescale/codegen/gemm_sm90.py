@@ -59,7 +59,8 @@ import numpy as np
 
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
-from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR, Loop, walk_stmts
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind, Copy, Loop, walk_stmts
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name

@@ -37,7 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ir.control import If, LocalStore, thread_dependent
-from ..ir.nodes import Buffer, KernelIR, Loop, Scope, Stmt, stmt_exprs, walk_stmts
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, Loop, Scope, Stmt, stmt_exprs, walk_stmts
 from .common import c_string, indent
 from .context import Ctx
 from .expr_printer import WHERE_NAME

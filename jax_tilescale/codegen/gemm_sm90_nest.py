@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import loads
-from ..ir.nodes import Copy, KernelIR, Loop, Stmt
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Copy, Loop, Stmt
 from ..ir.values import Value
 from .common import INDENT
 from .context import Ctx

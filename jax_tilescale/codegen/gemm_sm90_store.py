@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import Buffer, BufferKind, Copy, KernelIR
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind, Copy
 from .common import INDENT, indent
 from .context import Ctx
 from .expr_printer import c_expr

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import KernelTraceError
-from ..ir.nodes import BarrierAll, Buffer, BufferKind, KernelIR
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import BarrierAll, Buffer, BufferKind
 
 SHARED_ALIGN = 128
 SIGNAL_ALIGN = 8

@@ -12,7 +12,8 @@ every process of the machine has mapped every other's (runtime/peer_memory.py): 
 from __future__ import annotations
 
 from .. import abi
-from ..ir.nodes import Buffer, BufferKind, KernelIR
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind
 
 
 def staged_flags(k: KernelIR) -> list[int]:

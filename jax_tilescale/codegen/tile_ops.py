@@ -31,7 +31,8 @@ from ..errors import KernelTraceError
 from ..ir.control import THREAD_VAR, If
 from ..ir.expr import Expr, Var
 from ..ir.guards import branch_ranges
-from ..ir.nodes import KernelIR, Loop, Region, Stmt
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Loop, Region, Stmt
 from ..ir.ranges import value_range
 from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.nodes import Buffer, BufferKind, KernelIR
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Buffer, BufferKind
 from .memory import Access, AccessKind
 
 MAX_LISTED = 4

@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import KernelRuntimeError
 from ..ir.evaluate import Loader, evaluate
 from ..ir.expr import Const, Expr, Var, format_expr
-from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, KernelIR, Region, SourceLoc, Stmt
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import BLOCK_LOCAL, Buffer, BufferKind, Region, SourceLoc, Stmt
 
 Block = tuple[int, ...]
 # BLOCK_LOCAL by the members' ids: hashing an Enum member runs Python code (Enum.__hash__), and

@@ -15,7 +15,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from ..errors import KernelRuntimeError
-from ..ir.nodes import KernelIR
+from ..ir.kernel_ir import KernelIR
 from ..ir.verify import verify_kernel
 from .options import InterpretOptions
 from .scheduler import run_pe

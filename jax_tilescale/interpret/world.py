@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeadlockError, InterpreterTimeoutError, KernelRuntimeError, RaceError
-from ..ir.nodes import BLOCK_LOCAL, BarrierAll, BufferKind, KernelIR, Put, Stmt
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import BLOCK_LOCAL, BarrierAll, BufferKind, Put, Stmt
 from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion

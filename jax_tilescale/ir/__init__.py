@@ -2,7 +2,7 @@
 verifier and the printer. Tracing Python into it is language/'s (`language.tracing.trace_kernel`)."""
 
 from .expr import Expr, format_expr
-from .nodes import KernelIR
+from .kernel_ir import KernelIR
 from .printer import format_kernel
 from .verify import verify_kernel
 

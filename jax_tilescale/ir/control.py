@@ -40,7 +40,8 @@ from typing import ClassVar
 
 from .buffers import Buffer, BufferKind
 from .expr import Expr, Load, Var, VarKind, format_expr, loads, variables
-from .nodes import KernelIR, Region, SignalUpdate, Stmt, stmt_exprs, walk_stmts
+from .kernel_ir import KernelIR
+from .nodes import Region, SignalUpdate, Stmt, stmt_exprs, walk_stmts
 from .values import Value, format_value
 
 THREAD_VAR = Var(VarKind.THREAD)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .control import If, LocalStore, format_cond
 from .expr import Expr, format_expr
+from .kernel_ir import KernelIR
 from .nodes import (
     BarrierAll,
     Broadcast,
@@ -21,7 +22,6 @@ from .nodes import (
     Fill,
     Gemm,
     Get,
-    KernelIR,
     Loop,
     PeerCopy,
     Put,

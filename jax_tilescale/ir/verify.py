@@ -12,7 +12,7 @@ import math
 
 from ..errors import KernelTraceError
 from . import verify_comm, verify_compute, verify_control, verify_tile_ops
-from .nodes import KernelIR
+from .kernel_ir import KernelIR
 from .verify_base import var_ranges, verify_body
 
 # The modules whose rules fill verify_base.VERIFY (each registers its own when imported).

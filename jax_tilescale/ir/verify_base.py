@@ -21,7 +21,8 @@ from .buffers import BufferKind, load_refusal
 from .control import If, format_cond, stmt_regions, thread_dependent
 from .expr import Expr, Var, VarKind, format_expr, node_ranges, variables
 from .guards import guarded, guarded_loads, guards_keep_in_bounds
-from .nodes import KernelIR, Loop, Region, Scope, SourceLoc, Stmt, stmt_exprs
+from .kernel_ir import KernelIR
+from .nodes import Loop, Region, Scope, SourceLoc, Stmt, stmt_exprs
 from .ranges import Ranges, value_bounds, value_range
 from .rules import RuleTable
 

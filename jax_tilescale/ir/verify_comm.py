@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..errors import KernelTraceError
 from .buffers import BufferKind
 from .expr import format_expr
+from .kernel_ir import KernelIR
 from .nodes import (
     REMOTE_READABLE,
     REMOTE_WRITABLE,
@@ -16,7 +17,6 @@ from .nodes import (
     Fcollect,
     Fence,
     Get,
-    KernelIR,
     PeerCopy,
     Put,
     Quiet,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..errors import KernelTraceError
 from .buffers import BufferKind
-from .nodes import BLOCK_LOCAL, CLIP_KINDS, Copy, Fill, Gemm, KernelIR, Loop, Region, SourceLoc
+from .kernel_ir import KernelIR
+from .nodes import BLOCK_LOCAL, CLIP_KINDS, Copy, Fill, Gemm, Loop, Region, SourceLoc
 from .ranges import Ranges
 from .verify_base import VERIFY, check_kind, check_region, check_same_shape, verify_body
 

@@ -10,7 +10,7 @@ from .buffers import BufferKind
 from .control import THREAD_VAR, If, LocalStore, thread_dependent
 from .expr import format_expr, is_condition
 from .guards import guarded, known_conditions, narrowed
-from .nodes import KernelIR
+from .kernel_ir import KernelIR
 from .ranges import Ranges
 from .values import BOOL, Value, format_value
 from .verify_base import VERIFY, check_region, thread_branch, verify_body

@@ -11,7 +11,8 @@ from .buffers import BufferKind
 from .control import THREAD_VAR, If, format_cond
 from .expr import loads, same_expr, variables
 from .guards import guarded, known_conditions, narrowed
-from .nodes import BLOCK_LOCAL, KernelIR, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
+from .kernel_ir import KernelIR
+from .nodes import BLOCK_LOCAL, Region, SourceLoc, Stmt, stmt_exprs, walk_stmts
 from .ranges import Ranges
 from .tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, Store
 from .values import BFLOAT16, BOOL, VALUE_DTYPES, ElementRead, Value, ValueSelect, children, format_value

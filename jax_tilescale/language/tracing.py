@@ -11,7 +11,8 @@ import numpy as np
 
 from ..errors import KernelTraceError
 from ..ir.buffers import Buffer, BufferKind
-from ..ir.nodes import UNKNOWN_LOC, KernelIR, SourceLoc
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import UNKNOWN_LOC, SourceLoc
 from .refs import Ref
 from .state import TraceState, tracing
 

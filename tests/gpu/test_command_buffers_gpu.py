@@ -103,21 +103,29 @@ def _xla_records_while_loops() -> bool:
     return m is not None and "WHILE" in [v.strip().lstrip("+") for v in m.group(1).upper().split(",")]
 
 
-def _check_loop(kern, mesh) -> None:
+# The same request for one jitted function instead of the whole process (XLA's defaults plus WHILE and
+# CONDITIONAL; a per-jit option sets the whole list, it does not add to it).
+LOOP_GRAPH_OPTIONS = {
+    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL",
+    "xla_gpu_graph_min_graph_size": 1,
+}
+
+
+def _check_loop(kern, mesh, compiler_options: dict | None = None) -> None:
     """LOOP shifts in a jitted fori_loop: XLA's while loop runs the same call site with the same buffers
-    every iteration (recorded once into a graph when XLA_FLAGS asks for WHILE), and each iteration must
-    still be a new launch that reads the previous one's result."""
+    every iteration (recorded once into a graph when XLA_FLAGS or `compiler_options` ask for WHILE), and
+    each iteration must still be a new launch that reads the previous one's result."""
     n = mesh.size
     spec = P(tuple(mesh.axis_names))
     run = jax.jit(jax.shard_map(lambda x: jax.lax.fori_loop(0, LOOP, lambda i, y: kern(y), x), mesh=mesh,
-                                in_specs=spec, out_specs=spec))
+                                in_specs=spec, out_specs=spec), compiler_options=compiler_options)
     _handler_calls()
     for seed in range(RUNS):
         x = random_rows(np.random.default_rng(50 + seed), n, (ROWS, COLS))
         want = np.roll(per_device(x, n), LOOP, axis=0).reshape(x.shape)
         assert_equal(run(ts.testing.place(x, mesh, spec)), want)
     calls = _handler_calls()
-    if _xla_records_while_loops():
+    if compiler_options is not None or _xla_records_while_loops():
         assert calls < LOOP * RUNS, (
             f"{calls} handler calls for {LOOP * RUNS} launches in loops: XLA recorded no while loop")
 
@@ -130,3 +138,8 @@ def test_loop_of_communicating_launches_on_several_pes(gpu_mesh, kern):
 def test_loop_of_communicating_launches_on_one_pe():
     mesh = jax.make_mesh((1,), ("x",), devices=jax.devices("gpu")[:1])
     _check_loop(push, mesh)
+
+
+def test_loop_recorded_with_per_jit_options(gpu_mesh):
+    """The loop recorded as one graph through `jax.jit(compiler_options=)`, without XLA_FLAGS."""
+    _check_loop(push, gpu_mesh, LOOP_GRAPH_OPTIONS)

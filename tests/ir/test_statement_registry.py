@@ -15,7 +15,8 @@ from jax_tilescale.codegen.body import EMIT, EmitKind
 from jax_tilescale.interpret.block import INTERPRET, RunKind
 from jax_tilescale.ir import verify_kernel
 from jax_tilescale.ir.buffers import Buffer, BufferKind
-from jax_tilescale.ir.nodes import KernelIR, Stmt
+from jax_tilescale.ir.kernel_ir import KernelIR
+from jax_tilescale.ir.nodes import Stmt
 from jax_tilescale.ir.printer import PRINT, format_kernel
 from jax_tilescale.ir.rules import MissingRuleError, RuleTable
 from jax_tilescale.ir.verify_base import VERIFY
