@@ -187,6 +187,11 @@ def _p2p_put(s: Put, ctx: Ctx) -> list[str]:
     if s.signal is not None:  # after every thread's stores: the scope meets, then one thread signals
         lines += ctx.block_sync() if s.scope is Scope.BLOCK else ["__syncwarp();"]
         lines += _p2p_signal(ctx, s.signal.word, s.signal.value, s.signal.op, "ts_peer_nv", s.op_name)
+    elif s.blocking and s.scope is Scope.BLOCK and s.src.buffer.kind is not BufferKind.SHARED:
+        # A blocking put is complete on return for the whole block (the interpreter delivers it at
+        # issue): every thread's stores precede what follows, so a later signal_op's release by
+        # thread 0 covers them. (_finish adds the barrier itself for other scopes and shared sources.)
+        lines += ctx.block_sync()
     return lines + _finish(ctx, s.scope, s.src)
 
 

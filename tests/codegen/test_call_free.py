@@ -92,6 +92,29 @@ def _shift():
     return shift.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=2)
 
 
+def test_call_free_puts_fence_only_where_their_data_counts_for_a_peer():
+    """A P2P put issues no system fence of its own (NVSHMEM's P2P path fences where the data must count:
+    the signal's release, quiet, fence, barriers, the end of call); a blocking block put ends with the
+    block's barrier, so that a later signal_op's release by thread 0 covers every thread's stores."""
+
+    @ts.kernel(out_shape=(S((64, 64), jnp.float32), S((64, 64), jnp.float32)), grid=(1,), threads=128)
+    def puts(x, y, z):
+        flag = T.alloc_signal(1)
+        peer = (T.get_pe() + 1) % T.get_pe_num()
+        T.putmem_block(y[:, :], x[:, :], pe=peer)
+        T.signal_op(flag[0], 1, T.SignalOp.SET, peer)
+        T.putmem_nbi_block(z[:, :], x[:, :], pe=peer)
+        T.signal_wait_until(flag[0], T.Cmp.EQ, 1)
+
+    mod = generate_cuda(puts.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=2), "sm_90")
+    assert mod.call_free
+    body = mod.source.split("__global__", 1)[1]
+    blocking, signal, nbi = (body[body.index(f"// [{i}] "):body.index(f"// [{i + 1}] ")] for i in range(3))
+    assert "ts_dst[ts_c0] = ts_src[ts_c0];" in blocking and "__threadfence_system" not in blocking + nbi
+    assert blocking.index("ts_dst[ts_c0] = ts_src[ts_c0];") < blocking.index("__syncthreads();")
+    assert "ts_p2p_signal_set(" in signal and "__syncthreads();" not in nbi
+
+
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 def test_a_kernel_without_wgmma_is_call_free_too_and_its_output_zero_copy(arch):
     mod = generate_cuda(_shift(), arch)
