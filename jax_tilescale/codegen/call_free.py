@@ -10,9 +10,10 @@ communicates, on one machine, is generated without calls when each of its statem
 form ($TILESCALE_CALL_FREE=0 keeps NVSHMEM's calls everywhere, for comparison):
 
 - puts and gets: copy loops of plain loads and stores through the peer's mapping (`nvshmem_ptr`,
-  inlined), complete when the statement ends (stronger than `_nbi`, which completes at quiet);
+  inlined); a put fences nothing itself: what makes its data count for a peer orders its stores
+  (a blocking block put ends with the block's barrier);
 - signals (fused into a put or on their own): one release atomic at system scope on the peer's
-  word, after the block's stores are fenced;
+  word, by one thread after the block's threads meet (cumulative over their stores);
 - quiet and fence: a system-scope fence (P2P stores need nothing more);
 - barriers, the entry and end-of-call barriers: the header's helpers, inlined, their signals as
   above;
