@@ -16,7 +16,8 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
           fusion, it updates the loop carry in place instead of writing a fresh buffer XLA then copies;
 - comm:   the ring shift kernel (puts, end-of-call barrier) on this PE's mesh vs a plain copy kernel
           moving the same bytes: target at most 3 us more on one PE;
-- shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU.
+- shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU;
+          "4 KiB signalled": the shift whose blocks signal their rows, which ends without the meeting.
 The comm and shift rows also run as "[chain]" (`--loop`): jitted programs of 50 calls written out, with no
 while loop, whose per-iteration cost (counter, condition, their launches: 9-17 us on the H200 machine, the
 plain copy kernel's own figure) every fori row pays whatever the kernel does. XLA does not record a while
@@ -55,6 +56,22 @@ def copy_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileK
         T.copy(src[rows, :], dst[rows, :])
 
     return copy
+
+
+def signalled_shift_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileKernel:
+    """The ring shift with each block's rows announced by a signal its receiver waits for: the kernel
+    proves its own completion and ends without the end-of-call meeting (codegen/end_of_call.py)."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(m // block_m,), threads=128)
+    def signalled_shift(src, dst):
+        arrived = T.alloc_signal(m // block_m)
+        pid = T.program_id(0)
+        rows = T.ds(pid * block_m, block_m)
+        T.putmem_signal_nbi_block(dst[rows, :], src[rows, :], sig=arrived[pid], value=1, op=T.SignalOp.SET,
+                                  pe=(T.get_pe() + 1) % T.get_pe_num())
+        T.signal_wait_until(arrived[pid], T.Cmp.EQ, 1)
+
+    return signalled_shift
 
 
 SHOW_HLO = False  # --hlo: print each row's compiled loop body
@@ -208,12 +225,14 @@ def bench_plain(iters: int, reps: int) -> list[Row]:
                    lambda a: jnp.dot(a, b2), a2, iters, reps)]
 
 
-def shift_and_copy(mesh, rows: int, n: int, block_m: int = 64):
-    """The ring shift and the copy kernel over mesh axis "x" (`rows` x `n` float32 per PE, `block_m` rows
-    a block), checked once against the host's ppermute (no XLA collective: NCCL refuses two PEs on one GPU)."""
+def shift_and_copy(mesh, rows: int, n: int, block_m: int = 64, signalled: bool = False):
+    """The ring shift (`signalled`: its form that ends without the meeting) and the copy kernel over mesh
+    axis "x" (`rows` x `n` float32 per PE, `block_m` rows a block), checked once against the host's
+    ppermute (no XLA collective: NCCL refuses two PEs on one GPU)."""
     dtype = jnp.dtype(jnp.float32)
     block_m = min(block_m, rows)
-    shift = simple_shift.simple_shift(rows, n, dtype, block_m=block_m)
+    make = signalled_shift_kernel if signalled else simple_shift.simple_shift
+    shift = make(rows, n, dtype, block_m=block_m)
     copy = copy_kernel(rows, n, dtype, block_m=block_m)
     wrap = lambda f: jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     verdict = ts.testing.check_shift(jax.jit(wrap(shift)), mesh, rows, n, dtype, seed=3)
@@ -233,8 +252,9 @@ def bench_shift(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",))
     rows_out = []
     # 4 KiB: one block (latency); 1 MiB: 64 blocks of 16 KiB, since 4 blocks of 256 KiB made even the plain
     # copy cost 34 us with two PEs on one GPU (2026-12-01), more than the row's target.
-    for label, rows, n, block_m in (("4 KiB", 64, 16, 64), ("1 MiB", 256, 1024, 4)):
-        shift, copy, x = shift_and_copy(mesh, rows, n, block_m)
+    for label, rows, n, block_m, signalled in (("4 KiB", 64, 16, 64, False), ("1 MiB", 256, 1024, 4, False),
+                                               ("4 KiB signalled", 64, 16, 64, True)):
+        shift, copy, x = shift_and_copy(mesh, rows, n, block_m, signalled)
         rows_out += [paired(f"{label} shift per PE ({mesh.size} PEs) vs plain copy", shift, copy, x, iters, reps,
                             loop=lp) for lp in loops]
     return rows_out

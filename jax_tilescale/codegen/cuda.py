@@ -31,6 +31,7 @@ from .call_free import call_free
 from .call_free import header_lines as call_free_header
 from .common import INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
+from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
 from .layout import plan_layout
@@ -220,7 +221,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += plan.declarations()
         params += plan.kernel_params()
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
-    start, end = _call_start(kernel, free.on), _call_end(kernel, layout.scratch_bytes)
+    start, end = _call_start(kernel, free.on), _call_end(kernel, layout.scratch_bytes, free.on)
     if zero_copy:  # before any peer can wait for it: where this launch's copies of those buffers are
         mask = sum(1 << i for i in zero_copy.values())
         names = ", ".join(b.name for b in zero_copy)
@@ -282,19 +283,28 @@ def _call_start(kernel: KernelIR, call_free: bool) -> list[str]:
     ]
 
 
-def _call_end(kernel: KernelIR, scratch_bytes: int) -> list[str]:
+def _call_end(kernel: KernelIR, scratch_bytes: int, call_free: bool) -> list[str]:
     """How a launch ends (docs/calling_convention.md, "End of a call"): a kernel that communicates
     ends with a device-side barrier over its PE space (its remote writes are complete when the call
-    returns, and no peer writes into the scratch half it zeroes); a kernel with scratch zeroes it for
-    the next launch; a plain kernel without scratch ends with its last statement."""
+    returns, and no peer writes into the scratch half it zeroes), unless it proves completion itself
+    (codegen/end_of_call.py); a kernel with scratch zeroes it for the next launch; a plain kernel
+    without scratch ends with its last statement."""
+    meet = True
     if kernel.uses_nvshmem():
-        why = ("end of call: every block quiets, the last one meets every PE of the kernel's PE space "
-               "(remote writes complete when the call returns) and zeroes the scratch for the launch after next")
+        ending = end_of_call(kernel, call_free)
+        meet = ending.meet
+        if meet:
+            why = ("end of call: every block quiets, the last one meets every PE of the kernel's PE space "
+                   "(remote writes complete when the call returns) and zeroes the scratch for the launch after "
+                   f"next. Not without the meeting: {ending.why}")
+        else:
+            why = f"end of call without the meeting: {ending.why}; the last block zeroes the scratch"
     elif scratch_bytes > 0:
         why = "end of call: the last block to finish zeroes the scratch for the next launch"
     else:
         return []
-    return [comment(why), f"ts_call_end(args, {scratch_bytes}u, {c_string(str(kernel.loc))});"]
+    return [comment(why), f"ts_call_end(args, {scratch_bytes}u, {c_string(str(kernel.loc))}, "
+                          f"{'true' if meet else 'false'});"]
 
 
 def _frame_body(ctx: Ctx) -> list:

@@ -114,15 +114,19 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
 // before every PE has passed this launch's barrier, and the next launch that uses it is two launches on.
 // Then it advances ctl[TS_CTL_ENDED] to this launch's number: every block has read it before (each
 // counted itself done after its last read), and the next launch starts after this one ends.
-__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where) {
+// `meet` false (codegen/end_of_call.py): the kernel proved completion itself (every remote write into this
+// PE is a put whose signal this PE waited for, and no peer reads its memory): no fence, no meeting.
+__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where,
+                                      bool meet) {
   // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
   const uint64_t seq = ts_launch_seq(args);
   int last = 0;
   __syncthreads();
   // A PE space of one PE has no peer to prove anything to: its writes are all local, and the kernel's end
   // makes them visible; the system-scope fence and the meeting are for peers (a one-PE call cost 3.4-3.8 us
-  // more than a plain copy kernel with them: benchmarks/NOTES.md).
-  const bool peers = args.npes > 1;
+  // more than a plain copy kernel with them: benchmarks/NOTES.md). Nor has a kernel that proved completion:
+  // its puts' signals were released after their stores, and its peers waited for them.
+  const bool peers = meet && args.npes > 1;
   if (threadIdx.x == 0) {
 #if TS_USES_NVSHMEM && !TS_CALL_FREE
     nvshmem_quiet();
