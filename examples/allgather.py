@@ -1,5 +1,7 @@
 """Ring all-gather, as in TileScale's example: block (bx, by) puts rows bx of this PE's shard
 into the output of PE (me + by) % npes, so every PE ends with every shard (its own included).
+Each put carries a signal on the word of its block, which the receiver's block (bx, by) awaits: the
+kernel proves its own completion and ends without the end-of-call meeting (codegen/end_of_call.py).
 
 Both kernels (`--kernel push`, `pull` or `both`) are checked against `jax.lax.all_gather` on
 random data. Needs at least 2 devices. On GPUs: `python -m jax_tilescale.launch -n 2
@@ -25,11 +27,14 @@ def allgather(m_per_pe: int, n: int, npes: int, dtype: jnp.dtype, block_m: int =
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((npes * m_per_pe, n), dtype), grid=(m_per_pe // block_m, npes),
                threads=128, replicated=True)
     def ring_allgather(shard, gathered):
+        arrived = T.alloc_signal((m_per_pe // block_m) * npes)  # one word per block: (bx, by)
         bx, by = T.program_id(0), T.program_id(1)
         me, npes_ = T.get_pe(), T.get_pe_num()
         rows = T.ds(bx * block_m, block_m)
-        T.putmem_nbi_block(gathered[T.ds(me * m_per_pe + bx * block_m, block_m), :], shard[rows, :],
-                           pe=(me + by) % npes_)
+        word = arrived[bx * npes + by]  # block (bx, by) of PE me - by puts into this PE's word (bx, by)
+        T.putmem_signal_nbi_block(gathered[T.ds(me * m_per_pe + bx * block_m, block_m), :], shard[rows, :],
+                                  sig=word, value=1, op=T.SignalOp.SET, pe=(me + by) % npes_)
+        T.signal_wait_until(word, T.Cmp.EQ, 1)
 
     return ring_allgather
 
