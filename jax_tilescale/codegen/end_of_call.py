@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from ..ir.buffers import BufferKind
 from ..ir.evaluate import evaluate
-from ..ir.expr import PE_VAR, VarKind, program_id_var, static_value, variables
+from ..ir.expr import PE_VAR, Expr, VarKind, loads, program_id_var, static_value, variables
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Cmp, Fence, Loop, Put, Quiet, Scope, SignalWait, Stmt, walk_stmts
 
@@ -86,7 +86,10 @@ def _needs_meeting(kernel: KernelIR, call_free: bool) -> str | None:
     points = math.prod(kernel.grid) * sum(math.prod(lp.extent for lp in loops) for _, loops in placed)
     if points > MAX_POINTS_CHECKED:
         return f"too many (block, iteration) points to check the signal words ({points})"
-    return _check_words(kernel, placed)
+    try:
+        return _check_words(kernel, placed)
+    except ArithmeticError as e:  # e.g. a division by zero at some point: the kernel fails there anyway
+        return f"an index that cannot be evaluated at every point ({e})"
 
 
 def _place(body: tuple[Stmt, ...], loops: tuple[Loop, ...],
@@ -118,17 +121,22 @@ def _put_problem(p: Put) -> str | None:
     value = static_value(p.signal.value)
     if value is None or value <= 0:
         return f"{what} signals a value that is not a static positive number"
-    if any(v.kind not in (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE) for v in variables(p.pe)):
+    if not _depends_only_on(p.pe, (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE)):
         return f"{what} targets a PE that depends on more than the PE, the block and the loops"
-    if any(v.kind not in (VarKind.PROGRAM_ID, VarKind.LOOP) for e in p.signal.word.starts for v in variables(e)):
+    if not all(_depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in p.signal.word.starts):
         return f"{what} signals a word that depends on more than the block and the loops"
     return None
+
+
+def _depends_only_on(e: Expr, kinds: tuple[VarKind, ...]) -> bool:
+    """`e` reads no memory and no variable but those of `kinds` (so it can be evaluated here)."""
+    return not loads(e) and all(v.kind in kinds for v in variables(e))
 
 
 def _wait_problem(w: SignalWait) -> str | None:
     """A wait whose word depends on the PE may await different words on different PEs, which the proof
     does not follow. (A wait for anything but EQ/GE a static value is allowed; it proves nothing here.)"""
-    if any(v.kind not in (VarKind.PROGRAM_ID, VarKind.LOOP) for e in w.word.starts for v in variables(e)):
+    if not all(_depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in w.word.starts):
         return f"the {w.op_name} at {w.loc} waits on a word that depends on more than the block and the loops"
     return None
 

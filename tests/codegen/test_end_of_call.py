@@ -146,3 +146,22 @@ def test_a_ring_in_a_loop_with_a_word_per_step_and_block_proves_completion(num_p
 def test_a_ring_in_a_loop_that_does_not_await_its_words_keeps_the_meeting(kwargs, reason):
     ending = end_of_call(_stepped_ring(3, **kwargs), call_free=True)
     assert ending.meet and reason in ending.why, ending.why
+
+
+def test_a_target_read_from_memory_keeps_the_meeting():
+    """A PE read at run time (`T.load`) cannot be checked for a permutation here."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((ROWS, COLS), F32), grid=(NB,))
+    def hop(src, hops, dst):
+        arrived = T.alloc_signal(NB)
+        pid = T.program_id(0)
+        rows = T.ds(pid * BM, BM)
+        n = T.get_pe_num()
+        T.putmem_signal_nbi_block(dst[rows, :], src[rows, :], sig=arrived[pid], value=1, op=T.SignalOp.SET,
+                                  pe=(T.get_pe() + T.load(hops[0])) % n)
+        T.signal_wait_until(arrived[pid], T.Cmp.EQ, 1)
+
+    kernel = hop.trace(jax.ShapeDtypeStruct((ROWS, COLS), F32), jax.ShapeDtypeStruct((1,), jnp.int32),
+                       mesh_axes=("x",), num_pes=2)
+    ending = end_of_call(kernel, call_free=True)
+    assert ending.meet and "targets a PE that depends on more than" in ending.why, ending.why
