@@ -347,7 +347,6 @@ ffi::Error CollectParams(const LaunchState& s, ffi::RemainingArgs& args, ffi::Re
     }
     params[i] = Param{data, bytes, s.config.uses_nvshmem ? s.staged[i] : kDirect, 0, false};
   }
-
   return ffi::Error::Success();
 }
 
@@ -398,7 +397,6 @@ ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::Remaini
   }
   return ffi::Error::Success();
 }
-
 
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {

@@ -47,8 +47,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs): see
     # command_buffer_ok. Only a graph-safe kernel is a pure function of its inputs, which XLA may schedule
     # as one; a communicating kernel keeps its side effect (its peers' writes) either way.
-    kernel_pes = int(np.prod([mesh_shape[i] for i in kernel_axes])) if kernel_axes else 1
-    target = GRAPH_TARGET_NAME if command_buffer_ok(module, kernel_pes)[0] else TARGET_NAME
+    target = GRAPH_TARGET_NAME if command_buffer_ok(module, k.num_pes)[0] else TARGET_NAME
     # Aliased outputs are returned in their inputs' buffers: XLA hands the handler one pointer for both.
     aliases = dict(k.aliases) or None
     rule = jax.ffi.ffi_lowering(target, has_side_effect=not module.graph_safe, operand_output_aliases=aliases)
