@@ -10,6 +10,8 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py);
 - calls: `reps` jitted calls dispatched back to back, full outputs, blocked on at the end.
+`reps` is at least `--reps` and at small shapes as many as jnp.dot needs for `--min-run-ms` per timed
+run, so that a dispatch and the host's wake-up are not part of what a row measures.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
 Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowering the
 loop took and ptxas's registers/spills. `--lowerings auto,mma` times each config through each
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import pathlib
 import re
@@ -147,6 +150,18 @@ def loop_and_calls(product, reps: int):
     return (lambda a, b: loop(a, b)), (lambda a, b: [call(a, b) for _ in range(reps)])
 
 
+def reps_for(a, b, reps: int, min_run_ms: float) -> int:
+    """Products per timed run at this shape: at least `reps`, and enough that jnp.dot's loop takes
+    `min_run_ms` (at 2048^3, 20 products are 0.8 ms, where one dispatch and the host's wake-up after
+    `block_until_ready`, tens of microseconds, moved single rows by 10-40%: benchmarks/NOTES.md)."""
+    loop, _ = loop_and_calls(lambda x, y: x @ y, reps)
+    jax.block_until_ready(loop(a, b))
+    t0 = time.perf_counter()
+    jax.block_until_ready(loop(a, b))
+    per_product = (time.perf_counter() - t0) / reps
+    return max(reps, min(4000, math.ceil(min_run_ms * 1e-3 / per_product)))
+
+
 def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 5,
                         heat_s: float = 0.5) -> dict[str, float]:
     """Seconds per product of each runner: median over `rounds` rounds in which every runner runs
@@ -227,7 +242,9 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=20, help="products per timed run, at least (see --min-run-ms)")
+    ap.add_argument("--min-run-ms", type=float, default=20.0,
+                    help="more products per timed run where jnp.dot would take less than this (small shapes)")
     ap.add_argument("--heat", type=float, default=0.5, help="seconds each runner runs untimed before each timed run")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
@@ -253,18 +270,20 @@ def main() -> None:
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
         want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
         scale = float(jnp.max(jnp.abs(want)))
+        reps = reps_for(a, b, args.reps, args.min_run_ms)
+        print(f"{shape}: {reps} products per timed run", flush=True)
         kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low, c): gemm(m, n, k, jnp.bfloat16, **cfg)
                    for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}
         for name, product in [("XLA jnp.dot", lambda x, y: x @ y), *((key[0], kv) for key, kv in kernels.items())]:
-            runners[(name, "loop")], runners[(name, "calls")] = loop_and_calls(product, args.reps)
+            runners[(name, "loop")], runners[(name, "calls")] = loop_and_calls(product, reps)
         for (name, low, c) in kernels:
             for how in ("loop", "calls"):
                 runners[name, how] = with_settings(low, configs[c][1], runners[name, how])
         if torch is not None:
-            for how, run in cublas_runners(torch, a, b, args.reps).items():
+            for how, run in cublas_runners(torch, a, b, reps).items():
                 runners["cuBLAS torch", how] = run
-        t = interleaved_medians(runners, a, b, args.reps, heat_s=args.heat)
+        t = interleaved_medians(runners, a, b, reps, heat_s=args.heat)
         ref = {how: t["XLA jnp.dot", how] for how in ("loop", "calls")}
         cub = {how: t.get(("cuBLAS torch", how)) for how in ("loop", "calls")}
         rows.append(_row(shape, "XLA jnp.dot", t, "XLA jnp.dot", ref, cub, "-", True))
