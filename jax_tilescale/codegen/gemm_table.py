@@ -6,17 +6,20 @@ The three levers, and when each pays:
 - the tile shape: 256x192 reads the fewest L2 bytes per FLOP (fastest at 8192-sized shapes
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
   plan take it; 128x256 is the portable default;
-- split-K: a problem with fewer output tiles than half the SMs (128 x 8192 x 8192: 32 tiles of
-  128x256 on 132 SMs) splits K over `split_k` blocks per tile, whose float32 partials are summed in split
-  order (deterministic; by XLA afterwards, which measured faster than the tile's last split
-  summing them inside the kernel);
+- narrow tiles: a problem with fewer 128x256 tiles than half the SMs whose 128x64 tiles make about
+  one wave (128 x 8192 x 8192: 32 tiles of 128x256, 128 of 128x64 on 132 SMs) takes 128x64 tiles, one
+  consumer warpgroup and 8 stages, with no split and so no partials to sum (measured 0.96x XLA in a loop
+  and 1.30x in calls, against 0.89x / 1.06x for split-K 4: benchmarks/NOTES.md, 2026-12-02);
+- split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
+  float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
+  than the tile's last split summing them inside the kernel);
 - a persistent grid (one block per SM walking the tiles in grouped order): the producer loads
   the next tile's stages while the consumers store the last one, which matters when a tile's
   epilogue is a large part of its time (short K, many waves);
 - two blocks per SM (`blocks_per_sm=2`, 128x128 tiles, one consumer warpgroup, 3 stages: half the
-  registers and shared memory of an SM each): at a shape whose 128x256 tiles make one wave or less
-  (2048^3: 128 tiles), one block's pipeline fill and epilogue overlap the other's main loop, which
-  a persistent grid cannot give with one tile per block.
+  registers and shared memory of an SM each, `PAIRED`): no longer picked. It was the pick where the
+  128x256 tiles make one wave or less (2048^3), from runs of 20 products per timing; with timed runs of
+  20 ms it measured 0.91x XLA there against 0.98x for plain 128x256 tiles (benchmarks/NOTES.md).
 
 Explicit arguments to `gemm()` always win over the table.
 """
@@ -60,6 +63,8 @@ PERSISTENT = GemmConfig(num_stages=3, persistent=True)
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)
+# skinny: 128x64 tiles, one consumer warpgroup (two m64n64 slabs), 8 stages of 24 KiB
+NARROW = GemmConfig(block_m=128, block_n=64, num_stages=8, threads=128)
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
 MAX_SPLIT_K = 8
 
@@ -96,12 +101,12 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     dt = np.dtype(dtype)
     if dt.itemsize != 2 or dt.kind not in "fV":  # bf16 is kind 'V' to numpy
         return DEFAULT
+    tiles = tiles_of(m, n, DEFAULT)
+    if 2 * tiles <= sm_count and sm_count // 2 <= tiles_of(m, n, NARROW) <= sm_count:
+        return NARROW  # too few wide tiles, about one wave of narrow ones: no split, no partials
     split = split_for(m, n, k, DEFAULT, sm_count)
     if split > 1:
         return GemmConfig(split_k=split)
-    tiles = tiles_of(m, n, DEFAULT)
-    if tiles <= sm_count:  # one wave of one tile per SM: pair two smaller blocks per SM instead
-        return PAIRED
     if tiles > 2 * sm_count and k <= 2048:  # many waves of short tiles: overlap each epilogue
         return PERSISTENT
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:

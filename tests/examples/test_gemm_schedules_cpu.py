@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen.gemm_table import DEFAULT, PAIRED, GemmConfig, pick_config
+from jax_tilescale.codegen.gemm_table import DEFAULT, NARROW, GemmConfig, pick_config
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -93,17 +93,18 @@ def test_persistent_matches_dot_at_ragged_shapes(dtype, m, n, k, sms):
 
 
 def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
-    assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == GemmConfig(split_k=4)
+    assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 128 tiles of 128x64: one wave
+    assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == GemmConfig(split_k=8)  # 32 narrow tiles: split
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     assert pick_config(8192, 8192, 8192, jnp.bfloat16, 132).block_m == 256  # the widest tiles when they fill waves
     assert pick_config(4096, 4096, 4096, jnp.bfloat16, 132) == DEFAULT  # 256x192 would leave a third of a wave idle
     assert pick_config(64, 64, 64, jnp.float32, 132) == DEFAULT  # only fp16/bf16 take the table
-    # one wave of 128x256 tiles or less (128 at 2048^3): two 128x128 blocks per SM
-    assert pick_config(2048, 2048, 2048, jnp.bfloat16, 132) == PAIRED
+    # one wave of 128x256 tiles (128 at 2048^3): plain 128x256 (two 128x128 blocks per SM measured slower)
+    assert pick_config(2048, 2048, 2048, jnp.bfloat16, 132) == DEFAULT
     assert pick_config(2048, 4096, 2048, jnp.bfloat16, 132) == DEFAULT  # 256 tiles: two waves already
     # gemm() with no tile arguments takes the pick; explicit arguments win
-    assert isinstance(gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), num_sms=132), gemm_example.SplitK)
-    assert not isinstance(gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), num_sms=132, split_k=1),
+    assert isinstance(gemm_example.gemm(128, 2048, 8192, jnp.dtype(jnp.bfloat16), num_sms=132), gemm_example.SplitK)
+    assert not isinstance(gemm_example.gemm(128, 2048, 8192, jnp.dtype(jnp.bfloat16), num_sms=132, split_k=1),
                           gemm_example.SplitK)
     explicit = gemm_example.gemm(128, 8192, 8192, jnp.dtype(jnp.bfloat16), block_m=128, block_n=256, block_k=64)
     assert not isinstance(explicit, gemm_example.SplitK)
