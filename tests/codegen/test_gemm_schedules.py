@@ -17,6 +17,7 @@ from tests.conftest import load_example
 gemm_example = load_example("gemm")
 BF16 = jnp.bfloat16
 S = jax.ShapeDtypeStruct
+SPLIT4 = dict(block_m=128, block_n=256, block_k=64, split_k=4)  # split-K 4 of 128x256 tiles (the table's pick before NARROW)
 
 
 def _module(m, n, k, **cfg):
@@ -40,7 +41,7 @@ def test_persistent_tile_loop_takes_the_hopper_plan(m, n, k):
 
 
 def test_split_k_summed_by_xla_takes_the_hopper_plan_with_float32_partials_stored_by_tma():
-    mod = _module(128, 8192, 8192, split_reduce="xla")  # the table's pick: 4 splits of 128x256 tiles
+    mod = _module(128, 8192, 8192, **SPLIT4, split_reduce="xla")  # 4 splits of 128x256 tiles
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     assert "ts_tma_store_2d(" in mod.source and "ts_bz" in mod.source
 
@@ -49,7 +50,7 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     """The partial store, the ticket and the last split's sum and store run on the consumer
     warpgroups after the loop; the workspace and counter indices are proven in bounds, so no
     check (a call that would serialise the wgmma pipeline) is generated."""
-    mod = _module(128, 8192, 8192, split_reduce="kernel")  # the table's 4 splits of 128x256 tiles
+    mod = _module(128, 8192, 8192, **SPLIT4, split_reduce="kernel")  # 4 splits of 128x256 tiles
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     consumer = mod.source.split("consumer warpgroups", 1)[1]
     assert "atomicAdd(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer

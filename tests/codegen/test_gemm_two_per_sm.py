@@ -34,8 +34,8 @@ def _module(m, n, k, arch="sm_90", **cfg):
     return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), arch)
 
 
-def test_the_table_pairs_blocks_at_one_wave_shapes():
-    mod = _module(2048, 2048, 2048)  # no tile arguments: the table's pick
+def test_paired_blocks_at_a_one_wave_shape():
+    mod = _module(2048, 2048, 2048, **PAIRED_ARGS)  # asked for: the table no longer picks it (gemm_table.py)
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     assert mod.grid == (16, 16, 1)  # 256 tiles of 128 x 128: one wave of two per SM
     src = mod.source

@@ -103,7 +103,7 @@ def test_scaled_relu_epilogue_on_a_bf16_accumulator():
 # ---- schedules (examples/gemm.py): split-K and the persistent tile loop, ragged and large ----
 
 @pytest.mark.parametrize("m,n,k,cfg", [
-    (128, 8192, 8192, dict(split_k=4)),  # the table's pick for the skinny shape: summed by XLA
+    (128, 8192, 8192, dict(split_k=4)),  # split-K 4 of the table's 128x64 tiles, summed by XLA
     (128, 8192, 8192, dict(split_k=4, split_reduce="kernel")),  # summed by each tile's last split
     (200, 3000, 4096, dict(split_k=2, split_reduce="kernel")),  # ragged M and N, partials stored by TMA
     (1000, 3000, 777, dict(block_m=128, block_n=256, block_k=64, split_k=13)),  # 13 k-steps, 13 splits
@@ -131,7 +131,7 @@ def test_persistent_matches_dot(m, n, k, cfg):
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
 
 
-# ---- two blocks per SM: the table's pick at one-wave shapes (2048^3), and that two are resident ----
+# ---- two blocks per SM (codegen/gemm_table.PAIRED, asked for explicitly), and that two are resident ----
 
 def test_paired_blocks_match_dot_and_two_fit_on_an_sm():
     from cuda.bindings import driver
@@ -139,7 +139,7 @@ def test_paired_blocks_match_dot_and_two_fit_on_an_sm():
     from jax_tilescale.compiler import compile_cubin
 
     m = n = k = 2048
-    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"))  # the table: 128x128, blocks_per_sm=2
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **CONFIGS["128x128/t128/b2"])
     a, b = _inputs((m, k), (k, n), "bfloat16", 2048)
     first = jax.jit(kern)(a, b)
     _close(first, a, b, "bfloat16")
