@@ -17,7 +17,7 @@ from tests.conftest import load_example
 gemm_example = load_example("gemm")
 BF16 = jnp.bfloat16
 S = jax.ShapeDtypeStruct
-SPLIT4 = dict(block_m=128, block_n=256, block_k=64, split_k=4)  # split-K 4 of 128x256 tiles (the table's pick before NARROW)
+SPLIT4 = dict(block_m=128, block_n=256, block_k=64, split_k=4)  # the table's skinny pick before NARROW
 
 
 def _module(m, n, k, **cfg):
