@@ -11,7 +11,8 @@ the scratch half this PE zeroes). A kernel needs none of that when:
 2. every statement that writes a peer is a block put with a fused signal, outside any branch (at the
    top level of the body or in static loops there, so every block runs it once per iteration), into an
    output (a zero-copy param: the writer first waits for this PE's publish of the launch, so it writes
-   nothing before this PE's launch began);
+   nothing before this PE's launch began); its signal word is a `T.alloc_signal` word (the verifier
+   refuses any other), zero when the launch starts, so no wait passes before the put lands;
 3. at every (block, iteration) each put's target PE, over the kernel's PEs, is a permutation of them,
    and its signal word, which depends on the block and the loop indices only, is signalled by no other
    (put, block, iteration): each PE then receives exactly one signal per word;
