@@ -44,8 +44,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     writes float32 partials that XLA sums afterwards in split order; `split_reduce="kernel"`: the
     tile's last split sums them inside the kernel, measured slower on the H200, benchmarks/NOTES.md);
     otherwise the kernel itself, `persistent` or not.
-    `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; the table's
-    128x128 pick at one-wave shapes)."""
+    `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; gemm_table.PAIRED,
+    which the table no longer picks: benchmarks/NOTES.md)."""
     sms = num_sms or device_sm_count()
     tiles_given = any(v is not None for v in (block_m, block_n, block_k))
     base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
