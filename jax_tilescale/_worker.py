@@ -36,7 +36,7 @@ def _init_distributed() -> None:
         )
     except LaunchError as e:
         print(f"[jax_tilescale] LaunchError: {e}", file=sys.stderr)
-        write_failure_record([f"LaunchError: {e}"])
+        write_failure_record([f"LaunchError: {e}"], distributed.INIT_TIMEOUT_STATUS)
         _fail_fast(distributed.INIT_TIMEOUT_STATUS)
 
 
@@ -83,17 +83,18 @@ def main() -> None:
         if code:
             if not isinstance(e.code, int):
                 print(e.code, file=sys.stderr)
-            write_failure_record([f"SystemExit: {e.code}"])
+            write_failure_record([f"SystemExit: {e.code}"], code)
             _report(f"exited with status {code}" + (f" ({e.code})" if not isinstance(e.code, int) else ""))
             _fail_fast(code)
         raise
     except BaseException as e:
-        write_failure_record(exception_messages(e))  # first: the moment of failure, before the traceback's output
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1
+        write_failure_record(exception_messages(e), code)  # first: the moment of failure, before the traceback
         traceback.print_exception(type(e), e, _user_frames(e.__traceback__))
         from .runtime.watchdog import describe_exception
 
         _report(describe_exception(e))
-        _fail_fast(130 if isinstance(e, KeyboardInterrupt) else 1)
+        _fail_fast(code)
 
 
 def _run() -> None:

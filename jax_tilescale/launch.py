@@ -89,7 +89,7 @@ class _Rank:
             tail = tuple(self.tail) if self.frozen_tail is None else self.frozen_tail
         return Outcome(
             self.rank, self.status, self.exit_time, record[0] if record else None,
-            tuple(record[1]) if record else (), tail, self.stopped,
+            tuple(record[1]) if record else (), tail, self.stopped, record[2] if record else None,
         )
 
 
@@ -245,8 +245,8 @@ def run(cfg: LaunchConfig, command: list[str], out: IO[str] = sys.stdout) -> int
         shutil.rmtree(records, ignore_errors=True)
     if ending == "failed":
         culprit = first_failure(outcomes)
-        if culprit is not None and culprit.status is not None:
-            status = culprit.status
+        if culprit is not None and culprit.reported_status is not None:
+            status = culprit.reported_status
             _say(out, lock, failure_report(outcomes, cfg.node_rank))
     elif ending == "timeout":
         _say(out, lock, timeout_report(outcomes, cfg.node_rank, cfg.timeout_s or 0.0))

@@ -72,12 +72,13 @@ def describe_status(code: int) -> str:
 # --- failure records (written by the worker, read by the launcher) --------------------------------
 
 
-def write_failure_record(messages: Sequence[str], path: str | None = None) -> None:
-    """Records this moment and the messages of a failure, if the launcher asked for it (best effort)."""
+def write_failure_record(messages: Sequence[str], status: int | None = None, path: str | None = None) -> None:
+    """Records this moment, the messages of a failure and the status the worker is about to exit with, if
+    the launcher asked for it (best effort)."""
     path = path or os.environ.get(FAILURE_RECORD_VAR)
     if not path:
         return
-    record = {"time": time.monotonic(), "messages": [m[:2000] for m in messages][:8]}
+    record = {"time": time.monotonic(), "messages": [m[:2000] for m in messages][:8], "status": status}
     try:
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
@@ -101,11 +102,14 @@ def exception_messages(exc: BaseException) -> list[str]:
     return out
 
 
-def read_failure_record(path: str) -> tuple[float, list[str]] | None:
+def read_failure_record(path: str) -> tuple[float, list[str], int | None] | None:
+    """(moment, messages, status the worker meant to exit with) of a rank's failure record, or None."""
     try:
         with open(path) as f:
             record = json.load(f)
-        return float(record["time"]), [str(m) for m in record.get("messages", [])]
+        status = record.get("status")
+        return (float(record["time"]), [str(m) for m in record.get("messages", [])],
+                int(status) if status is not None else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -124,6 +128,16 @@ class Outcome:
     messages: tuple[str, ...] = ()  # the failure record's messages
     tail: tuple[str, ...] = ()  # its last lines
     stopped: bool = False  # the launcher signalled it while it was still running
+    record_status: int | None = None  # the status the worker recorded it was exiting with
+
+    @property
+    def reported_status(self) -> int | None:
+        """The status to report: the script's own (what the worker recorded) when the process then ended
+        otherwise, e.g. aborted by JAX's coordination client while it exited because another rank's
+        coordinator had gone first; else the process's."""
+        if self.record_status is not None and self.status not in (None, 0):
+            return self.record_status
+        return self.status
 
     @property
     def failed(self) -> bool:
@@ -157,6 +171,17 @@ def first_failure(outcomes: Iterable[Outcome]) -> Outcome | None:
 # --- what the launcher prints ------------------------------------------------------------------------
 
 
+def _describe(o: Outcome) -> str:
+    """How a failed rank ended: its status, and how its process ended when that differs from what the
+    worker recorded (an abort while exiting)."""
+    assert o.status is not None
+    reported = o.reported_status
+    assert reported is not None
+    if reported == o.status:
+        return describe_status(o.status)
+    return f"{describe_status(reported)} (then, while exiting, its process {describe_status(o.status)})"
+
+
 def _lines_block(tail: Sequence[str]) -> str:
     return "".join(f"\n  | {line}" for line in tail)
 
@@ -167,14 +192,14 @@ def failure_report(outcomes: Sequence[Outcome], node: int) -> str:
     if culprit is None:
         return ""
     assert culprit.status is not None
-    text = f"rank {culprit.rank} (node {node}) {describe_status(culprit.status)}"
+    text = f"rank {culprit.rank} (node {node}) {_describe(culprit)}"
     if culprit.tail:
         text += f"; its last {len(culprit.tail)} lines:" + _lines_block(culprit.tail)
     for o in sorted((o for o in outcomes if o.failed and o is not culprit), key=lambda o: (o.moment, o.rank)):
         assert o.status is not None
         reason = knock_on_reason(o)
         why = f", a knock-on ({reason})" if reason else ""
-        text += f"\nrank {o.rank} (node {node}) also failed after it: {describe_status(o.status)}{why}"
+        text += f"\nrank {o.rank} (node {node}) also failed after it: {_describe(o)}{why}"
     stopped = sorted(o.rank for o in outcomes if o.stopped)
     if stopped:
         text += f"\nstopped the rank{'s' if len(stopped) > 1 else ''} still running: {_ranks(stopped)}"

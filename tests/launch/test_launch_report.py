@@ -89,6 +89,19 @@ def test_failure_report_names_the_first_then_the_others():
     ]
 
 
+def test_a_rank_aborted_while_exiting_reports_the_status_its_script_failed_with():
+    """Both ranks raise; rank 0 hosts the coordinator and exits first, and JAX's coordination client aborts
+    rank 1 while it exits: the launcher reports (and exits with) the script's status 1, not SIGABRT."""
+    aborted = Outcome(1, -signal.SIGABRT, exit_time=2.0, record_time=1.0, messages=("LaunchError: refused",),
+                      record_status=1)
+    first = Outcome(0, 1, exit_time=1.5, record_time=1.1, messages=("LaunchError: refused",), record_status=1)
+    assert first_failure([first, aborted]) is aborted and aborted.reported_status == 1
+    assert failure_report([first, aborted], node=0).splitlines()[0] == (
+        "rank 1 (node 0) exited with status 1 (then, while exiting, its process was killed by signal SIGABRT (6))")
+    assert first.reported_status == 1 and Outcome(2, -signal.SIGKILL).reported_status == -signal.SIGKILL
+    assert Outcome(3, 0, record_status=1).reported_status == 0  # a record, then a clean exit: nothing failed
+
+
 def test_timeout_report_names_the_ranks_still_running_and_their_last_lines():
     outcomes = [Outcome(4, None, stopped=True, tail=("epoch 3", "waiting for rank 5")),
                 Outcome(5, None, stopped=True), Outcome(6, 0)]
@@ -112,9 +125,11 @@ def test_failure_records_round_trip(tmp_path, monkeypatch):
         messages = exception_messages(e)
     assert messages == ["RuntimeError: step 9 failed", "ConnectionError: Connection reset by peer"]
     monkeypatch.setenv("TILESCALE_FAILURE_RECORD", str(path))
-    write_failure_record(messages)
-    when, got = read_failure_record(str(path))
-    assert got == messages and json.loads(path.read_text())["time"] == when
+    write_failure_record(messages, 1)
+    when, got, status = read_failure_record(str(path))
+    assert got == messages and status == 1 and json.loads(path.read_text())["time"] == when
+    write_failure_record(messages)  # a record without a status (the worker did not say)
+    assert read_failure_record(str(path))[2] is None
     assert read_failure_record(str(tmp_path / "none.json")) is None
     try:
         try:
