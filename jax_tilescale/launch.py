@@ -87,10 +87,10 @@ class _Rank:
         record = read_failure_record(self.record_path)
         with lock:  # its pump may still be adding lines
             tail = tuple(self.tail) if self.frozen_tail is None else self.frozen_tail
-        return Outcome(
-            self.rank, self.status, self.exit_time, record[0] if record else None,
-            tuple(record[1]) if record else (), tail, self.stopped, record[2] if record else None,
-        )
+        if record is None:
+            return Outcome(self.rank, self.status, self.exit_time, tail=tail, stopped=self.stopped)
+        return Outcome(self.rank, self.status, self.exit_time, record.time, tuple(record.messages), tail,
+                       self.stopped, record.status)
 
 
 def _pump(stream: IO[bytes], prefix: str, out: IO[str], lock: threading.Lock, tail: deque[str]) -> None:

@@ -26,6 +26,7 @@ import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import PEER_FAILED_STATUS
 
@@ -102,14 +103,21 @@ def exception_messages(exc: BaseException) -> list[str]:
     return out
 
 
-def read_failure_record(path: str) -> tuple[float, list[str], int | None] | None:
-    """(moment, messages, status the worker meant to exit with) of a rank's failure record, or None."""
+class FailureRecord(NamedTuple):
+    """What a rank's worker recorded of its failure."""
+
+    time: float  # time.monotonic() when it failed
+    messages: list[str]
+    status: int | None  # the status it meant to exit with (None: it did not say)
+
+
+def read_failure_record(path: str) -> FailureRecord | None:
     try:
         with open(path) as f:
             record = json.load(f)
         status = record.get("status")
-        return (float(record["time"]), [str(m) for m in record.get("messages", [])],
-                int(status) if status is not None else None)
+        return FailureRecord(float(record["time"]), [str(m) for m in record.get("messages", [])],
+                             int(status) if status is not None else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
