@@ -17,7 +17,10 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
 - comm:   the ring shift kernel (puts, end-of-call barrier) on this PE's mesh vs a plain copy kernel
           moving the same bytes: target at most 3 us more on one PE;
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU;
-          "4 KiB signalled": the shift whose blocks signal their rows, which ends without the meeting.
+          "4 KiB signalled", "1 MiB signalled": the shift whose blocks signal their rows, which ends without the
+          meeting when call-free, and with NVSHMEM's calls ($TILESCALE_CALL_FREE=0) copies its staged output
+          out itself, each block its rows once their signal arrived ($TILESCALE_KERNEL_COPY_OUT=0: the
+          handler copies it after the kernel, for comparison).
 The comm and shift rows also run as "[chain]" (`--loop`): jitted programs of 50 calls written out, with no
 while loop, whose per-iteration cost (counter, condition, their launches: 9-17 us on the H200 machine, the
 plain copy kernel's own figure) every fori row pays whatever the kernel does. XLA does not record a while
@@ -253,7 +256,8 @@ def bench_shift(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",))
     # 4 KiB: one block (latency); 1 MiB: 64 blocks of 16 KiB, since 4 blocks of 256 KiB made even the plain
     # copy cost 34 us with two PEs on one GPU (2026-12-01), more than the row's target.
     for label, rows, n, block_m, signalled in (("4 KiB", 64, 16, 64, False), ("1 MiB", 256, 1024, 4, False),
-                                               ("4 KiB signalled", 64, 16, 64, True)):
+                                               ("4 KiB signalled", 64, 16, 64, True),
+                                               ("1 MiB signalled", 256, 1024, 4, True)):
         shift, copy, x = shift_and_copy(mesh, rows, n, block_m, signalled)
         rows_out += [paired(f"{label} shift per PE ({mesh.size} PEs) vs plain copy", shift, copy, x, iters, reps,
                             loop=lp) for lp in loops]

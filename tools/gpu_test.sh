@@ -182,6 +182,12 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
     tests/gpu/test_zero_copy_gpu.py tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v \
     -rs -o addopts="" -p no:cacheprovider
 fi
+# Only when asked for (gpu_tests_2pe runs them too): staged outputs copied out by the kernel (issue 14, item 3),
+# with NVSHMEM's calls, and the staging tests around it, two PEs on GPU 0.
+if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" stage_out_2pe "* ]]; then
+  step stage_out_2pe shared_two_pes 29687 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_stage_out_gpu.py \
+    tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+fi
 # Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels
 # becomes one CUDA graph with a conditional node), one PE and two PEs on GPU 0.
 LOOP_GRAPHS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1"
@@ -231,6 +237,23 @@ if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PE
         --only comm,shift
     fi
   fi
+fi
+# Only when asked for: the shift rows with NVSHMEM's calls (staged outputs, as across machines), the signalled
+# shifts' outputs copied out by the kernel and then, for comparison, by the handler after it.
+if [ "${1:-}" = bench ] && [[ " ${STEPS:-} " == *" bench_copy_out_2pe "* ]]; then
+  copy_out_by() {  # copy_out_by 1|0 PORT: $TILESCALE_KERNEL_COPY_OUT
+    local flag=$1 port=$2
+    # shellcheck disable=SC2086
+    if [ "$NGPU" -ge 2 ]; then
+      TILESCALE_CALL_FREE=0 TILESCALE_KERNEL_COPY_OUT=$flag python3 -m jax_tilescale.launch -n 2 --timeout 300 \
+        benchmarks/bench_call_overhead.py --only shift ${BENCH_CALL_ARGS:-}
+    else
+      TILESCALE_CALL_FREE=0 TILESCALE_KERNEL_COPY_OUT=$flag shared_two_pes "$port" "${BENCH_TIMEOUT:-300}" \
+        benchmarks/bench_call_overhead.py --only shift ${BENCH_CALL_ARGS:-}
+    fi
+  }
+  step bench_copy_out_kernel copy_out_by 1 29697
+  step bench_copy_out_handler copy_out_by 0 29699
 fi
 # The same rows with XLA recording whole while loops into command buffers (CUDA graphs with conditional nodes):
 # by default XLA records neither WHILE nor a body under 5 commands, so every fori iteration returns to the host.

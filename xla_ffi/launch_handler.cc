@@ -66,6 +66,8 @@ constexpr const char* kNotInitialised =
 std::atomic<uint64_t> g_handler_calls{0}, g_execute_ns{0}, g_launch_ns{0};
 // Buffers handed over zero-copy, and staged although marked TS_STAGE_P2P (outside every mapped pool).
 std::atomic<uint64_t> g_direct_buffers{0}, g_staged_p2p_buffers{0};
+// Staged outputs copied out by the handler, and by the kernel itself (TS_STAGE_KERNEL_OUT).
+std::atomic<uint64_t> g_copied_out_by_handler{0}, g_copied_out_by_kernel{0};
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(
@@ -177,9 +179,16 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
     return Invalid(entry, std::to_string(staged.size()) + " buffers, more than TS_MAX_BUFFERS = " +
                               std::to_string(TS_MAX_BUFFERS));
   }
+  int homes = 0;
   for (int64_t flag : staged) {
-    if (flag < 0 || flag > (kCopyIn | kCopyOut | kP2P) || flag == kP2P) {
+    const bool kernel_out = (flag & kKernelOut) != 0;
+    if (flag < 0 || flag > (kCopyIn | kCopyOut | kP2P | kKernelOut) || flag == kP2P ||
+        (kernel_out && (!(flag & kCopyOut) || (flag & kP2P)))) {
       return Invalid(entry, "bad `staged` value " + std::to_string(flag));
+    }
+    if (kernel_out && ++homes > TS_MAX_HOMES) {
+      return Invalid(entry, "more than TS_MAX_HOMES = " + std::to_string(TS_MAX_HOMES) +
+                                " buffers that the kernel copies out itself");
     }
   }
   auto state = std::make_unique<LaunchState>();
@@ -488,9 +497,14 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   // scratch and launch_id stay 0: the kernel's are ctl[TS_CTL_SCRATCH(seq & 1)] and its launch number
   const bool odd = (++g_staging_launches & 1) != 0;
   if (base != nullptr && odd) base += ws.bytes_locked() / 2;  // the same offset on every PE
+  int home = 0;
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     launch.buffers[i] = p.staged == kDirect || p.direct ? p.data : base + arena + p.offset;
+    if (p.staged & kKernelOut) {  // the kernel copies its windows out there
+      launch.home[home++] = p.data;
+      g_copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 
   TS_TRACE("%s: staging half %d, ctl %p, %s\n", s.config.entry.c_str(), odd ? 1 : 0, static_cast<void*>(ctl),
@@ -510,15 +524,16 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   // complete when it ends, and it leaves its scratch zero (ts_call_end in the device header).
   if (ffi::Error err = LaunchKernel(cu, s, stream, launch); err.failure()) return err;
   TS_TRACE("%s: launched\n", s.config.entry.c_str());
-  // 3. staged outputs back to XLA's buffers.
+  // 3. staged outputs back to XLA's buffers, but those the kernel copied out itself (TS_STAGE_KERNEL_OUT).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
-    if (!(p.staged & kCopyOut) || p.direct || p.bytes == 0) continue;
+    if (!(p.staged & kCopyOut) || (p.staged & kKernelOut) || p.direct || p.bytes == 0) continue;
     if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(p.data),
                                           reinterpret_cast<CUdeviceptr>(base + arena + p.offset), p.bytes, stream);
         r != CUDA_SUCCESS) {
       return CuFailed(s, "copying buffer " + std::to_string(i) + " out of the symmetric workspace", r);
     }
+    g_copied_out_by_handler.fetch_add(1, std::memory_order_relaxed);
   }
   return ffi::Error::Success();
 }
@@ -532,6 +547,10 @@ HandlerTimes TakeHandlerTimes() {
 }
 
 const XLA_FFI_TypeInfo* LaunchStateTypeInfo() { return &kLaunchStateTypeInfo; }
+
+CopyOutCounts TakeCopyOutCounts() {
+  return CopyOutCounts{g_copied_out_by_handler.exchange(0), g_copied_out_by_kernel.exchange(0)};
+}
 
 ZeroCopyCounts TakeZeroCopyCounts() {
   return ZeroCopyCounts{g_direct_buffers.exchange(0), g_staged_p2p_buffers.exchange(0)};

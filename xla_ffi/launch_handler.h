@@ -33,6 +33,14 @@ struct ZeroCopyCounts {
 };
 ZeroCopyCounts TakeZeroCopyCounts();
 
+// Staged outputs since the last take: copied out by the handler after the kernel, and left to the kernel
+// (TS_STAGE_KERNEL_OUT, codegen/stage_out.py), one count per param and launch.
+struct CopyOutCounts {
+  uint64_t by_handler;
+  uint64_t by_kernel;
+};
+CopyOutCounts TakeCopyOutCounts();
+
 struct HandlerTimes {
   uint64_t calls;
   uint64_t execute_ns;

@@ -143,6 +143,14 @@ NB_MODULE(_ffi, m) {
         return std::make_tuple(c.direct, c.staged);
       },
       "(params handed over as XLA's buffers, TS_STAGE_P2P params staged) since the last take; resets them.");
+  m.def(
+      "take_copy_out_counts",
+      []() {
+        const ts::CopyOutCounts c = ts::TakeCopyOutCounts();
+        return std::make_tuple(c.by_handler, c.by_kernel);
+      },
+      "(staged outputs copied out by the handler, left to the kernel: TS_STAGE_KERNEL_OUT) since the last take, "
+      "one per param and launch; resets them.");
   m.def("clear_peer_memory", []() { ts::PeerMemory::Get().Clear(); }, "Zero-copy off (every buffer staged).");
   m.def("peer_memory_on", []() { return ts::PeerMemory::Get().on(); });
   m.def(

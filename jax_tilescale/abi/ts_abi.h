@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TS_ABI_VERSION 5
+#define TS_ABI_VERSION 6
 #define TS_MAX_BUFFERS 32
-#define TS_LAUNCH_ARGS_BYTES 328  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 (LP64)
+#define TS_LAUNCH_ARGS_BYTES 360  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 + 4 * 8 (LP64)
 #define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)
 
 // The `staged` attribute, one per kernel buffer, read as bit flags (3: an aliased in/out buffer).
@@ -22,6 +22,12 @@
 // no copies), when the buffer lies in an allocation every peer has mapped (TsPeerAlloc). Each launch
 // then tells its peers where the buffer is (TS_CTL_PUB_*; docs/calling_convention.md, "Zero-copy").
 #define TS_STAGE_P2P 4
+// With COPY_OUT, in a kernel with NVSHMEM's calls: the kernel copies the symmetric copy out to XLA's
+// buffer itself, one window each time a signal announces that the window landed (codegen/stage_out.py),
+// so the handler copies nothing after the launch; it passes XLA's buffer in TsLaunchArgs.home, the k-th
+// such param in home[k].
+#define TS_STAGE_KERNEL_OUT 8
+#define TS_MAX_HOMES 4  // params per kernel with TS_STAGE_KERNEL_OUT, at most
 // Allocations of one peer that a process maps (XLA's memory pool; more with a growing pool).
 #define TS_PEER_ALLOCS 4
 
@@ -86,6 +92,7 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
   int32_t ctl_slots;               // W: NVSHMEM PEs with a slot in `ctl` (0 for a plain launch)
   uint32_t direct_mask;            // bit b: param b is XLA's buffer although TS_STAGE_P2P (zero-copy)
   const TsPeerAlloc* peer_allocs;  // device table [W][TS_PEER_ALLOCS] of peers' mapped allocations, or null
+  void* home[TS_MAX_HOMES];        // XLA's buffers of the TS_STAGE_KERNEL_OUT params, in param order
 };
 
 // The handler copies the parameter block by size from the cubin's metadata, so host and device
@@ -103,6 +110,7 @@ static_assert(offsetof(TsLaunchArgs, ctl) == 48 + 8 * TS_MAX_BUFFERS, "TsLaunchA
 static_assert(offsetof(TsLaunchArgs, ctl_slots) == 56 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.ctl_slots");
 static_assert(offsetof(TsLaunchArgs, direct_mask) == 60 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.direct_mask");
 static_assert(offsetof(TsLaunchArgs, peer_allocs) == 64 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.peer_allocs");
+static_assert(offsetof(TsLaunchArgs, home) == 72 + 8 * TS_MAX_BUFFERS, "TsLaunchArgs.home");
 static_assert(sizeof(TsPeerAlloc) == 24, "TsPeerAlloc size");
 
 // What a wait that gave up tells the host. Pinned host memory mapped into the device, one per call

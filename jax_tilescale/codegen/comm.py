@@ -328,6 +328,7 @@ def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
         # control to the rest of the block.
         *thread0(ctx, [call, "__threadfence();"]),
         *ctx.block_sync(),
+        *ctx.stage_out_copies.get(id(s), ()),
     ]
 
 

@@ -133,6 +133,9 @@ class Ctx:
     # Zero-copy params of a call-free kernel (codegen/staging.py), each with its param index: a peer's copy
     # is addressed through what the peer publishes at the start of the launch (comm.peer_address).
     zero_copy: Mapping[Buffer, int] = field(default_factory=dict)
+    # Staged outputs the kernel copies out itself (codegen/stage_out.py): the lines each copying wait
+    # (by its id) runs after its block barrier.
+    stage_out_copies: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def num_blocks(self) -> int:

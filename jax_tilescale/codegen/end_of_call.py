@@ -69,12 +69,18 @@ def _needs_meeting(kernel: KernelIR, call_free: bool) -> str | None:
         return "NVSHMEM's calls (completion through quiet and the meeting)"
     if kernel.num_pes == 1:
         return "a PE space of one PE (which ts_call_end never meets anyway)"
+    return signalled_problem(kernel)
+
+
+def signalled_problem(kernel: KernelIR) -> str | None:
+    """Why conditions 1-4 above fail for `kernel`, or None when every remote write into a PE is a
+    signalled block put that the PE awaits (codegen/stage_out.py builds on the same proof)."""
     if kernel.aliases:
         return "aliased outputs (their copy-in is read by peers)"
     if kernel.remote_read():
         return "peers read this PE's memory"
     placed: list[tuple[Put | SignalWait, tuple[Loop, ...]]] = []
-    why = _place(kernel.body, (), placed)
+    why = place_communication(kernel.body, (), placed)
     if why is not None:
         return why
     puts = [(s, loops) for s, loops in placed if isinstance(s, Put)]
@@ -93,13 +99,13 @@ def _needs_meeting(kernel: KernelIR, call_free: bool) -> str | None:
         return f"an index that cannot be evaluated at every point ({e})"
 
 
-def _place(body: tuple[Stmt, ...], loops: tuple[Loop, ...],
+def place_communication(body: tuple[Stmt, ...], loops: tuple[Loop, ...],
            out: list[tuple[Put | SignalWait, tuple[Loop, ...]]]) -> str | None:
     """Collects the communicating statements with their enclosing loops; refuses any other place (a
     branch may skip a put or a wait on some blocks) and any other communicating statement."""
     for s in body:
         if isinstance(s, Loop):
-            why = _place(s.body, (*loops, s), out)
+            why = place_communication(s.body, (*loops, s), out)
             if why is not None:
                 return why
         elif isinstance(s, (Put, SignalWait)):
@@ -142,7 +148,7 @@ def _wait_problem(w: SignalWait) -> str | None:
     return None
 
 
-def _points(kernel: KernelIR, loops: tuple[Loop, ...]):
+def points(kernel: KernelIR, loops: tuple[Loop, ...]):
     """Every (block, loop indices) at which a statement inside `loops` runs, as variable bindings."""
     for block in itertools.product(*(range(n) for n in kernel.grid)):
         base = {program_id_var(axis): i for axis, i in enumerate(block)}
@@ -164,7 +170,7 @@ def _check_words(kernel: KernelIR, placed: list[tuple[Put | SignalWait, tuple[Lo
         value = static_value(w.value)
         if w.cmp in (Cmp.EQ, Cmp.GE) and value is not None:
             awaited.update((w.word.buffer, tuple(evaluate(e, env) for e in w.word.starts), value)
-                           for env in _points(kernel, loops))
+                           for env in points(kernel, loops))
     signalled: set[tuple[object, tuple[int, ...]]] = set()
     pes = range(kernel.num_pes)
     for p, loops in placed:
@@ -172,7 +178,7 @@ def _check_words(kernel: KernelIR, placed: list[tuple[Put | SignalWait, tuple[Lo
             continue
         assert p.signal is not None
         value = static_value(p.signal.value)
-        for env in _points(kernel, loops):
+        for env in points(kernel, loops):
             if sorted(evaluate(p.pe, {**env, PE_VAR: pe}) for pe in pes) != list(pes):
                 return f"the {p.op_name} at {p.loc} does not target each PE exactly once"
             word = (p.signal.word.buffer, tuple(evaluate(e, env) for e in p.signal.word.starts))

@@ -39,11 +39,17 @@ def staged_flags(k: KernelIR) -> list[int]:
     return flags
 
 
-def handler_flags(k: KernelIR, call_free: bool) -> tuple[int, ...]:
+def handler_flags(k: KernelIR, call_free: bool, kernel_out: tuple[int, ...] = ()) -> tuple[int, ...]:
     """The `staged` attribute: the copy flags, with TS_STAGE_P2P on every staged param of a call-free
-    kernel (it reaches peers only by loads and stores, so the handler may hand over XLA's buffer)."""
+    kernel (it reaches peers only by loads and stores, so the handler may hand over XLA's buffer), and
+    TS_STAGE_KERNEL_OUT on the params `kernel_out` (indices) that the kernel copies out itself
+    (codegen/stage_out.py)."""
     p2p = abi.STAGE_P2P if call_free else 0
-    return tuple(flag | p2p if flag else 0 for flag in staged_flags(k))
+    flags = [flag | p2p if flag else 0 for flag in staged_flags(k)]
+    for i in kernel_out:
+        assert flags[i] & abi.STAGE_COPY_OUT and not call_free, (i, flags[i])
+        flags[i] |= abi.STAGE_KERNEL_OUT
+    return tuple(flags)
 
 
 def zero_copy_params(k: KernelIR, flags: tuple[int, ...]) -> dict[Buffer, int]:

@@ -107,6 +107,38 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
 }
 #endif
 
+#if TS_USES_NVSHMEM && !TS_CALL_FREE
+// ---- staged outputs copied out by the kernel (codegen/stage_out.py, TS_STAGE_KERNEL_OUT) ----
+// One window of a staged output: `rows` runs of `row_bytes`, `pitch` bytes apart, from `offset` bytes into
+// param `param`'s symmetric copy (args.buffers) and XLA's buffer (args.home[home]) alike.
+struct TsStageWindow {
+  int32_t home, param;
+  int64_t offset, rows, row_bytes, pitch;
+};
+
+// Every thread of the block, after a wait that proved the window landed (its signal came after the data,
+// and the wait's block barrier ordered this block's reads after it): copies the window to XLA's buffer, in
+// 16-byte pieces when every address and length allows. The loads bypass L1 (`ld.global.cg`): nothing in
+// this launch read the window before, and L2 holds what the put delivered.
+__device__ TS_HELPER void ts_stage_out(const TsLaunchArgs& args, const TsStageWindow& w) {
+  const unsigned char* src = static_cast<const unsigned char*>(args.buffers[w.param]) + w.offset;
+  unsigned char* dst = static_cast<unsigned char*>(args.home[w.home]) + w.offset;
+  const int64_t run = w.row_bytes;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | run | w.pitch) & 15) == 0) {
+    const int64_t per_row = run / 16, pieces = w.rows * per_row;
+    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
+      const int64_t at = (i / per_row) * w.pitch + (i % per_row) * 16;
+      *reinterpret_cast<uint4*>(dst + at) = __ldcg(reinterpret_cast<const uint4*>(src + at));
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < w.rows * run; i += blockDim.x) {
+      const int64_t at = (i / run) * w.pitch + i % run;
+      dst[at] = __ldcg(src + at);
+    }
+  }
+}
+#endif
+
 // Last thing of every block. The last block to finish (counted in ctl[TS_CTL_BLOCKS_DONE]) waits, for a
 // kernel that communicates, until every PE of its PE space has finished with its remote writes (each
 // block quiets before it counts itself, so a PE's arrival proves its puts complete), and then zeroes
