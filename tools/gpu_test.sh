@@ -252,8 +252,9 @@ if [ "${1:-}" = bench ] && [[ " ${STEPS:-} " == *" bench_copy_out_2pe "* ]]; the
         benchmarks/bench_call_overhead.py --only shift ${BENCH_CALL_ARGS:-}
     fi
   }
-  step bench_copy_out_kernel copy_out_by 1 29697
-  step bench_copy_out_handler copy_out_by 0 29699
+  copy_out_both() { echo "--- copied out by the kernel"; copy_out_by 1 29697 && echo "--- by the handler" \
+    && copy_out_by 0 29699; }
+  step bench_copy_out_2pe copy_out_both
 fi
 # The same rows with XLA recording whole while loops into command buffers (CUDA graphs with conditional nodes):
 # by default XLA records neither WHILE nor a body under 5 commands, so every fori iteration returns to the host.
