@@ -20,7 +20,9 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
           "4 KiB signalled", "1 MiB signalled": the shift whose blocks signal their rows, which ends without the
           meeting when call-free, and with NVSHMEM's calls ($TILESCALE_CALL_FREE=0) copies its staged output
           out itself, each block its rows once their signal arrived ($TILESCALE_KERNEL_COPY_OUT=0: the
-          handler copies it after the kernel, for comparison).
+          handler copies it after the kernel, for comparison);
+- copy_out (only when asked for): that comparison in one run, both forms of the signalled shift compiled with
+          NVSHMEM's calls, ours copying out in the kernel, the baseline leaving it to the handler.
 The comm and shift rows also run as "[chain]" (`--loop`): jitted programs of 50 calls written out, with no
 while loop, whose per-iteration cost (counter, condition, their launches: 9-17 us on the H200 machine, the
 plain copy kernel's own figure) every fori row pays whatever the kernel does. XLA does not record a while
@@ -32,6 +34,7 @@ loop recorded as one CUDA graph, whose iterations do not return to the host. The
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -149,10 +152,27 @@ def _time(loop, x, iters: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: str = "fori") -> Row:
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """`values` set in os.environ while a loop is compiled (switches the code generator reads then)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: str = "fori",
+           envs: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> Row:
     """Seconds per call of `ours` and of `base` (each x -> x, `iters` calls as `_loop` of kind `loop` runs
     them), timed alternately rep by rep so that clock and host drift fall on both alike; medians.
-    Also our FFI handler's host time per call during ours' runs (whole handler, cuLaunchKernel)."""
+    Also our FFI handler's host time per call during ours' runs (whole handler, cuLaunchKernel).
+    `envs`: the environment each is compiled in."""
     x_base = x if x_base is None else x_base
     loop_ours, loop_base = _loop(ours, iters, loop), _loop(base, iters, loop)
     if loop == "chain":
@@ -161,8 +181,10 @@ def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: s
     if SHOW_HLO and jax.process_index() == 0:
         print(f"{what}\n  ours' loop body: {loop_body_ops(loop_ours, x)}\n  base's loop body: "
               f"{loop_body_ops(loop_base, x_base)}")
-    jax.block_until_ready(loop_ours(x))
-    jax.block_until_ready(loop_base(x_base))
+    with environment(envs[0]):
+        jax.block_until_ready(loop_ours(x))
+    with environment(envs[1]):
+        jax.block_until_ready(loop_base(x_base))
     t_ours, t_base = [], []
     calls = execute_ns = launch_ns = 0
     for _ in range(reps):
@@ -264,9 +286,28 @@ def bench_shift(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",))
     return rows_out
 
 
+def bench_copy_out(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",)) -> list[Row]:
+    """The signalled shift with NVSHMEM's calls (its output staged, as across machines): copied out by the
+    kernel, each block its rows once their signal arrived, vs the same kernel whose output the handler
+    copies out after it ($TILESCALE_KERNEL_COPY_OUT=0), in the same run."""
+    calls = {"TILESCALE_CALL_FREE": "0"}
+    rows_out = []
+    for label, rows, n, block_m in (("4 KiB", 64, 16, 64), ("1 MiB", 256, 1024, 4)):
+        with environment(calls):  # the check's compile: the kernel's own copy-out
+            ours, _, x = shift_and_copy(mesh, rows, n, block_m, signalled=True)
+        with environment({**calls, "TILESCALE_KERNEL_COPY_OUT": "0"}):
+            handler, _, _ = shift_and_copy(mesh, rows, n, block_m, signalled=True)
+        rows_out += [paired(f"{label} signalled shift ({mesh.size} PEs), NVSHMEM calls: copy-out by the kernel vs "
+                            "by the handler", ours, handler, x, iters, reps, loop=lp,
+                            envs=(calls, {**calls, "TILESCALE_KERNEL_COPY_OUT": "0"})) for lp in loops]
+    return rows_out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="launch,plain,comm,shift", help="rows to run: launch, plain, comm, shift")
+    ap.add_argument("--only", default="launch,plain,comm,shift",
+                    help="rows to run: launch, plain, comm, shift, copy_out (not by default: the signalled shift "
+                    "with NVSHMEM's calls, copied out by the kernel vs the handler)")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--hlo", action="store_true", help="print the ops of each row's compiled loop body")
@@ -292,6 +333,8 @@ def main() -> None:
         rows += bench_comm(mesh, a.iters, a.reps, loops)
     if "shift" in want:
         rows += bench_shift(mesh, a.iters, a.reps, loops)
+    if "copy_out" in want:
+        rows += bench_copy_out(mesh, a.iters, a.reps, loops)
     if jax.process_index() != 0:
         return
     print(f"\n{platform.describe()}; per call, median of {a.reps} x {a.iters} calls in a jitted fori_loop "

@@ -238,23 +238,18 @@ if [ "${1:-}" = bench ] && want bench_call_overhead; then  # one PE, then two PE
     fi
   fi
 fi
-# Only when asked for: the shift rows with NVSHMEM's calls (staged outputs, as across machines), the signalled
-# shifts' outputs copied out by the kernel and then, for comparison, by the handler after it.
-if [ "${1:-}" = bench ] && [[ " ${STEPS:-} " == *" bench_copy_out_2pe "* ]]; then
-  copy_out_by() {  # copy_out_by 1|0 PORT: $TILESCALE_KERNEL_COPY_OUT
-    local flag=$1 port=$2
+# Only when asked for: the signalled shifts with NVSHMEM's calls (staged outputs, as across machines), copied out by
+# the kernel against the same kernels whose outputs the handler copies out after them, in one run.
+if [ "${1:-}" = bench ] && want bench_copy_out_2pe; then
+  if [ "$NGPU" -ge 2 ]; then
     # shellcheck disable=SC2086
-    if [ "$NGPU" -ge 2 ]; then
-      TILESCALE_CALL_FREE=0 TILESCALE_KERNEL_COPY_OUT=$flag python3 -m jax_tilescale.launch -n 2 --timeout 300 \
-        benchmarks/bench_call_overhead.py --only shift ${BENCH_CALL_ARGS:-}
-    else
-      TILESCALE_CALL_FREE=0 TILESCALE_KERNEL_COPY_OUT=$flag shared_two_pes "$port" "${BENCH_TIMEOUT:-300}" \
-        benchmarks/bench_call_overhead.py --only shift ${BENCH_CALL_ARGS:-}
-    fi
-  }
-  copy_out_both() { echo "--- copied out by the kernel"; copy_out_by 1 29697 && echo "--- by the handler" \
-    && copy_out_by 0 29699; }
-  step bench_copy_out_2pe copy_out_both
+    step bench_copy_out_2pe python3 -m jax_tilescale.launch -n 2 --timeout 300 benchmarks/bench_call_overhead.py \
+      --only copy_out ${BENCH_CALL_ARGS:-}
+  else
+    # shellcheck disable=SC2086
+    step bench_copy_out_2pe shared_two_pes 29697 "${BENCH_TIMEOUT:-300}" benchmarks/bench_call_overhead.py \
+      --only copy_out ${BENCH_CALL_ARGS:-}
+  fi
 fi
 # The same rows with XLA recording whole while loops into command buffers (CUDA graphs with conditional nodes):
 # by default XLA records neither WHILE nor a body under 5 commands, so every fori iteration returns to the host.
