@@ -19,7 +19,7 @@ baseline run alternately, rep by rep, since two runs of the same loop minutes ap
 - shift:  the ring shift of 4 KiB and of 1 MiB per PE: targets 15 us and 30 us with two PEs on one GPU;
           "4 KiB signalled", "1 MiB signalled": the shift whose blocks signal their rows, which ends without the
           meeting when call-free, and with NVSHMEM's calls ($TILESCALE_CALL_FREE=0) copies its staged output
-          out itself, each block its rows once their signal arrived ($TILESCALE_KERNEL_COPY_OUT=0: the
+          out itself, each block its rows once their signal arrived ($TILESCALE_KERNEL_STAGING=0: the
           handler copies it after the kernel, for comparison);
 - copy_out (only when asked for): that comparison in one run, both forms of the signalled shift compiled with
           NVSHMEM's calls, ours copying out in the kernel, the baseline leaving it to the handler.
@@ -286,20 +286,46 @@ def bench_shift(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",))
     return rows_out
 
 
+def pull_shift_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) -> ts.TileKernel:
+    """The ring shift by gets: each block reads its rows of the previous PE's input, which is staged with
+    NVSHMEM's calls (peers read it) and copied in by the kernel itself (codegen/stage_in.py)."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(m // block_m,), threads=128)
+    def pull_shift(src, dst):
+        rows = T.ds(T.program_id(0) * block_m, block_m)
+        npes = T.get_pe_num()
+        T.getmem_nbi_block(dst[rows, :], src[rows, :], pe=(T.get_pe() + npes - 1) % npes)
+
+    return pull_shift
+
+
 def bench_copy_out(mesh, iters: int, reps: int, loops: tuple[str, ...] = ("fori",)) -> list[Row]:
-    """The signalled shift with NVSHMEM's calls (its output staged, as across machines): copied out by the
-    kernel, each block its rows once their signal arrived, vs the same kernel whose output the handler
-    copies out after it ($TILESCALE_KERNEL_COPY_OUT=0), in the same run."""
+    """With NVSHMEM's calls (staged buffers, as across machines), the kernels' own staging copies vs the same
+    kernels whose staging the handler does ($TILESCALE_KERNEL_STAGING=0), compiled in the same run: the
+    signalled shift (its output copied out by the kernel, each block its rows once their signal arrived)
+    and the shift by gets (its input copied in by the kernel before its entry barrier)."""
     calls = {"TILESCALE_CALL_FREE": "0"}
+    handler_env = {**calls, "TILESCALE_KERNEL_STAGING": "0"}
+    dtype = jnp.dtype(jnp.float32)
+    wrap = lambda f: jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     rows_out = []
     for label, rows, n, block_m in (("4 KiB", 64, 16, 64), ("1 MiB", 256, 1024, 4)):
         with environment(calls):  # the check's compile: the kernel's own copy-out
             ours, _, x = shift_and_copy(mesh, rows, n, block_m, signalled=True)
-        with environment({**calls, "TILESCALE_KERNEL_COPY_OUT": "0"}):
+        with environment(handler_env):
             handler, _, _ = shift_and_copy(mesh, rows, n, block_m, signalled=True)
         rows_out += [paired(f"{label} signalled shift ({mesh.size} PEs), NVSHMEM calls: copy-out by the kernel vs "
-                            "by the handler", ours, handler, x, iters, reps, loop=lp,
-                            envs=(calls, {**calls, "TILESCALE_KERNEL_COPY_OUT": "0"})) for lp in loops]
+                            "by the handler", ours, handler, x, iters, reps, loop=lp, envs=(calls, handler_env))
+                     for lp in loops]
+        pull, pull_h = (wrap(pull_shift_kernel(rows, n, dtype, block_m)) for _ in range(2))
+        for f, env in ((pull, calls), (pull_h, handler_env)):
+            with environment(env):
+                verdict = ts.testing.check_shift(jax.jit(f), mesh, rows, n, dtype, seed=5)
+            if not verdict.ok:
+                raise SystemExit(f"the shift by gets is wrong: {verdict}")
+        rows_out += [paired(f"{label} shift by gets ({mesh.size} PEs), NVSHMEM calls: copy-in by the kernel vs "
+                            "by the handler", pull, pull_h, x, iters, reps, loop=lp, envs=(calls, handler_env))
+                     for lp in loops]
     return rows_out
 
 

@@ -20,6 +20,7 @@ enum StagedFlags : int64_t {
   kCopyIn = TS_STAGE_COPY_IN,    // peers read it: copy it into a symmetric copy before the launch
   kP2P = TS_STAGE_P2P,           // with a copy flag: peers reach it by P2P loads/stores only (zero-copy allowed)
   kKernelOut = TS_STAGE_KERNEL_OUT,  // with kCopyOut: the kernel copies it out itself (XLA's buffer in `home`)
+  kKernelIn = TS_STAGE_KERNEL_IN,    // with kCopyIn alone: the kernel copies it in itself (XLA's buffer in `home`)
 };
 
 // Alignment of the scratch and of every staged buffer inside the symmetric workspace.

@@ -181,14 +181,15 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
   }
   int homes = 0;
   for (int64_t flag : staged) {
-    const bool kernel_out = (flag & kKernelOut) != 0;
-    if (flag < 0 || flag > (kCopyIn | kCopyOut | kP2P | kKernelOut) || flag == kP2P ||
-        (kernel_out && (!(flag & kCopyOut) || (flag & kP2P)))) {
+    const bool kernel_out = (flag & kKernelOut) != 0, kernel_in = (flag & kKernelIn) != 0;
+    if (flag < 0 || flag > (kCopyIn | kCopyOut | kP2P | kKernelOut | kKernelIn) || flag == kP2P ||
+        (kernel_out && (!(flag & kCopyOut) || (flag & (kP2P | kKernelIn)))) ||
+        (kernel_in && flag != (kCopyIn | kKernelIn))) {
       return Invalid(entry, "bad `staged` value " + std::to_string(flag));
     }
-    if (kernel_out && ++homes > TS_MAX_HOMES) {
+    if ((kernel_out || kernel_in) && ++homes > TS_MAX_HOMES) {
       return Invalid(entry, "more than TS_MAX_HOMES = " + std::to_string(TS_MAX_HOMES) +
-                                " buffers that the kernel copies out itself");
+                                " buffers that the kernel copies in or out itself");
     }
   }
   auto state = std::make_unique<LaunchState>();
@@ -504,16 +505,18 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     if (p.staged & kKernelOut) {  // the kernel copies its windows out there
       launch.home[home++] = p.data;
       g_copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
+    } else if (p.staged & kKernelIn) {  // the kernel copies it in from there
+      launch.home[home++] = p.data;
     }
   }
 
   TS_TRACE("%s: staging half %d, ctl %p, %s\n", s.config.entry.c_str(), odd ? 1 : 0, static_cast<void*>(ctl),
            capturing ? "recording into a command buffer" : "launching");
   // 1. staged inputs in (the kernel's entry barrier, or a call-free kernel's publish, keeps peers from
-  // reading them before it starts).
+  // reading them before it starts), but those the kernel copies in itself (TS_STAGE_KERNEL_IN).
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
-    if (!(p.staged & kCopyIn) || p.direct || p.bytes == 0) continue;
+    if (!(p.staged & kCopyIn) || (p.staged & kKernelIn) || p.direct || p.bytes == 0) continue;
     if (CUresult r = cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(base + arena + p.offset),
                                           reinterpret_cast<CUdeviceptr>(p.data), p.bytes, stream);
         r != CUDA_SUCCESS) {

@@ -48,7 +48,8 @@ STAGE_COPY_OUT: int = DEFINES["TS_STAGE_COPY_OUT"]  # `staged` flag: symmetric d
 STAGE_COPY_IN: int = DEFINES["TS_STAGE_COPY_IN"]  # `staged` flag: symmetric during the launch, copied in before
 STAGE_P2P: int = DEFINES["TS_STAGE_P2P"]  # `staged` flag: peers reach it by P2P loads/stores only (zero-copy allowed)
 STAGE_KERNEL_OUT: int = DEFINES["TS_STAGE_KERNEL_OUT"]  # `staged` flag: the kernel copies it out itself
-MAX_HOMES: int = DEFINES["TS_MAX_HOMES"]  # params with STAGE_KERNEL_OUT per kernel, at most
+STAGE_KERNEL_IN: int = DEFINES["TS_STAGE_KERNEL_IN"]  # `staged` flag: the kernel copies it in itself
+MAX_HOMES: int = DEFINES["TS_MAX_HOMES"]  # params with STAGE_KERNEL_IN or STAGE_KERNEL_OUT per kernel, at most
 # Comparison codes of waits by name ("EQ", "NE", "GT", "GE", "LT", "LE"): TsWaitFault.cmp.
 CMP_CODES: dict[str, int] = {name[len("TS_CMP_"):]: v for name, v in DEFINES.items() if name.startswith("TS_CMP_")}
 FAULT_CHECK: int = DEFINES["TS_FAULT_CHECK"]  # TsWaitFault.cmp of a failed check in a call-free kernel
@@ -63,6 +64,7 @@ __all__ = [
     "MAX_HOMES",
     "STAGE_COPY_IN",
     "STAGE_COPY_OUT",
+    "STAGE_KERNEL_IN",
     "STAGE_KERNEL_OUT",
     "STAGE_P2P",
     "WAIT_FAULT_BYTES",

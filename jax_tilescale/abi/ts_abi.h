@@ -27,7 +27,10 @@
 // so the handler copies nothing after the launch; it passes XLA's buffer in TsLaunchArgs.home, the k-th
 // such param in home[k].
 #define TS_STAGE_KERNEL_OUT 8
-#define TS_MAX_HOMES 4  // params per kernel with TS_STAGE_KERNEL_OUT, at most
+// With COPY_IN alone, in a kernel with NVSHMEM's calls: the kernel copies XLA's buffer (home[k]) into the
+// symmetric copy itself, before its entry barrier (codegen/stage_in.py); the handler copies nothing in.
+#define TS_STAGE_KERNEL_IN 16
+#define TS_MAX_HOMES 4  // params per kernel with TS_STAGE_KERNEL_IN or TS_STAGE_KERNEL_OUT, at most
 // Allocations of one peer that a process maps (XLA's memory pool; more with a growing pool).
 #define TS_PEER_ALLOCS 4
 
@@ -92,7 +95,7 @@ struct TsLaunchArgs {              // the kernel's only parameter, passed by val
   int32_t ctl_slots;               // W: NVSHMEM PEs with a slot in `ctl` (0 for a plain launch)
   uint32_t direct_mask;            // bit b: param b is XLA's buffer although TS_STAGE_P2P (zero-copy)
   const TsPeerAlloc* peer_allocs;  // device table [W][TS_PEER_ALLOCS] of peers' mapped allocations, or null
-  void* home[TS_MAX_HOMES];        // XLA's buffers of the TS_STAGE_KERNEL_OUT params, in param order
+  void* home[TS_MAX_HOMES];        // XLA's buffers of the TS_STAGE_KERNEL_IN/OUT params, in param order
 };
 
 // The handler copies the parameter block by size from the cubin's metadata, so host and device

@@ -25,7 +25,7 @@ from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
-from . import collectives, comm, compute, control, tile_ops
+from . import collectives, comm, compute, control, stage_in, tile_ops
 from .body import RESTORE, emit_body, emit_stmt
 from .call_free import call_free
 from .call_free import header_lines as call_free_header
@@ -35,6 +35,7 @@ from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
 from .layout import plan_layout
+from .stage_in import kernel_copied_in
 from .stage_out import copy_lines, copying_waits, stage_out
 from .stage_out import declarations as stage_out_declarations
 from .staging import handler_flags, zero_copy_params
@@ -179,13 +180,15 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     verify_kernel(kernel)
     _check_supported(kernel)
     plan, notes = select_plan(kernel, arch, gemm_lowering)
+    free = call_free(kernel, p2p_peers)
+    kernel_in = kernel_copied_in(kernel, free.on)
     try:
-        layout = plan_layout(kernel, plan, arch)
+        layout = plan_layout(kernel, plan, arch, copy_in_counters=bool(kernel_in))
     except KernelTraceError as e:
         raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
-    free = call_free(kernel, p2p_peers)
-    kernel_out, kernel_out_note = stage_out(kernel, free.on, plan is not None)
-    staged = handler_flags(kernel, free.on, kernel_out.params if kernel_out else ())
+    kernel_out, kernel_out_note = stage_out(kernel, free.on, plan is not None, first_home=len(kernel_in))
+    staged = handler_flags(kernel, free.on, tuple(kernel.params.index(b) for b in kernel_in),
+                           kernel_out.params if kernel_out else ())
     zero_copy = zero_copy_params(kernel, staged)
     copying = copying_waits(kernel, kernel_out) if kernel_out else []
     copies = {id(w): tuple(copy_lines(kernel_out, w, k, kernel.grid)) for k, w in enumerate(copying)}
@@ -227,10 +230,15 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
             out += [*device_header(name).splitlines(), ""]
         out += plan.declarations()
         params += plan.kernel_params()
+    if kernel_in:
+        out += [*stage_in.declarations(kernel, kernel_in, {b: i for i, b in enumerate(kernel_in)}), ""]
     if kernel_out:
         out += [*stage_out_declarations(kernel_out, copying), ""]
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
-    start, end = _call_start(kernel, free.on), _call_end(kernel, layout.scratch_bytes, free.on)
+    start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout.scratch_bytes, free.on)
+    if kernel_in:
+        assert layout.copy_in_offset is not None
+        start = [*stage_in.start_lines(kernel, kernel_in, layout.copy_in_offset), *start]
     if zero_copy:  # before any peer can wait for it: where this launch's copies of those buffers are
         mask = sum(1 << i for i in zero_copy.values())
         names = ", ".join(b.name for b in zero_copy)
@@ -269,14 +277,15 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     )
 
 
-def _call_start(kernel: KernelIR, call_free: bool) -> list[str]:
+def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...] = ()) -> list[str]:
     """The entry barrier, for kernels whose peers read this PE's inputs or touch an aliased output
     (docs/calling_convention.md, "End of a call"): the handler copies such buffers into the symmetric
     workspace before the launch, and a peer may not read or write them before this PE's launch has
     begun. A call-free kernel needs none: such params are zero-copy params there (codegen/staging.py),
     every peer access to one waits for this PE's publish of this launch (ts_peer_param_ptr), and this PE
     publishes at its kernel's start, after any copy-in in stream order: the barrier would prove nothing
-    more and costs a round trip between the PEs."""
+    more and costs a round trip between the PEs. `kernel_in`: the inputs the kernel copies in itself,
+    just before (codegen/stage_in.py)."""
     copied_in = kernel.copied_in()
     copied = [b for b in kernel.params if b in copied_in]
     if not copied:
@@ -286,8 +295,12 @@ def _call_start(kernel: KernelIR, call_free: bool) -> list[str]:
     if call_free:
         return [comment(f"no entry barrier: peers {verb} {names} only after waiting for this PE's publish "
                         "of this launch, which follows the copies in stream order")]
+    by_kernel = ", ".join(b.name for b in copied if b in kernel_in)
+    by_handler = ", ".join(b.name for b in copied if b not in kernel_in)
+    how = "; ".join([*([f"{by_kernel} copied in by this kernel just before"] if by_kernel else []),
+                     *([f"{by_handler} by the handler before the launch"] if by_handler else [])])
     return [
-        comment(f"entry barrier: peers {verb} {names}, which the handler copies in before the launch"),
+        comment(f"entry barrier: peers {verb} {names} ({how})"),
         f"ts_call_start(args, {c_string(str(kernel.loc))});",
     ]
 

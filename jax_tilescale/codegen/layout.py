@@ -89,6 +89,7 @@ class Layout:
     team_barrier_offset: int | None = None  # TsTeamBarrier of the team collectives
     mbarrier_offset: int | None = None  # the GEMM plan's mbarrier words (8 bytes each), in shared memory
     register_buffers: frozenset[Buffer] = field(default_factory=frozenset)  # fragments kept in registers
+    copy_in_offset: int | None = None  # two uint64 counters of the kernel's copy-in (codegen/stage_in.py)
 
 
 class PlanMemory(Protocol):
@@ -115,11 +116,12 @@ def needs_grid_barrier(kernel: KernelIR) -> bool:
     return blocks > 1 and any(isinstance(s, BarrierAll) for s in kernel.body)
 
 
-def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str) -> Layout:
+def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str, copy_in_counters: bool = False) -> Layout:
     """Offsets of every allocation. `plan` (the kernel's GEMM plan) keeps its accumulators in
     registers, gives its pipelined tiles their stages at 1024-byte boundaries and may want
     mbarrier words. Fragments not kept in registers live in shared memory, row-major, like shared
-    tiles. The whole must fit the shared memory a block may have on `arch` (`max_shared_bytes`)."""
+    tiles. The whole must fit the shared memory a block may have on `arch` (`max_shared_bytes`).
+    `copy_in_counters`: two scratch words for the kernel's own copy of its staged inputs."""
     shared: dict[Buffer, int] = {}
     signals: dict[Buffer, int] = {}
     smem = scratch = 0
@@ -154,6 +156,10 @@ def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str) -> Layout:
     if any(s.team_collective for s in kernel.body):
         team_barrier = _round_up(scratch, SIGNAL_ALIGN)
         scratch = team_barrier + TEAM_BARRIER_BYTES
+    copy_in = None
+    if copy_in_counters:
+        copy_in = _round_up(scratch, SIGNAL_ALIGN)
+        scratch = copy_in + 16
     mbarriers = None
     if plan is not None:
         mbarriers = _round_up(smem, 8)
@@ -178,4 +184,4 @@ def plan_layout(kernel: KernelIR, plan: PlanMemory | None, arch: str) -> Layout:
             kernel.loc,
         )
     return Layout(shared, smem_bytes, signals, barrier, _round_up(scratch, SCRATCH_ROUND), pe_barrier, team_barrier,
-                  mbarriers, registers)
+                  mbarriers, registers, copy_in)

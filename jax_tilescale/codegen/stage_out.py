@@ -1,5 +1,5 @@
 """Staged outputs copied out by the kernel itself, a window at a time, as each window's signal arrives
-(issue 14, item 3; docs/calling_convention.md, "Staging").
+(issue 14, item 3; docs/calling_convention.md, "Staging copies in the kernel").
 
 A kernel with NVSHMEM's calls (across machines, or with TILESCALE_CALL_FREE=0) runs on a symmetric copy
 of every output that peers write, and the handler copied that copy back to XLA's buffer after the
@@ -21,14 +21,13 @@ tables: the windows by (receiving PE, word), and per wait the word each (block, 
 - on every PE the windows landing there cover the output exactly once;
 - the kernel has no warp-specialised GEMM plan (the copy is spread over all of the block's threads).
 
-Anything else leaves the handler's copy-out, and the generated source says why ($TILESCALE_KERNEL_COPY_OUT=0
-leaves it everywhere, for comparison).
+Anything else leaves the handler's copy-out, and the generated source says why ($TILESCALE_KERNEL_STAGING=0
+leaves it everywhere, for comparison). Staged inputs are the kernel's to copy in: codegen/stage_in.py.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,8 +41,9 @@ from ..ir.nodes import Buffer, Cmp, Loop, Put, Region, SignalWait, Stmt, walk_st
 from .end_of_call import MAX_POINTS_CHECKED, place_communication, points, signalled_problem
 from .expr_printer import c_expr
 from .gemm_pattern import buffers_of
+from .stage_in import ENV_VAR as STAGING_ENV_VAR
+from .stage_in import kernel_staging_on
 
-ENV_VAR = "TILESCALE_KERNEL_COPY_OUT"  # "0": the handler copies every staged output out (for comparison)
 MAX_COVERAGE_ELEMENTS = 1 << 25  # output elements x PEs checked for exact coverage, at most
 MAX_TABLE_ENTRIES = 1 << 14  # windows and per-point entries in the generated tables, at most
 
@@ -83,20 +83,21 @@ class StageOut:
         return len(self.windows[0]) if self.windows else 0
 
 
-def stage_out(kernel: KernelIR, call_free: bool, has_plan: bool) -> tuple[StageOut | None, str]:
-    """The plan (None: the handler copies every staged output out) and a line for the generated source."""
+def stage_out(kernel: KernelIR, call_free: bool, has_plan: bool, first_home: int = 0) -> tuple[StageOut | None, str]:
+    """The plan (None: the handler copies every staged output out) and a line for the generated source.
+    `first_home`: the home slots the kernel's copied-in inputs took (codegen/stage_in.py)."""
     if call_free or not kernel.uses_nvshmem() or kernel.num_pes == 1:
         return None, ""
     staged = [b for b in kernel.outputs if b in kernel.remote_written()]
     if not staged:
         return None, ""
-    if os.environ.get(ENV_VAR, "1") == "0":
-        return None, f"staged outputs copied out by the handler after the kernel: ${ENV_VAR}=0"
+    if not kernel_staging_on():
+        return None, f"staged outputs copied out by the handler after the kernel: ${STAGING_ENV_VAR}=0"
     why = _problem(kernel, has_plan)
     if why is not None:
         return None, f"staged outputs copied out by the handler after the kernel: {why}"
     try:
-        plan, why = _plan(kernel, staged)
+        plan, why = _plan(kernel, staged, first_home)
     except ArithmeticError as e:  # an index that fails at some point: the kernel fails there anyway
         return None, f"staged outputs copied out by the handler after the kernel: an index fails ({e})"
     if plan is None:
@@ -126,7 +127,7 @@ def _placed(kernel: KernelIR) -> list[tuple[Put | SignalWait, tuple[Loop, ...]]]
     return placed
 
 
-def _plan(kernel: KernelIR, staged: list[Buffer]) -> tuple[StageOut | None, str]:
+def _plan(kernel: KernelIR, staged: list[Buffer], first_home: int) -> tuple[StageOut | None, str]:
     placed = _placed(kernel)
     puts = [(p, loops) for p, loops in placed if isinstance(p, Put)]
     others = [s for s in walk_stmts(kernel.body) if not isinstance(s, Put)]
@@ -135,13 +136,15 @@ def _plan(kernel: KernelIR, staged: list[Buffer]) -> tuple[StageOut | None, str]
         why = _buffer_problem(buf, [p for p, _ in puts], others)
         if why is not None:
             refused[buf] = why
-    kept = [b for b in staged if b not in refused][:abi.MAX_HOMES]
-    for b in staged[len(kept) + len(refused):]:
-        refused.setdefault(b, f"more than {abi.MAX_HOMES} outputs")
+    room = abi.MAX_HOMES - first_home
+    kept = [b for b in staged if b not in refused][:room]
+    for b in staged:
+        if b not in kept:
+            refused.setdefault(b, f"more than {abi.MAX_HOMES} params copied in or out by the kernel")
     if not kept:
         return None, "; ".join(f"{b.name}: {why}" for b, why in refused.items())
     npes = kernel.num_pes
-    homes = {b: i for i, b in enumerate(kept)}
+    homes = {b: first_home + i for i, b in enumerate(kept)}
     # (word buffer, indices) -> window at each receiving PE, and the put's value
     landing: dict[tuple[Buffer, tuple[int, ...]], tuple[list[Window | None], int]] = {}
     covered = {b: np.zeros((npes, *b.shape), np.uint8) for b in kept}
@@ -290,5 +293,5 @@ def copying_waits(kernel: KernelIR, plan: StageOut) -> list[SignalWait]:
     return [s for s in walk_stmts(kernel.body) if isinstance(s, SignalWait) and id(s) in plan.waits]
 
 
-__all__ = ["ENV_VAR", "StageOut", "WaitCopies", "Window", "copy_lines", "copying_waits", "declarations", "point_index",
+__all__ = ["StageOut", "WaitCopies", "Window", "copy_lines", "copying_waits", "declarations", "point_index",
            "stage_out"]

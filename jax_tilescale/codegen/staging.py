@@ -39,16 +39,23 @@ def staged_flags(k: KernelIR) -> list[int]:
     return flags
 
 
-def handler_flags(k: KernelIR, call_free: bool, kernel_out: tuple[int, ...] = ()) -> tuple[int, ...]:
+def handler_flags(k: KernelIR, call_free: bool, kernel_in: tuple[int, ...] = (),
+                  kernel_out: tuple[int, ...] = ()) -> tuple[int, ...]:
     """The `staged` attribute: the copy flags, with TS_STAGE_P2P on every staged param of a call-free
     kernel (it reaches peers only by loads and stores, so the handler may hand over XLA's buffer), and
-    TS_STAGE_KERNEL_OUT on the params `kernel_out` (indices) that the kernel copies out itself
-    (codegen/stage_out.py)."""
+    TS_STAGE_KERNEL_IN / TS_STAGE_KERNEL_OUT on the params (indices) that the kernel copies in or out
+    itself (codegen/stage_in.py, stage_out.py). The handler gives those params the home slots in param
+    order, which is the order the code generator numbers them in (inputs first)."""
     p2p = abi.STAGE_P2P if call_free else 0
     flags = [flag | p2p if flag else 0 for flag in staged_flags(k)]
+    for i in kernel_in:
+        assert flags[i] == abi.STAGE_COPY_IN and not call_free, (i, flags[i])
+        flags[i] |= abi.STAGE_KERNEL_IN
     for i in kernel_out:
         assert flags[i] & abi.STAGE_COPY_OUT and not call_free, (i, flags[i])
         flags[i] |= abi.STAGE_KERNEL_OUT
+    homes = [i for i, f in enumerate(flags) if f & (abi.STAGE_KERNEL_IN | abi.STAGE_KERNEL_OUT)]
+    assert homes == sorted([*kernel_in, *kernel_out]) and len(homes) <= abi.MAX_HOMES, homes
     return tuple(flags)
 
 

@@ -36,6 +36,56 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
   }
 }
 
+// Staged inputs copied in by the kernel (codegen/stage_in.py, TS_STAGE_KERNEL_IN): `n` inputs, each `bytes`
+// long, from XLA's buffer (args.home[home]) into the symmetric copy (args.buffers[param]), in chunks of
+// TS_COPY_IN_CHUNK bytes that the warps of whichever blocks are running claim one at a time (ctr[0], in the
+// scratch: zero when the launch starts), so the copy never waits for a block that is not resident. Each
+// warp counts the chunks it finished (ctr[1]); then thread 0 of every block waits until all are done, and
+// fences at system scope, before the block goes on (to the entry barrier, whose arrival tells the peers
+// the copies are there). The last block zeroes the counters with the rest of the scratch.
+#define TS_COPY_IN_CHUNK 65536
+struct TsCopyIn {
+  int32_t home, param;
+  int64_t bytes;
+};
+
+__device__ TS_HELPER void ts_copy_in(const TsLaunchArgs& args, const TsCopyIn* ins, int n, uint64_t* ctr,
+                                     const char* where) {
+  uint64_t total = 0;
+  for (int i = 0; i < n; ++i) total += (static_cast<uint64_t>(ins[i].bytes) + TS_COPY_IN_CHUNK - 1) / TS_COPY_IN_CHUNK;
+  const unsigned lane = threadIdx.x % 32u;
+  for (;;) {
+    uint64_t c = 0;
+    if (lane == 0) c = atomicAdd(reinterpret_cast<unsigned long long*>(ctr), 1ull);
+    c = __shfl_sync(0xffffffffu, c, 0);
+    if (c >= total) break;
+    int i = 0;
+    for (uint64_t first = 0;; ++i) {  // the input chunk c falls in
+      const uint64_t chunks = (static_cast<uint64_t>(ins[i].bytes) + TS_COPY_IN_CHUNK - 1) / TS_COPY_IN_CHUNK;
+      if (c < first + chunks) { c -= first; break; }
+      first += chunks;
+    }
+    const int64_t at = static_cast<int64_t>(c) * TS_COPY_IN_CHUNK;
+    const int64_t len = ins[i].bytes - at < TS_COPY_IN_CHUNK ? ins[i].bytes - at : TS_COPY_IN_CHUNK;
+    const unsigned char* src = static_cast<const unsigned char*>(args.home[ins[i].home]) + at;
+    unsigned char* dst = static_cast<unsigned char*>(args.buffers[ins[i].param]) + at;
+    const int64_t vec = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0 ? len / 16 : 0;
+    for (int64_t k = lane; k < vec; k += 32) reinterpret_cast<uint4*>(dst)[k] = reinterpret_cast<const uint4*>(src)[k];
+    for (int64_t k = vec * 16 + lane; k < len; k += 32) dst[k] = src[k];
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();  // this warp's copies before its count
+      atomicAdd(reinterpret_cast<unsigned long long*>(ctr + 1), 1ull);
+    }
+  }
+  if (threadIdx.x == 0) {
+    ts_wait<TS_CMP_GE, false, false, uint64_t>(ts_wait_ctx(args), ctr + 1, total, -1, where,
+                                               "the kernel's copy of its staged inputs");
+    __threadfence_system();  // what the warps copied (observed through the count) before anything peers see
+  }
+  __syncthreads();
+}
+
 // Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
 // copies the handler fills before the launch): no peer reads them before this PE's launch began,
 // which is after its copies in stream order. Block (0,0,0) announces the arrival.

@@ -82,3 +82,16 @@ def also_written_locally(rows: int, cols: int, dtype) -> ts.TileKernel:
 
 def trace(kern: ts.TileKernel, shape: tuple[int, ...], dtype, npes: int):
     return kern.trace(S(shape, np.dtype(dtype)), mesh_axes=("x",), num_pes=npes)
+
+
+def pull_rows(rows: int, cols: int, dtype, block_m: int) -> ts.TileKernel:
+    """Each block gets its rows of the previous PE's input: peers read the input, which is staged and, with
+    NVSHMEM's calls, copied in by the kernel itself (codegen/stage_in.py)."""
+
+    @ts.kernel(out_shape=S((rows, cols), dtype), grid=(rows // block_m,), threads=128)
+    def pull(src, dst):
+        r = T.ds(T.program_id(0) * block_m, block_m)
+        n = T.get_pe_num()
+        T.getmem_nbi_block(dst[r, :], src[r, :], pe=(T.get_pe() + n - 1) % n)
+
+    return pull

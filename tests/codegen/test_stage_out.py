@@ -133,14 +133,14 @@ def test_other_kernels_leave_the_copy_to_the_handler_and_say_why(name: str) -> N
     assert not any(f & abi.STAGE_KERNEL_OUT for f in m.staged)
     assert abi.STAGE_COPY_OUT in m.staged
     assert "staged outputs copied out by the handler after the kernel" in m.source and why in m.source
-    assert "ts_stage_windows" not in m.source
+    assert "const TsStageWindow ts_stage_windows[" not in m.source
 
 
 def test_call_free_kernels_and_the_switch_keep_it_off(monkeypatch) -> None:
     kernel = QUALIFY["column windows, 2 PEs"]()
     m = generate_cuda(kernel)  # one machine: call-free, zero-copy, nothing staged by the kernel
     assert m.call_free and not any(f & abi.STAGE_KERNEL_OUT for f in m.staged)
-    monkeypatch.setenv("TILESCALE_KERNEL_COPY_OUT", "0")
+    monkeypatch.setenv("TILESCALE_KERNEL_STAGING", "0")
     m = generate_cuda(kernel, p2p_peers=False)
     assert not any(f & abi.STAGE_KERNEL_OUT for f in m.staged)
-    assert "$TILESCALE_KERNEL_COPY_OUT=0" in m.source
+    assert "$TILESCALE_KERNEL_STAGING=0" in m.source

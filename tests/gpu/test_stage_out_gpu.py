@@ -1,7 +1,8 @@
-"""Staged outputs copied out by the kernel itself on GPUs (codegen/stage_out.py, TS_STAGE_KERNEL_OUT): with
-NVSHMEM's calls ($TILESCALE_CALL_FREE=0, as across machines) a kernel whose every write into an output is a
-signalled put it awaits copies each window to XLA's buffer as its signal arrives, and the handler copies
-nothing. Each result is compared with numpy on the host (NCCL refuses two ranks on one GPU), on fresh
+"""Staging copies done by the kernel itself on GPUs, with NVSHMEM's calls ($TILESCALE_CALL_FREE=0, as across
+machines): a kernel whose every write into an output is a signalled put it awaits copies each window to XLA's
+buffer as its signal arrives (codegen/stage_out.py, TS_STAGE_KERNEL_OUT), a kernel whose peers read an input
+copies it into its symmetric copy before its entry barrier (codegen/stage_in.py, TS_STAGE_KERNEL_IN), and the
+handler copies nothing. Each result is compared with numpy on the host (NCCL refuses two ranks on one GPU), on fresh
 random data, three times (both halves of the symmetric workspace); the handler's counts say who copied."""
 
 from __future__ import annotations
@@ -70,9 +71,31 @@ def test_the_allgather_push_with_nvshmem_calls(gpu_mesh, monkeypatch):
     assert _ffi().take_copy_out_counts() == (0, 3)
 
 
+PULLS = {  # name: (rows, cols, dtype, block rows): 16-byte pieces, a byte tail, several 64 KiB chunks
+    "one chunk": (64, 64, np.float32, 32),
+    "odd bytes": (96, 77, np.float16, 32),
+    "17 chunks": (1040, 256, np.float32, 16),
+}
+
+
+@pytest.mark.parametrize("name", list(PULLS))
+def test_a_pull_copies_its_input_in_itself(gpu_mesh, monkeypatch, name):
+    monkeypatch.setenv("TILESCALE_CALL_FREE", "0")
+    rows, cols, dtype, block_m = PULLS[name]
+    kern = K.pull_rows(rows, cols, dtype, block_m)
+    n = gpu_mesh.size
+    assert generate_cuda(K.trace(kern, (rows, cols), dtype, n), "sm_90").staged[0] == (
+        abi.STAGE_COPY_IN | abi.STAGE_KERNEL_IN)
+    rng = np.random.default_rng(37)
+    for _ in range(3):
+        x = random_rows(rng, n, (rows, cols), dtype)
+        (got,) = shard_run(kern, gpu_mesh, x)
+        assert_equal(got, _shifted(x, n))
+
+
 def test_the_switch_gives_the_copy_back_to_the_handler(gpu_mesh, monkeypatch):
     monkeypatch.setenv("TILESCALE_CALL_FREE", "0")
-    monkeypatch.setenv("TILESCALE_KERNEL_COPY_OUT", "0")
+    monkeypatch.setenv("TILESCALE_KERNEL_STAGING", "0")
     kern = K.column_shift(32, 256, np.float32, 16, 2)  # a kernel of its own: not compiled with the switch on
     n = gpu_mesh.size
     x = random_rows(np.random.default_rng(31), n, (32, 256), np.float32)
