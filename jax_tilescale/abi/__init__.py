@@ -50,6 +50,7 @@ STAGE_P2P: int = DEFINES["TS_STAGE_P2P"]  # `staged` flag: peers reach it by P2P
 STAGE_KERNEL_OUT: int = DEFINES["TS_STAGE_KERNEL_OUT"]  # `staged` flag: the kernel copies it out itself
 STAGE_KERNEL_IN: int = DEFINES["TS_STAGE_KERNEL_IN"]  # `staged` flag: the kernel copies it in itself
 MAX_HOMES: int = DEFINES["TS_MAX_HOMES"]  # params with STAGE_KERNEL_IN or STAGE_KERNEL_OUT per kernel, at most
+COPY_IN_CHUNK: int = DEFINES["TS_COPY_IN_CHUNK"]  # bytes of a staged input one warp copies in at a time
 # Comparison codes of waits by name ("EQ", "NE", "GT", "GE", "LT", "LE"): TsWaitFault.cmp.
 CMP_CODES: dict[str, int] = {name[len("TS_CMP_"):]: v for name, v in DEFINES.items() if name.startswith("TS_CMP_")}
 FAULT_CHECK: int = DEFINES["TS_FAULT_CHECK"]  # TsWaitFault.cmp of a failed check in a call-free kernel
@@ -57,6 +58,7 @@ FAULT_CHECK: int = DEFINES["TS_FAULT_CHECK"]  # TsWaitFault.cmp of a failed chec
 __all__ = [
     "ABI_VERSION",
     "CMP_CODES",
+    "COPY_IN_CHUNK",
     "DEFINES",
     "FAULT_CHECK",
     "LAUNCH_ARGS_BYTES",

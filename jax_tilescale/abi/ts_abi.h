@@ -31,6 +31,9 @@
 // symmetric copy itself, before its entry barrier (codegen/stage_in.py); the handler copies nothing in.
 #define TS_STAGE_KERNEL_IN 16
 #define TS_MAX_HOMES 4  // params per kernel with TS_STAGE_KERNEL_IN or TS_STAGE_KERNEL_OUT, at most
+// The piece of a staged input one warp copies at a time when the kernel copies it in (codegen/stage_in.py
+// sizes the inputs it takes by it; tilescale_call.cuh's ts_copy_in copies by it). Not read by the handler.
+#define TS_COPY_IN_CHUNK 4096
 // Allocations of one peer that a process maps (XLA's memory pool; more with a growing pool).
 #define TS_PEER_ALLOCS 4
 

@@ -11,13 +11,20 @@ is not resident), count the chunks they finished, and every block goes on once a
 there, as the handler's copy did in stream order. The handler passes XLA's buffer in `TsLaunchArgs.home`
 (`TS_STAGE_KERNEL_IN`) and copies nothing in.
 
-Every staged input qualifies (an aliased output, staged both ways, stays the handler's), up to
-`TS_MAX_HOMES` params together with the outputs the kernel copies out (codegen/stage_out.py);
-$TILESCALE_KERNEL_STAGING=0 leaves every staging copy to the handler, for comparison.
+A warp copies a chunk (`TS_COPY_IN_CHUNK`, 4 KiB) in passes of 512 bytes, each waiting for its loads, so
+the kernel takes inputs only while the chunks number at most the warps of its grid (and at most
+`MAX_COPY_IN_WARPS`): then the copy costs about one claim and one chunk per warp, a few microseconds, which
+the handler's copy (a driver call of ~5 us on the host, a copy node on the GPU) does not beat. Measured
+(benchmarks/NOTES.md, 2026-12-02) with 64 KiB chunks and no such bound: a 4 KiB input 1.5-5.2 us faster
+than the handler's copy per call, a 1 MiB input (16 chunks, one warp each) 22-26 us slower. Inputs beyond
+the bound, and aliased outputs (staged both ways), stay the handler's, up to `TS_MAX_HOMES` params
+together with the outputs the kernel copies out (codegen/stage_out.py); $TILESCALE_KERNEL_STAGING=0
+leaves every staging copy to the handler, for comparison.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from .. import abi
@@ -26,6 +33,7 @@ from ..ir.nodes import Buffer, BufferKind
 from .common import c_string, comment
 
 ENV_VAR = "TILESCALE_KERNEL_STAGING"  # "0": the handler does every staging copy (for comparison)
+MAX_COPY_IN_WARPS = 1024  # chunks the kernel copies in, at most (beyond, a warp would copy several)
 
 
 def kernel_staging_on() -> bool:
@@ -37,7 +45,16 @@ def kernel_copied_in(kernel: KernelIR, call_free: bool) -> tuple[Buffer, ...]:
     if call_free or not kernel.uses_nvshmem() or not kernel_staging_on():
         return ()
     copied = kernel.copied_in()
-    return tuple(b for b in kernel.params if b.kind is BufferKind.INPUT and b in copied)[:abi.MAX_HOMES]
+    room = min(math.prod(kernel.grid) * (kernel.threads // 32), MAX_COPY_IN_WARPS)
+    taken: list[Buffer] = []
+    for b in kernel.params:
+        if b.kind is not BufferKind.INPUT or b not in copied or len(taken) == abi.MAX_HOMES:
+            continue
+        chunks = -(-b.nbytes // abi.COPY_IN_CHUNK)
+        if chunks <= room:
+            taken.append(b)
+            room -= chunks
+    return tuple(taken)
 
 
 def declarations(kernel: KernelIR, inputs: tuple[Buffer, ...], homes: dict[Buffer, int]) -> list[str]:

@@ -38,12 +38,13 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
 
 // Staged inputs copied in by the kernel (codegen/stage_in.py, TS_STAGE_KERNEL_IN): `n` inputs, each `bytes`
 // long, from XLA's buffer (args.home[home]) into the symmetric copy (args.buffers[param]), in chunks of
-// TS_COPY_IN_CHUNK bytes that the warps of whichever blocks are running claim one at a time (ctr[0], in the
-// scratch: zero when the launch starts), so the copy never waits for a block that is not resident. Each
-// warp counts the chunks it finished (ctr[1]); then thread 0 of every block waits until all are done, and
-// fences at system scope, before the block goes on (to the entry barrier, whose arrival tells the peers
-// the copies are there). The last block zeroes the counters with the rest of the scratch.
-#define TS_COPY_IN_CHUNK 65536
+// TS_COPY_IN_CHUNK bytes (ts_abi.h) that the warps of whichever blocks are running claim one at a time
+// (ctr[0], in the scratch: zero when the launch starts), so the copy never waits for a block that is not
+// resident. Each warp counts the chunks it finished (ctr[1]); then thread 0 of every block waits until all
+// are done, and fences at system scope, before the block goes on (to the entry barrier, whose arrival
+// tells the peers the copies are there). The last block zeroes the counters with the rest of the scratch.
+// A warp copies a chunk in passes of 512 bytes, each waiting for its loads: the code generator gives the
+// kernel no more chunks than its grid has warps (codegen/stage_in.py), the handler's copy the rest.
 struct TsCopyIn {
   int32_t home, param;
   int64_t bytes;

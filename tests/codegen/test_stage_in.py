@@ -80,3 +80,15 @@ def test_call_free_kernels_aliased_outputs_and_the_switch_leave_it_to_the_handle
     m = generate_cuda(pull, p2p_peers=False)
     assert m.staged[0] == abi.STAGE_COPY_IN and "ts_copy_in(" not in _body(m)
     assert "by the handler before the launch" in _body(m)
+
+
+def test_an_input_with_more_chunks_than_the_grid_has_warps_stays_the_handlers() -> None:
+    """One block of 4 warps copies at most 4 chunks of abi.COPY_IN_CHUNK bytes; a larger input would make a
+    warp copy several, one after the other, slower than the handler's copy (benchmarks/NOTES.md)."""
+    fits = K.trace(K.pull_rows(32, 128, np.float32, 32), (32, 128), np.float32, 2)  # 16 KiB: 4 chunks
+    m = generate_cuda(fits, p2p_peers=False)
+    assert 32 * 128 * 4 == 4 * abi.COPY_IN_CHUNK and m.staged[0] & abi.STAGE_KERNEL_IN
+    larger = K.trace(K.pull_rows(33, 128, np.float32, 33), (33, 128), np.float32, 2)  # 5 chunks
+    m = generate_cuda(larger, p2p_peers=False)
+    assert m.staged[0] == abi.STAGE_COPY_IN and "ts_copy_in(" not in _body(m)
+    assert "src by the handler before the launch" in _body(m)
