@@ -9,7 +9,9 @@ copied per call at the given size. A kernel that keeps its peer traffic in `T.al
 `T.alloc_signal` buffers stages nothing (all_to_all's inbox). Since ABI 4 a call-free kernel's staged
 params are zero-copy ("XLA's buffer"): no copy where the buffer lies in the pool every peer mapped
 (one machine; docs/calling_convention.md, "Zero-copy"), so the bytes column counts them as 0; with
-`--calls` (as with TILESCALE_CALL_FREE=0, or on several machines) they are staged and copied.
+`--calls` (as with TILESCALE_CALL_FREE=0, or on several machines) they are staged and copied: by the
+handler around the launch, or (ABI 6) by the kernel itself, "by kernel" (a staged input copied in before
+its entry barrier, codegen/stage_in.py; a staged output a window as each signal arrives, stage_out.py).
 
     python tools/staged_buffers.py [--calls]
 """
@@ -63,24 +65,33 @@ def _why(kernel_ir, buf) -> str:
     return ", ".join(dict.fromkeys(seen)) or "-"
 
 
+def _staging(flag: int, nbytes: int) -> tuple[str, int, int]:
+    """(what happens to a param with `staged` flag `flag`, bytes the handler copies, bytes the kernel copies)."""
+    if flag & abi.STAGE_P2P:
+        return "XLA's buffer", 0, 0  # zero-copy (inside the mapped pool)
+    if flag & abi.STAGE_KERNEL_OUT:
+        return "kernel copies out", 0, nbytes  # a window as each signal arrives (codegen/stage_out.py)
+    if flag & abi.STAGE_KERNEL_IN:
+        return "kernel copies in", 0, nbytes  # before its entry barrier (codegen/stage_in.py)
+    out, into = bool(flag & abi.STAGE_COPY_OUT), bool(flag & abi.STAGE_COPY_IN)
+    what = {(False, False): "no", (True, False): "copied out", (False, True): "copied in",
+            (True, True): "in and out"}[(out, into)]
+    return what, nbytes * (out + into), 0
+
+
 def main() -> None:
     one_machine = "--calls" not in sys.argv[1:]
-    print(f"{'example':22s} {'buffer':10s} {'kind':7s} {'staged':16s} {'bytes/call':>11s}  why")
+    print(f"{'example':22s} {'buffer':13s} {'kind':7s} {'staged':18s} {'by handler':>11s} {'by kernel':>10s}  why")
     for name, kern, args in _kernels():
         ir = kern.trace(*args, mesh_axes=("x",), num_pes=NPES)
         module = generate_cuda(ir, "sm_90", p2p_peers=one_machine)
-        total = 0
+        total = [0, 0]
         for buf, flag in zip(ir.params, module.staged):
-            copies = flag & ~abi.STAGE_P2P
-            what = {0: "no", abi.STAGE_COPY_OUT: "copied out", abi.STAGE_COPY_IN: "copied in",
-                    abi.STAGE_COPY_OUT | abi.STAGE_COPY_IN: "in and out"}[copies]
-            if flag & abi.STAGE_P2P:
-                what, copies = "XLA's buffer", 0  # zero-copy (inside the mapped pool)
-            nbytes = buf.nbytes * ((copies & abi.STAGE_COPY_OUT) > 0) + buf.nbytes * ((copies & abi.STAGE_COPY_IN) > 0)
-            total += nbytes
+            what, handler, kernel = _staging(flag, buf.nbytes)
+            total = [total[0] + handler, total[1] + kernel]
             why = _why(ir, buf) if flag else "only this PE touches it"
-            print(f"{name:22s} {buf.name:10s} {buf.kind.value:7s} {what:16s} {nbytes:11d}  {why}")
-        print(f"{name:22s} {'total':10s} {'':7s} {'':16s} {total:11d}")
+            print(f"{name:22s} {buf.name:13s} {buf.kind.value:7s} {what:18s} {handler:11d} {kernel:10d}  {why}")
+        print(f"{name:22s} {'total':13s} {'':7s} {'':18s} {total[0]:11d} {total[1]:10d}")
 
 
 if __name__ == "__main__":
