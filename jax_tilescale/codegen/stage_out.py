@@ -19,7 +19,7 @@ tables: the windows by (receiving PE, word), and per wait the word each (block, 
 - every put into it moves a whole window (no run-time size), whose start depends on the PE, the block
   and the loops only, inside the buffer, made of rows of one pitch (2-D);
 - on every PE the windows landing there cover the output exactly once;
-- the kernel has no warp-specialised GEMM plan (the copy is spread over all of the block's threads).
+- the kernel has no GEMM plan (whose frame may split the block's threads; the copy is spread over all of them).
 
 Anything else leaves the handler's copy-out, and the generated source says why ($TILESCALE_KERNEL_STAGING=0
 leaves it everywhere, for comparison). Staged inputs are the kernel's to copy in: codegen/stage_in.py.
@@ -109,7 +109,7 @@ def stage_out(kernel: KernelIR, call_free: bool, has_plan: bool, first_home: int
 
 def _problem(kernel: KernelIR, has_plan: bool) -> str | None:
     if has_plan:
-        return "a warp-specialised GEMM plan"
+        return "a GEMM plan (its frame may split the block's threads; the copy needs them all)"
     why = signalled_problem(kernel)
     if why is not None:
         return why
