@@ -182,10 +182,10 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
     tests/gpu/test_zero_copy_gpu.py tests/gpu/test_workspace_gpu.py tests/gpu/test_primitives_gpu.py -m multi_pe -v \
     -rs -o addopts="" -p no:cacheprovider
 fi
-# Only when asked for (gpu_tests_2pe runs them too): staged outputs copied out by the kernel (issue 14, item 3),
+# Only when asked for (gpu_tests_2pe runs them too): staging copies done by the kernel (issue 14, item 3),
 # with NVSHMEM's calls, and the staging tests around it, two PEs on GPU 0.
-if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" stage_out_2pe "* ]]; then
-  step stage_out_2pe shared_two_pes 29687 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_stage_out_gpu.py \
+if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" kernel_staging_2pe "* ]]; then
+  step kernel_staging_2pe shared_two_pes 29687 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_kernel_staging_gpu.py \
     tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
 fi
 # Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels

@@ -1,6 +1,6 @@
 """Staged inputs copied in by the kernel itself (codegen/stage_in.py, TS_STAGE_KERNEL_IN): which kernels
 do it, what the handler is told, where the copy stands (before the entry barrier), that its counters get
-scratch of their own, and that nvcc builds it. tests/gpu/test_stage_out_gpu.py runs it on two PEs."""
+scratch of their own, and that nvcc builds it. tests/gpu/test_kernel_staging_gpu.py runs it on two PEs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jax_tilescale import abi
 from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin
-from tests.codegen import stage_out_kernels as K
+from tests.codegen import staging_kernels as K
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import allgather

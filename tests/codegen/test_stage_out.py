@@ -5,7 +5,7 @@ output exactly once, right after the wait for the signal of the very put that wr
 The element-by-element check rebuilds, with numpy slicing, which put's signal word stands for each
 element of each PE's output, then replays the tables the way the generated code reads them (the
 point index evaluated from the expression the code prints) and marks each element a window covers
-with the word of the wait that copied it. nvcc builds each kernel; tests/gpu/test_stage_out_gpu.py runs
+with the word of the wait that copied it. nvcc builds each kernel; tests/gpu/test_kernel_staging_gpu.py runs
 them on two PEs with NVSHMEM's calls."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from jax_tilescale.compiler import compile_cubin
 from jax_tilescale.ir.evaluate import evaluate
 from jax_tilescale.ir.expr import PE_VAR, program_id_var
 from jax_tilescale.ir.nodes import Loop, Put, walk_stmts
-from tests.codegen import stage_out_kernels as K
+from tests.codegen import staging_kernels as K
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import allgather

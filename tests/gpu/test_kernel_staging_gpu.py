@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 import jax_tilescale as ts
 from jax_tilescale import abi
 from jax_tilescale.codegen import generate_cuda
-from tests.codegen import stage_out_kernels as K
+from tests.codegen import staging_kernels as K
 from tests.primitives.util import assert_equal, per_device, random_rows, shard_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

@@ -1,5 +1,6 @@
-"""Kernels whose staged outputs the kernel itself copies out (codegen/stage_out.py), or not, shared by
-tests/codegen/test_stage_out.py (the tables, on the CPU) and tests/gpu/test_stage_out_gpu.py (two PEs)."""
+"""Kernels whose staging copies the kernel itself does (codegen/stage_in.py, stage_out.py), or not, shared by
+tests/codegen/test_stage_in.py, test_stage_out.py (on the CPU) and tests/gpu/test_kernel_staging_gpu.py
+(two PEs)."""
 
 from __future__ import annotations
 
