@@ -183,10 +183,11 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" zero_copy_2pe "* ]]; then
     -rs -o addopts="" -p no:cacheprovider
 fi
 # Only when asked for (gpu_tests_2pe runs them too): staging copies done by the kernel (issue 14, item 3),
-# with NVSHMEM's calls, and the staging tests around it, two PEs on GPU 0.
+# with NVSHMEM's calls, and the staging tests around it, two PEs on GPU 0 (KERNEL_STAGING_ARGS="-k pull": a part).
 if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" kernel_staging_2pe "* ]]; then
+  # shellcheck disable=SC2086
   step kernel_staging_2pe shared_two_pes 29687 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_kernel_staging_gpu.py \
-    tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider
+    tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider ${KERNEL_STAGING_ARGS:-}
 fi
 # Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels
 # becomes one CUDA graph with a conditional node), one PE and two PEs on GPU 0.
