@@ -100,7 +100,7 @@ def signalled_problem(kernel: KernelIR) -> str | None:
 
 
 def place_communication(body: tuple[Stmt, ...], loops: tuple[Loop, ...],
-           out: list[tuple[Put | SignalWait, tuple[Loop, ...]]]) -> str | None:
+                        out: list[tuple[Put | SignalWait, tuple[Loop, ...]]]) -> str | None:
     """Collects the communicating statements with their enclosing loops; refuses any other place (a
     branch may skip a put or a wait on some blocks) and any other communicating statement."""
     for s in body:
