@@ -298,7 +298,7 @@ def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...]
     by_kernel = ", ".join(b.name for b in copied if b in kernel_in)
     by_handler = ", ".join(b.name for b in copied if b not in kernel_in)
     how = "; ".join([*([f"{by_kernel} copied in by this kernel just before"] if by_kernel else []),
-                     *([f"{by_handler} by the handler before the launch"] if by_handler else [])])
+                     *([f"{by_handler} copied in by the handler before the launch"] if by_handler else [])])
     return [
         comment(f"entry barrier: peers {verb} {names} ({how})"),
         f"ts_call_start(args, {c_string(str(kernel.loc))});",

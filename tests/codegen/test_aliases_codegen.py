@@ -63,7 +63,7 @@ def test_an_aliased_output_that_peers_write_is_staged_both_ways_behind_an_entry_
     assert staged_flags(_peer_kernel(None, get=False)) == [0, abi.STAGE_COPY_OUT]  # unaliased: out only
     # with NVSHMEM's calls (several machines) the barrier keeps peers off until the copy-in is done
     source = generate_cuda(put, p2p_peers=False).source
-    assert "entry barrier: peers read or write o, which the handler copies in" in source
+    assert "entry barrier: peers read or write o (o copied in by the handler before the launch)" in source
     assert "ts_call_start(args" in source
     assert "ts_call_start(args" not in generate_cuda(_peer_kernel(None, get=False), p2p_peers=False).source
     # call-free, every peer access waits for the owner's publish of the launch instead: no barrier

@@ -91,4 +91,4 @@ def test_an_input_with_more_chunks_than_the_grid_has_warps_stays_the_handlers() 
     larger = K.trace(K.pull_rows(33, 128, np.float32, 33), (33, 128), np.float32, 2)  # 5 chunks
     m = generate_cuda(larger, p2p_peers=False)
     assert m.staged[0] == abi.STAGE_COPY_IN and "ts_copy_in(" not in _body(m)
-    assert "src by the handler before the launch" in _body(m)
+    assert "src copied in by the handler before the launch" in _body(m)
