@@ -18,6 +18,7 @@
 #include "call_layout.h"
 #include "driver_api.h"
 #include "kernel_module.h"
+#include "launch_counters.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
 #include "peer_memory.h"
@@ -61,13 +62,6 @@ bool TraceLaunch() {
 constexpr const char* kNotInitialised =
     "NVSHMEM is not initialised: run under `python -m jax_tilescale.launch` or call "
     "jax_tilescale.runtime.init()";
-
-// Host time in the execute handler (TakeHandlerTimes): two clock reads per call, always on.
-std::atomic<uint64_t> g_handler_calls{0}, g_execute_ns{0}, g_launch_ns{0};
-// Buffers handed over zero-copy, and staged although marked TS_STAGE_P2P (outside every mapped pool).
-std::atomic<uint64_t> g_direct_buffers{0}, g_staged_p2p_buffers{0};
-// Staged outputs copied out by the handler, and by the kernel itself (TS_STAGE_KERNEL_OUT).
-std::atomic<uint64_t> g_copied_out_by_handler{0}, g_copied_out_by_kernel{0};
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(
@@ -323,7 +317,7 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
   // deadlocks when it cannot), where a plain launch only makes it likely.
   CUresult r;
   {
-    ScopedNs timed(g_launch_ns);
+    ScopedNs timed(Counters().launch_ns);
     r = c.grid_barrier ? cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params)
                        : cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
   }
@@ -410,8 +404,8 @@ ffi::Error Initialize(cudaStream_t cuda_stream, LaunchState* state, ffi::Remaini
 
 ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingArgs args,
                    ffi::RemainingRets rets) {
-  ScopedNs timed(g_execute_ns);
-  g_handler_calls.fetch_add(1, std::memory_order_relaxed);
+  ScopedNs timed(Counters().execute_ns);
+  Counters().handler_calls.fetch_add(1, std::memory_order_relaxed);
   LaunchState& s = *state;
   auto stream = reinterpret_cast<CUstream>(cuda_stream);
   std::string driver_error;
@@ -464,8 +458,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   const PeerMemory& peer_memory = PeerMemory::Get();
   uint64_t direct = 0, staged_p2p = 0;
   launch.direct_mask = HandOverDirect(params, s.npes, peer_memory, &direct, &staged_p2p);
-  g_direct_buffers.fetch_add(direct, std::memory_order_relaxed);
-  g_staged_p2p_buffers.fetch_add(staged_p2p, std::memory_order_relaxed);
+  Counters().direct_buffers.fetch_add(direct, std::memory_order_relaxed);
+  Counters().staged_p2p_buffers.fetch_add(staged_p2p, std::memory_order_relaxed);
 
   const bool capturing = Capturing(cu, stream);
   if (capturing) {
@@ -504,7 +498,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
     launch.buffers[i] = p.staged == kDirect || p.direct ? p.data : base + arena + p.offset;
     if (p.staged & kKernelOut) {  // the kernel copies its windows out there
       launch.home[home++] = p.data;
-      g_copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
+      Counters().copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
     } else if (p.staged & kKernelIn) {  // the kernel copies it in from there
       launch.home[home++] = p.data;
     }
@@ -536,7 +530,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
         r != CUDA_SUCCESS) {
       return CuFailed(s, "copying buffer " + std::to_string(i) + " out of the symmetric workspace", r);
     }
-    g_copied_out_by_handler.fetch_add(1, std::memory_order_relaxed);
+    Counters().copied_out_by_handler.fetch_add(1, std::memory_order_relaxed);
   }
   return ffi::Error::Success();
 }
@@ -545,19 +539,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
 XLA_FFI_TypeId* LaunchStateTypeId() { return &LaunchState::id; }
 
-HandlerTimes TakeHandlerTimes() {
-  return HandlerTimes{g_handler_calls.exchange(0), g_execute_ns.exchange(0), g_launch_ns.exchange(0)};
-}
-
 const XLA_FFI_TypeInfo* LaunchStateTypeInfo() { return &kLaunchStateTypeInfo; }
-
-CopyOutCounts TakeCopyOutCounts() {
-  return CopyOutCounts{g_copied_out_by_handler.exchange(0), g_copied_out_by_kernel.exchange(0)};
-}
-
-ZeroCopyCounts TakeZeroCopyCounts() {
-  return ZeroCopyCounts{g_direct_buffers.exchange(0), g_staged_p2p_buffers.exchange(0)};
-}
 
 void SetDefaultPe(int64_t pe) { g_default_pe.store(pe); }
 

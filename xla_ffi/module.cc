@@ -17,6 +17,7 @@
 #include "driver_api.h"
 #include "heap_check.h"
 #include "kernel_module.h"
+#include "launch_counters.h"
 #include "launch_handler.h"
 #include "nvshmem_api.h"
 #include "pe_map.h"
