@@ -496,12 +496,8 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
   for (size_t i = 0; i < n_params; ++i) {
     const Param& p = params[i];
     launch.buffers[i] = p.staged == kDirect || p.direct ? p.data : base + arena + p.offset;
-    if (p.staged & kKernelOut) {  // the kernel copies its windows out there
-      launch.home[home++] = p.data;
-      Counters().copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
-    } else if (p.staged & kKernelIn) {  // the kernel copies it in from there
-      launch.home[home++] = p.data;
-    }
+    if (p.staged & (kKernelIn | kKernelOut)) launch.home[home++] = p.data;  // the kernel copies from / to it
+    if (p.staged & kKernelOut) Counters().copied_out_by_kernel.fetch_add(1, std::memory_order_relaxed);
   }
 
   TS_TRACE("%s: staging half %d, ctl %p, %s\n", s.config.entry.c_str(), odd ? 1 : 0, static_cast<void*>(ctl),

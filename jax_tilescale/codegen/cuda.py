@@ -231,7 +231,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += plan.declarations()
         params += plan.kernel_params()
     if kernel_in:
-        out += [*stage_in.declarations(kernel, kernel_in, {b: i for i, b in enumerate(kernel_in)}), ""]
+        out += [*stage_in.declarations(kernel, kernel_in), ""]
     if kernel_out:
         out += [*stage_out_declarations(kernel_out, copying), ""]
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""

@@ -128,14 +128,14 @@ def _put_problem(p: Put) -> str | None:
     value = static_value(p.signal.value)
     if value is None or value <= 0:
         return f"{what} signals a value that is not a static positive number"
-    if not _depends_only_on(p.pe, (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE)):
+    if not depends_only_on(p.pe, (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE)):
         return f"{what} targets a PE that depends on more than the PE, the block and the loops"
-    if not all(_depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in p.signal.word.starts):
+    if not all(depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in p.signal.word.starts):
         return f"{what} signals a word that depends on more than the block and the loops"
     return None
 
 
-def _depends_only_on(e: Expr, kinds: tuple[VarKind, ...]) -> bool:
+def depends_only_on(e: Expr, kinds: tuple[VarKind, ...]) -> bool:
     """`e` reads no memory and no variable but those of `kinds` (so it can be evaluated here)."""
     return not loads(e) and all(v.kind in kinds for v in variables(e))
 
@@ -143,7 +143,7 @@ def _depends_only_on(e: Expr, kinds: tuple[VarKind, ...]) -> bool:
 def _wait_problem(w: SignalWait) -> str | None:
     """A wait whose word depends on the PE may await different words on different PEs, which the proof
     does not follow. (A wait for anything but EQ/GE a static value is allowed; it proves nothing here.)"""
-    if not all(_depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in w.word.starts):
+    if not all(depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP)) for e in w.word.starts):
         return f"the {w.op_name} at {w.loc} waits on a word that depends on more than the block and the loops"
     return None
 

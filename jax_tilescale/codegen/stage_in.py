@@ -5,7 +5,7 @@ A kernel with NVSHMEM's calls (across machines, or with $TILESCALE_CALL_FREE=0) 
 (gets, remote waits) runs on a symmetric copy of it, which the handler used to fill with a device-to-device
 copy before the launch: a separate pass, and on the host one more driver call per input and launch. Here
 the kernel fills it at its start, before its entry barrier: the warps of whichever blocks are running
-claim 64 KiB chunks one at a time from a counter in the scratch (so the copy never waits for a block that
+claim chunks one at a time from a counter in the scratch (so the copy never waits for a block that
 is not resident), count the chunks they finished, and every block goes on once all are done
 (`ts_copy_in`, tilescale_call.cuh). Its arrival at the entry barrier then tells the peers the copy is
 there, as the handler's copy did in stream order. The handler passes XLA's buffer in `TsLaunchArgs.home`
@@ -57,8 +57,10 @@ def kernel_copied_in(kernel: KernelIR, call_free: bool) -> tuple[Buffer, ...]:
     return tuple(taken)
 
 
-def declarations(kernel: KernelIR, inputs: tuple[Buffer, ...], homes: dict[Buffer, int]) -> list[str]:
-    rows = ", ".join(f"{{{homes[b]}, {kernel.params.index(b)}, {b.nbytes}}}" for b in inputs)
+def declarations(kernel: KernelIR, inputs: tuple[Buffer, ...]) -> list[str]:
+    """The table of `inputs` (kernel_copied_in's), at file scope; they take the first home slots (the
+    handler numbers them in param order, and inputs come first)."""
+    rows = ", ".join(f"{{{home}, {kernel.params.index(b)}, {b.nbytes}}}" for home, b in enumerate(inputs))
     return [f"__device__ const TsCopyIn ts_copy_ins[{len(inputs)}] = {{{rows}}};  // {{home, param, bytes}}"]
 
 

@@ -35,10 +35,10 @@ import numpy as np
 
 from .. import abi
 from ..ir.evaluate import evaluate
-from ..ir.expr import PE_VAR, Const, Expr, VarKind, loads, program_id_var, static_value, variables
+from ..ir.expr import PE_VAR, Const, Expr, VarKind, program_id_var, static_value
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, Cmp, Loop, Put, Region, SignalWait, Stmt, walk_stmts
-from .end_of_call import MAX_POINTS_CHECKED, place_communication, points, signalled_problem
+from .end_of_call import depends_only_on, place_communication, points, signalled_problem
 from .expr_printer import c_expr
 from .gemm_pattern import buffers_of
 from .stage_in import ENV_VAR as STAGING_ENV_VAR
@@ -110,14 +110,7 @@ def stage_out(kernel: KernelIR, call_free: bool, has_plan: bool, first_home: int
 def _problem(kernel: KernelIR, has_plan: bool) -> str | None:
     if has_plan:
         return "a GEMM plan (its frame may split the block's threads; the copy needs them all)"
-    why = signalled_problem(kernel)
-    if why is not None:
-        return why
-    points_total = math.prod(kernel.grid) * sum(
-        math.prod(lp.extent for lp in loops) for _, loops in _placed(kernel))
-    if points_total > MAX_POINTS_CHECKED:
-        return f"too many (block, iteration) points ({points_total})"
-    return None
+    return signalled_problem(kernel)  # which also bounds the (block, iteration) points enumerated here
 
 
 def _placed(kernel: KernelIR) -> list[tuple[Put | SignalWait, tuple[Loop, ...]]]:
@@ -208,13 +201,9 @@ def _buffer_problem(buf: Buffer, puts: list[Put], others: list[Stmt]) -> str | N
             continue
         if p.size is not None:
             return f"the put at {p.loc} moves a run-time number of bytes"
-        if not all(_depends_only_on(e) for e in p.dst.starts):
+        if not all(depends_only_on(e, (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE)) for e in p.dst.starts):
             return f"the put at {p.loc} writes a window whose start depends on more than the PE, block and loops"
     return None
-
-
-def _depends_only_on(e: Expr) -> bool:
-    return not loads(e) and all(v.kind in (VarKind.PROGRAM_ID, VarKind.LOOP, VarKind.PE) for v in variables(e))
 
 
 def _window(region: Region, starts: tuple[int, ...], home: int, param: int) -> Window | None:
