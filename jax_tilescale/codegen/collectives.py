@@ -31,8 +31,7 @@ TEAM_BARRIER = "ts_team_bar"  # TsTeamBarrier* of the team collectives
 def _complete(ctx: Ctx, quiet: bool) -> list[str]:
     """Make this thread's earlier writes visible to every PE: NVSHMEM puts (quiet) and plain
     stores, e.g. put_block's (the system-scope fence; all a call-free kernel's puts need)."""
-    fence = "__threadfence_system();" if ctx.system_scope else "__threadfence();"  # one PE: GPU scope
-    return (["nvshmem_quiet();"] if quiet and not ctx.call_free else []) + [fence]
+    return (["nvshmem_quiet();"] if quiet and not ctx.call_free else []) + ["__threadfence_system();"]
 
 
 def _wait_site(op: str) -> str:

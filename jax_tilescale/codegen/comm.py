@@ -155,10 +155,8 @@ def _finish(ctx: Ctx, scope: Scope, src: Region) -> list[str]:
 
 def _p2p_signal(ctx: Ctx, word: Region, value: Expr, op: SignalOp, pe: str, op_name: str) -> list[str]:
     """A call-free kernel's signal on the peer's word (thread 0, or each thread of a thread branch):
-    one release atomic at system scope, GPU scope in a PE space of one PE (`Ctx.system_scope`) (`pe`:
-    the C name of the NVSHMEM PE; `ts_peer_k` the kernel PE)."""
+    one release atomic at system scope (`pe`: the C name of the NVSHMEM PE; `ts_peer_k` the kernel PE)."""
     helper = {SignalOp.SET: "ts_p2p_signal_set", SignalOp.ADD: "ts_p2p_signal_add"}[op]
-    helper += f"<{'true' if ctx.system_scope else 'false'}>"
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(value)});",
@@ -269,7 +267,7 @@ def emit_peer_copy(s: PeerCopy, ctx: Ctx) -> list[str]:
     if s.direction is Direction.PUT:
         # Complete when the statement ends: the stores are visible system-wide before any later
         # signal or barrier of this block.
-        lines.append(fence_line(ctx) if ctx.call_free else "__threadfence_system();")
+        lines.append("__threadfence_system();")
     return [*lines, *ctx.block_sync()]
 
 
@@ -322,8 +320,7 @@ def wait_op_text(op_name: str, word: Region) -> str:
 @EMIT.register(SignalWait)
 def emit_signal_wait(s: SignalWait, ctx: Ctx) -> list[str]:
     # Polls like nvshmem_signal_wait_until (no back-off), but gives up after the wait timeout.
-    call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=wait_op_text(s.op_name, s.word), sleep=False,
-                     system=ctx.system_scope)
+    call = wait_call(s.cmp, "uint64_t", "ts_sig", "ts_sig_value", op=wait_op_text(s.op_name, s.word), sleep=False)
     return [
         f"uint64_t* const ts_sig = {word_pointer(ctx, s.word)};",
         f"const uint64_t ts_sig_value = (uint64_t)({c_expr(s.value)});",
@@ -363,7 +360,7 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
         lines += peer_pointer(ctx, s.word, s.pe, s.op_name)
         base = "ts_peer"
     call = wait_call(s.cmp, ctype, "ts_word", "ts_value", op=wait_op_text(s.op_name, s.word), sleep=True,
-                     peer="ts_peer_k" if s.pe is not None else "-1", system=ctx.system_scope)
+                     peer="ts_peer_k" if s.pe is not None else "-1")
     lines += [
         f"const {ctype}* const ts_word = {word_pointer(ctx, s.word, ctype, base)};",
         f"const {ctype} ts_value = ({ctype})({c_expr(s.value)});",
@@ -375,13 +372,8 @@ def emit_wait_until(s: WaitUntil, ctx: Ctx) -> list[str]:
 
 def quiet_line(ctx: Ctx) -> str:
     """Completes this thread's earlier puts: NVSHMEM's quiet, or in a call-free kernel (whose puts are
-    P2P stores) a fence, at GPU scope where the PE space is this PE alone."""
-    return fence_line(ctx) if ctx.call_free else "nvshmem_quiet();"
-
-
-def fence_line(ctx: Ctx) -> str:
-    """A call-free kernel's fence that makes this thread's stores count for every PE of the space."""
-    return "__threadfence_system();" if ctx.system_scope else "__threadfence();"
+    P2P stores) a system-scope fence."""
+    return "__threadfence_system();" if ctx.call_free else "nvshmem_quiet();"
 
 
 @EMIT.register(Quiet)
@@ -394,4 +386,4 @@ def emit_quiet(s: Quiet, ctx: Ctx) -> list[str]:
 def emit_fence(s: Fence, ctx: Ctx) -> list[str]:
     # Per thread too: the barrier orders every thread's earlier puts before the puts and signals
     # any thread of the block issues after it (signal_op is issued by thread 0).
-    return [fence_line(ctx) if ctx.call_free else "nvshmem_fence();", *ctx.block_sync()]
+    return ["__threadfence_system();" if ctx.call_free else "nvshmem_fence();", *ctx.block_sync()]

@@ -138,14 +138,6 @@ class Ctx:
     stage_out_copies: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
     @property
-    def system_scope(self) -> bool:
-        """Whether signals, waits and fences must reach other processes (system scope). A call-free
-        kernel over a PE space of one PE puts, signals and waits on this GPU's memory alone, so its
-        release stores, acquire polls and fences need only GPU scope (a system-scope signal and wait
-        cost a one-PE signalled shift 1.2-1.9 us per call: benchmarks/NOTES.md, issue 14)."""
-        return not (self.call_free and self.kernel.num_pes == 1)
-
-    @property
     def num_blocks(self) -> int:
         return math.prod(self.kernel.grid)
 

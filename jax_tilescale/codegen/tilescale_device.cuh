@@ -277,18 +277,13 @@ __device__ __noinline__ unsigned char* ts_peer_ptr(const void* local, int nvshme
 
 // A signal word on a peer, written the way nvshmemx_signal_op does over P2P: one atomic at system scope
 // with release semantics, so every store this thread made (and, after a block barrier, its block's)
-// is visible to the peer before the word changes. SYS false: GPU scope, for a PE space of one PE, where
-// the word and every store it announces are this GPU's and only this GPU's threads wait for it.
-template <bool SYS = true>
+// is visible to the peer before the word changes.
 __device__ __forceinline__ void ts_p2p_signal_set(uint64_t* peer_word, uint64_t value) {
-  if (SYS) asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
-  else asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
 }
 
-template <bool SYS = true>
 __device__ __forceinline__ void ts_p2p_signal_add(uint64_t* peer_word, uint64_t value) {
-  if (SYS) asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
-  else asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(peer_word), "l"(value) : "memory");
 }
 
 // The peer's copy of a symmetric signal word (checked reachable).

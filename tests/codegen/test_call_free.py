@@ -65,7 +65,7 @@ def test_a_communicating_hopper_kernel_is_generated_without_nvshmem_calls(comm):
     assert "nvshmem_quiet" not in body and "nvshmemx_" not in body and "nvshmem_fence" not in body
     assert "ts_fault_sink_set(args);" in body  # where a failed check reports, set first
     if comm == "block":
-        assert "ts_p2p_signal_add<true>(ts_peer_sig, " in body and "ts_p2p_signal_set<true>(ts_peer_sig, " in body
+        assert "ts_p2p_signal_add(ts_peer_sig, " in body and "ts_p2p_signal_set(ts_peer_sig, " in body
         assert "ts_peer_ptr(ts_sig, " in body  # the signal word is symmetric scratch: nvshmem_ptr
     # `inbox` (param 3) is what peers touch: zero-copy, so its peer copy is found through what the
     # peer publishes at the start of the launch (its address), not through nvshmem_ptr
@@ -112,7 +112,7 @@ def test_call_free_puts_fence_only_where_their_data_counts_for_a_peer():
     blocking, signal, nbi = (body[body.index(f"// [{i}] "):body.index(f"// [{i + 1}] ")] for i in range(3))
     assert "ts_dst[ts_c0] = ts_src[ts_c0];" in blocking and "__threadfence_system" not in blocking + nbi
     assert blocking.index("ts_dst[ts_c0] = ts_src[ts_c0];") < blocking.index("__syncthreads();")
-    assert "ts_p2p_signal_set<true>(" in signal and "__syncthreads();" not in nbi
+    assert "ts_p2p_signal_set(" in signal and "__syncthreads();" not in nbi
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
@@ -153,44 +153,3 @@ def test_a_launch_over_several_machines_keeps_nvshmem_calls():
     assert not mod.call_free and "nvshmemx_putmem_nbi_block(" in mod.source.split("__global__", 1)[1]
     assert "// not call-free (any wgmma serialised by ptxas, every peer-touched param staged): the launch spans " \
            "several nodes" in mod.source
-
-
-def _signalled_ring(num_pes: int):
-    """Each block puts its rows to the next PE with a signal, signals once more by signal_op, fences,
-    quiets, and waits for both words: every statement whose memory scope depends on the PE space."""
-
-    @ts.kernel(out_shape=S((64, 64), jnp.float32), grid=(2,), threads=128)
-    def ring(x, y):
-        words = T.alloc_signal(4)
-        pid = T.program_id(0)
-        peer = (T.get_pe() + 1) % T.get_pe_num()
-        rows = T.ds(pid * 32, 32)
-        T.putmem_signal_nbi_block(y[rows, :], x[rows, :], sig=words[pid], value=1, op=T.SignalOp.SET, pe=peer)
-        T.fence()
-        T.signal_op(words[2 + pid], 3, T.SignalOp.ADD, peer)
-        T.quiet()
-        T.signal_wait_until(words[pid], T.Cmp.EQ, 1)
-        T.signal_wait_until(words[2 + pid], T.Cmp.GE, 3)
-
-    return ring.trace(S((64, 64), jnp.float32), mesh_axes=("x",), num_pes=num_pes)
-
-
-@pytest.mark.parametrize("num_pes", [1, 2])
-def test_a_space_of_one_pe_signals_waits_and_fences_at_gpu_scope(num_pes):
-    """With one PE every put, signal and wait stays on this GPU: GPU-scope releases, acquire polls and
-    fences suffice; with peers (other processes) they stay at system scope."""
-    mod = generate_cuda(_signalled_ring(num_pes), "sm_90")
-    assert mod.call_free
-    body = mod.source.split("__global__", 1)[1].split("ts_call_end(", 1)[0]
-    system = num_pes > 1
-    flag = "true" if system else "false"
-    assert body.count(f"ts_p2p_signal_set<{flag}>(") == 1 and body.count(f"ts_p2p_signal_add<{flag}>(") == 1
-    assert body.count(f"ts_wait<TS_CMP_EQ, false, {flag}, uint64_t>") == 1
-    assert body.count(f"ts_wait<TS_CMP_GE, false, {flag}, uint64_t>") == 1
-    assert ("__threadfence_system();" in body) == system  # fence and quiet
-    assert body.count("__threadfence();") >= (2 if system else 4)  # the waits' fences (+ fence and quiet)
-
-
-def test_gpu_scope_signals_compile(session_cache, require_nvshmem):
-    mod = generate_cuda(_signalled_ring(1), "sm_90")
-    assert compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=True)

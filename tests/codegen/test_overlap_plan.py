@@ -57,7 +57,7 @@ def test_gemm_reducescatter_takes_wgmma_and_sends_after_the_join(npes):
     join = src.index("__syncthreads();  // the producer and the consumers meet")
     assert src.index("ts_setmaxnreg_inc<168>();") < join and src.index("ts_setmaxnreg_dec<168>();") < join
     # the block put (P2P stores by every thread, then one release atomic): after the join
-    assert src.index("ts_peer_ptr(") > join and src.index("ts_p2p_signal_add<") > join
+    assert src.index("ts_peer_ptr(") > join and src.index("ts_p2p_signal_add(") > join
     assert src.index("ts_wait<TS_CMP_EQ") < join  # the owner's wait: consumer thread 0, in the split
 
 
