@@ -21,6 +21,7 @@ ldmatrix + mma.sync, portable), in the same interleaved rounds.
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
 
+`--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it);
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
 128x256 and 256x192, persistent 128x256, two 128x128 blocks per SM) and, where the shape has at
@@ -74,11 +75,14 @@ SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
-    """The --configs entries to time at one shape, the table's pick first ("table" marks it)."""
-    if text != "auto":
+    """The --configs entries to time at one shape, the table's pick first ("table" marks it);
+    `--configs table`: the pick alone (what `gemm()` without tile arguments runs)."""
+    if text not in ("auto", "table"):
         return text.split(",")
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
     out = [pick.describe() + "/table"]
+    if text == "table":
+        return out
     out += [c for c in CANDIDATES.split(",") if c != pick.describe()]
     base = GemmConfig()
     if 2 * tiles_of(m, n, base) <= device_sm_count():
@@ -294,9 +298,14 @@ def main() -> None:
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
             rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
                              err <= 2e-2 * scale))
+    _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
+    fp8_rows = []
     for shape in filter(None, args.fp8_shapes.split(",")):
-        rows += _fp8_rows(shape, {c: v for c, v in all_configs.items() if "/p" not in c}, torch, args)
-    _print(rows)
+        # `--configs table`: our bf16 side is the table's pick (gemm() without tile arguments)
+        bf16_configs = {c: v for c, v in all_configs.items() if "/p" not in c} or {"table": ({}, {})}
+        fp8_rows += _fp8_rows(shape, bf16_configs, torch, args)
+    if fp8_rows:
+        _print(fp8_rows)
 
 
 def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
