@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Nsight Compute of one GEMM shape on the GPU machine: which kernel XLA's jnp.dot runs (its name says the
+# tile, the cluster and the schedule) and how it and ours use the SMs and memory (Speed Of Light section,
+# clocks left alone as device/METHOD.md asks). From the repository root, after tools/gpu_test.sh's build
+# (or: python3 -m pip install -q --no-build-isolation --no-deps -e .):
+#
+#   bash tools/profile_gemm.sh 16384x8192x1024 [--config 128x256x64/3/g8/p]
+#
+# Writes $OUT/profile_gemm.txt (or /tmp), prints the kernels' names, durations and throughputs.
+set -uo pipefail
+LOG=${OUT:-/tmp}
+export TILESCALE_CACHE_DIR=${TILESCALE_CACHE_DIR:-/tmp/ts_cache}
+# the products only: XLA's cuBLAS kernels (nvjet/xmma/cutlass names) and ours (ts_ prefix); the last run each
+ncu --clock-control none --section SpeedOfLight -k "regex:nvjet|gemm|xmma|cutlass" --launch-skip 2 \
+  python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
+rc=$?
+grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours" \
+  "$LOG/profile_gemm.txt"
+[ "$rc" = 0 ] || tail -20 "$LOG/profile_gemm.txt"
+exit "$rc"
