@@ -13,10 +13,11 @@ there, as the handler's copy did in stream order. The handler passes XLA's buffe
 
 A warp copies a chunk (`TS_COPY_IN_CHUNK`, 4 KiB) in passes of 512 bytes, each waiting for its loads, so
 the kernel takes inputs only while the chunks number at most the warps of its grid (and at most
-`MAX_COPY_IN_WARPS`): then the copy costs about one claim and one chunk per warp, a few microseconds, which
-the handler's copy (a driver call of ~5 us on the host, a copy node on the GPU) does not beat. Measured
-(benchmarks/NOTES.md, 2026-12-02) with 64 KiB chunks and no such bound: a 4 KiB input 1.5-5.2 us faster
-than the handler's copy per call, a 1 MiB input (16 chunks, one warp each) 22-26 us slower. Inputs beyond
+`MAX_COPY_IN_WARPS`): then the copy costs about one claim and one chunk per warp, a few microseconds.
+Measured (benchmarks/NOTES.md, 2026-12-02) with 64 KiB chunks and no such bound: a 4 KiB input 1.5-5.2 us
+faster than the handler's copy per call, a 1 MiB input (16 chunks, one warp each) 22-26 us slower; with
+4 KiB chunks and the bound, the 1 MiB input 3.5 us faster in a jitted loop, 1.5 us slower in a written-out
+chain of calls. Inputs beyond
 the bound, and aliased outputs (staged both ways), stay the handler's, up to `TS_MAX_HOMES` params
 together with the outputs the kernel copies out (codegen/stage_out.py); $TILESCALE_KERNEL_STAGING=0
 leaves every staging copy to the handler, for comparison.

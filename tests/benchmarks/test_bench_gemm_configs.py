@@ -4,29 +4,16 @@ keyword arguments gemm() takes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
-
-
-def _bench():
-    if "bench_gemm" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_gemm", ROOT / "benchmarks" / "bench_gemm.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_gemm"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["bench_gemm"]
-
+from tests.benchmarks import load_bench
 
 SHAPES = [(2048, 2048, 2048), (16384, 8192, 1024), (128, 8192, 8192)]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_table_times_the_pick_alone(shape):
-    bench = _bench()
+    bench = load_bench("bench_gemm")
     got = bench.shape_configs("table", *shape)
     assert len(got) == 1 and got[0].endswith("/table")
     assert bench.parse_config(got[0]) == ({}, {})  # gemm() without tile arguments: the table decides
@@ -34,7 +21,7 @@ def test_table_times_the_pick_alone(shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_auto_puts_the_pick_first_then_other_candidates(shape):
-    bench = _bench()
+    bench = load_bench("bench_gemm")
     auto = bench.shape_configs("auto", *shape)
     assert auto[0] == bench.shape_configs("table", *shape)[0]
     assert len(auto) > 1 and len(set(auto)) == len(auto)
@@ -44,7 +31,7 @@ def test_auto_puts_the_pick_first_then_other_candidates(shape):
 
 
 def test_named_configs_parse_with_their_suffixes():
-    bench = _bench()
+    bench = load_bench("bench_gemm")
     cfg, switches = bench.parse_config("128x256x64/3/g8/p/s2/kernel/t256/b1/mc")
     assert cfg == dict(block_m=128, block_n=256, block_k=64, num_stages=3, group_m=8, persistent=True,
                        split_k=2, split_reduce="kernel", threads=256, blocks_per_sm=1)

@@ -5,8 +5,6 @@ writes a CSV with nccl-tests' bandwidths; a wrong kernel gets no bandwidth and a
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 
 import jax
@@ -14,20 +12,9 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tests.conftest import ROOT
+from tests.benchmarks import load_bench
 
-BENCH = ROOT / "benchmarks"
 TINY = ["--sizes", "4K,64K", "--reps", "1", "--iters", "1", "--warmup", "0", "--npes", "2"]
-
-
-def load_bench(name: str):
-    """benchmarks/<name>.py as a module (its own imports of examples/ and _collective included)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 coll = load_bench("_collective")
