@@ -122,7 +122,10 @@ shared_pes() {
 shared_two_pes() { shared_pes 2 "$@"; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-step build python3 -m pip install -q --no-build-isolation --no-deps -e . || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+# SKIP_BUILD=1: the extension is built and installed already (tools/ab_gpu.sh runs this script once per variant).
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  step build python3 -m pip install -q --no-build-isolation --no-deps -e . || { printf '%s\n' "${SUMMARY[@]}"; exit 1; }
+fi
 python3 -c "import jax_tilescale._ffi as m; print('ffi extension:', m.__file__)"
 # CPU-suite checks that depend on this machine's Python (3.12) and JAX (0.11.2): run on simulated CPU devices.
 step python312_checks env JAX_PLATFORMS=cpu python3 -m pytest -q -rs -p no:cacheprovider tests/ir/test_truth_test.py \
