@@ -36,6 +36,24 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
   }
 }
 
+// Copies n 16-byte pieces, the ones numbered first, first + stride, ... (a thread's share of a copy that
+// `stride` threads make), TS_COPY_BATCH at a time: every load of a batch before any of its stores. Written
+// as a plain loop (`d[k] = s[k]`), the compiler must keep each load after the store before it (the two
+// buffers might overlap), so a thread waited for one load per 16 bytes it copied: 8 waits for a warp's
+// 4 KiB chunk (benchmarks/NOTES.md, 2026-12-02: the 1 MiB copy-in 1.5 us slower than the handler's copy).
+#define TS_COPY_BATCH 8
+__device__ __forceinline__ void ts_copy_pieces(uint4* d, const uint4* s, int64_t n, int64_t first, int64_t stride) {
+  int64_t k = first;
+  for (; k + (TS_COPY_BATCH - 1) * stride < n; k += TS_COPY_BATCH * stride) {
+    uint4 r[TS_COPY_BATCH];
+#pragma unroll
+    for (int u = 0; u < TS_COPY_BATCH; ++u) r[u] = __ldcg(s + k + u * stride);
+#pragma unroll
+    for (int u = 0; u < TS_COPY_BATCH; ++u) d[k + u * stride] = r[u];
+  }
+  for (; k < n; k += stride) d[k] = __ldcg(s + k);
+}
+
 // Staged inputs copied in by the kernel (codegen/stage_in.py, TS_STAGE_KERNEL_IN): `n` inputs, each `bytes`
 // long, from XLA's buffer (args.home[home]) into the symmetric copy (args.buffers[param]), in chunks of
 // TS_COPY_IN_CHUNK bytes (ts_abi.h) that the warps of whichever blocks are running claim one at a time
@@ -43,8 +61,8 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
 // resident. Each warp counts the chunks it finished (ctr[1]); then thread 0 of every block waits until all
 // are done, and fences at system scope, before the block goes on (to the entry barrier, whose arrival
 // tells the peers the copies are there). The last block zeroes the counters with the rest of the scratch.
-// A warp copies a chunk in passes of 512 bytes, each waiting for its loads: the code generator gives the
-// kernel no more chunks than its grid has warps (codegen/stage_in.py), the handler's copy the rest.
+// A warp copies a 4 KiB chunk with one batch of loads (ts_copy_pieces): the code generator gives the kernel
+// no more chunks than its grid has warps (codegen/stage_in.py), the handler's copy the rest.
 struct TsCopyIn {
   int32_t home, param;
   int64_t bytes;
@@ -71,7 +89,7 @@ __device__ TS_HELPER void ts_copy_in(const TsLaunchArgs& args, const TsCopyIn* i
     const unsigned char* src = static_cast<const unsigned char*>(args.home[ins[i].home]) + at;
     unsigned char* dst = static_cast<unsigned char*>(args.buffers[ins[i].param]) + at;
     const int64_t vec = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15) == 0 ? len / 16 : 0;
-    for (int64_t k = lane; k < vec; k += 32) reinterpret_cast<uint4*>(dst)[k] = reinterpret_cast<const uint4*>(src)[k];
+    ts_copy_pieces(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), vec, lane, 32);
     for (int64_t k = vec * 16 + lane; k < len; k += 32) dst[k] = src[k];
     __syncwarp();
     if (lane == 0) {
@@ -175,7 +193,11 @@ __device__ TS_HELPER void ts_stage_out(const TsLaunchArgs& args, const TsStageWi
   const unsigned char* src = static_cast<const unsigned char*>(args.buffers[w.param]) + w.offset;
   unsigned char* dst = static_cast<unsigned char*>(args.home[w.home]) + w.offset;
   const int64_t run = w.row_bytes;
-  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | run | w.pitch) & 15) == 0) {
+  const bool vec = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | run | w.pitch) & 15) == 0;
+  if (vec && (w.pitch == run || w.rows == 1)) {  // one contiguous run (whole rows): in batches of loads
+    ts_copy_pieces(reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), w.rows * run / 16,
+                   threadIdx.x, blockDim.x);
+  } else if (vec) {
     const int64_t per_row = run / 16, pieces = w.rows * per_row;
     for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
       const int64_t at = (i / per_row) * w.pitch + (i % per_row) * 16;
