@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..ir.expr import Const, Expr
-from ..ir.nodes import Buffer, Region, Scope
+from ..ir.nodes import Buffer, BufferKind, Region, Scope
 from .context import Ctx
 from .expr_printer import c_expr, c_identifier
 from .regions import Dim, clipped_side, element_offset, walk_pair
@@ -137,6 +137,8 @@ def copy_loop_parts(
             move = f"{to} = ({inside}) ? {value} : {vtype}{{}};"
         else:
             move = f"if ({inside}) {move}"
+    if not clip_dims and src.buffer.kind in IN_MEMORY and dst.buffer.kind in IN_MEMORY:
+        return setup, batched_loop(count, lanes, idx, dims, vtype, to, value)
     loop = [
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {lanes}u) {{",
         *indent(decompose("ts_i", dims, idx)),
@@ -144,6 +146,45 @@ def copy_loop_parts(
         "}",
     ]
     return setup, loop
+
+
+# Buffers in global memory (this PE's or, through a mapping, a peer's): what a copy between two of them
+# may hold in registers in batches (`batched_loop`); copies to or from on-chip tiles keep the plain loop, whose
+# registers may be needed by accumulators live around it.
+IN_MEMORY = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SIGNAL, BufferKind.SYMMETRIC,
+                       BufferKind.GLOBAL})
+COPY_BATCH = 8  # loads per thread in flight before the stores (16 bytes each: 32 registers)
+
+
+def batched_loop(count: int, lanes: int, idx: str, dims: tuple[Dim, ...], vtype: str, to: str, value: str,
+                 ) -> list[str]:
+    """The copy loop with every thread's loads of up to COPY_BATCH elements issued before their stores.
+    Written as one loop of `to = value`, nvcc keeps each load after the store before it (the accesses might
+    alias, `__restrict__` on a local pointer notwithstanding: SASS checked), so a thread waits once per
+    element it moves: 8 waits per thread for a 16 KiB block put (benchmarks/NOTES.md, 2026-12-02)."""
+    trips = -(-count // lanes)  # elements per thread, the last round partial unless lanes divides count
+    batch = min(COPY_BATCH, trips)
+    live = f"ts_j + ts_u < {trips}u" if trips % batch else ""
+    if count % lanes:
+        live = " && ".join(filter(None, (live, f"ts_i < {count}u")))
+
+    def phase(move: str) -> list[str]:
+        body = [*decompose("ts_i", dims, idx), move]
+        return [
+            "#pragma unroll",
+            f"for (uint32_t ts_u = 0; ts_u < {batch}u; ++ts_u) {{",
+            f"{INDENT}const {idx} ts_i = threadIdx.x + (ts_j + ts_u) * {lanes}u;",
+            *(indent([f"if ({live}) {{", *indent(body), "}"]) if live else indent(body)),
+            "}",
+        ]
+
+    return [
+        f"for ({idx} ts_j = 0; ts_j < {trips}u; ts_j += {batch}u) {{",
+        f"{INDENT}{vtype} ts_r[{batch}];",
+        *indent(phase(f"ts_r[ts_u] = {value};")),
+        *indent(phase(f"{to} = ts_r[ts_u];")),
+        "}",
+    ]
 
 
 def copy_loop(ctx: Ctx, src: Region, dst: Region, clip_dims: tuple[int, ...] = ()) -> list[str]:

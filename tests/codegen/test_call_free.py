@@ -110,8 +110,8 @@ def test_call_free_puts_fence_only_where_their_data_counts_for_a_peer():
     assert mod.call_free
     body = mod.source.split("__global__", 1)[1]
     blocking, signal, nbi = (body[body.index(f"// [{i}] "):body.index(f"// [{i + 1}] ")] for i in range(3))
-    assert "ts_dst[ts_c0] = ts_src[ts_c0];" in blocking and "__threadfence_system" not in blocking + nbi
-    assert blocking.index("ts_dst[ts_c0] = ts_src[ts_c0];") < blocking.index("__syncthreads();")
+    assert "ts_dst[ts_c0] = ts_r[ts_u];" in blocking and "__threadfence_system" not in blocking + nbi
+    assert blocking.index("ts_dst[ts_c0] = ts_r[ts_u];") < blocking.index("__syncthreads();")
     assert "ts_p2p_signal_set(" in signal and "__syncthreads();" not in nbi
 
 
