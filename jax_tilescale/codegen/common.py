@@ -153,7 +153,9 @@ def copy_loop_parts(
 # registers may be needed by accumulators live around it.
 IN_MEMORY = frozenset({BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SIGNAL, BufferKind.SYMMETRIC,
                        BufferKind.GLOBAL})
-COPY_BATCH = 8  # loads per thread in flight before the stores (16 bytes each: 32 registers)
+# Loads per thread in flight before the stores (16 bytes each: 32 registers); the generated source passes it
+# to the device header too (TS_COPY_BATCH, the staging copies' ts_copy_pieces).
+COPY_BATCH = 8
 
 
 def batched_loop(count: int, lanes: int, idx: str, dims: tuple[Dim, ...], vtype: str, to: str, value: str,

@@ -29,7 +29,7 @@ from . import collectives, comm, compute, control, stage_in, tile_ops
 from .body import RESTORE, emit_body, emit_stmt
 from .call_free import call_free
 from .call_free import header_lines as call_free_header
-from .common import INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
+from .common import COPY_BATCH, INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
 from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
@@ -206,6 +206,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         *([comment(kernel_out_note)] if kernel_out_note else []),
         "",
         f"#define TS_USES_NVSHMEM {int(uses_nvshmem)}",
+        f"#define TS_COPY_BATCH {COPY_BATCH}  // loads per thread before its stores in a copy (codegen/common.py)",
         *call_free_header(free),
     ]
     if frame.head or frame.tail:  # ts_fail reached by every thread (head, tail) or the consumers only

@@ -37,11 +37,13 @@ __device__ TS_HELPER void ts_call_meet(const TsLaunchArgs& args, uint64_t seq, b
 }
 
 // Copies n 16-byte pieces, the ones numbered first, first + stride, ... (a thread's share of a copy that
-// `stride` threads make), TS_COPY_BATCH at a time: every load of a batch before any of its stores. Written
+// `stride` threads make), TS_COPY_BATCH (codegen/common.py) at a time: every load of a batch before any of its stores. Written
 // as a plain loop (`d[k] = s[k]`), the compiler must keep each load after the store before it (the two
 // buffers might overlap), so a thread waited for one load per 16 bytes it copied: 8 waits for a warp's
 // 4 KiB chunk (benchmarks/NOTES.md, 2026-12-02: the 1 MiB copy-in 1.5 us slower than the handler's copy).
-#define TS_COPY_BATCH 8
+#ifndef TS_COPY_BATCH
+#error "TS_COPY_BATCH: the code generator defines it (codegen/common.py COPY_BATCH), before this header"
+#endif
 __device__ __forceinline__ void ts_copy_pieces(uint4* d, const uint4* s, int64_t n, int64_t first, int64_t stride) {
   int64_t k = first;
   for (; k + (TS_COPY_BATCH - 1) * stride < n; k += TS_COPY_BATCH * stride) {
