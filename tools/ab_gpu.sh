@@ -6,7 +6,8 @@
 #   git diff main my_branch > ab/my_branch.patch       # on the workstation (ab/ is not ignored: it travels)
 #   STEPS="bench_copy_out_2pe" ROUNDS=2 bash tools/ab_gpu.sh ab/my_branch.patch [ab/other.patch ...]
 #
-# The extension is built once, from the base tree: a patch must not touch compiled sources (xla_ffi/, *.cc);
+# STEPS names every step wanted: the two-PE half of a benchmark is a step of its own (bench_call_overhead_graphs
+# and bench_call_overhead_graphs_2pe). The extension is built once, from the base tree: a patch must not touch compiled sources (xla_ffi/, *.cc);
 # the script refuses such a patch. Kernels are compiled per variant (the cache key covers the generated source,
 # headers included, so variants never share a stale binary). The tree is restored to base on exit.
 set -uo pipefail
@@ -49,5 +50,5 @@ echo "===== rows (ours us, base us, diff us, ratio, ...), per variant and round"
 for f in "$LOG"/ab_*_r*.txt; do
   echo "--- $(basename "$f" .txt)"
   # the benchmark tables: from a 'what' header to the next blank line, launcher prefixes removed
-  sed -E 's/^\[(pe|rank) [0-9]+\] //' "$f" | awk '/^what /{on=1} on&&/^$/{on=0} on'
+  sed -E 's/^(\[(pe|rank) [0-9]+\] )+//' "$f" | awk '/^what /{on=1} on&&/^$/{on=0} on'
 done
