@@ -46,18 +46,23 @@ def profiled_range():
         yield
         return
     # cuProfilerStart acts on the calling thread's current context: make it XLA's, device 0's primary one.
+    # cuda.h maps these names to their _v2 entry points; the unversioned symbols are a legacy ABI (a first
+    # run's cuCtxPushCurrent answered CUDA_ERROR_INVALID_CONTEXT). Each call is checked before the next.
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    for call, rc in (("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), 0)),
-                     ("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)),
-                     ("cuCtxPushCurrent", cuda.cuCtxPushCurrent(ctx)), ("cuProfilerStart", cuda.cuProfilerStart())):
+    steps = (("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(dev), 0)),
+             ("cuDevicePrimaryCtxRetain", lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)),
+             ("cuCtxPushCurrent_v2", lambda: cuda.cuCtxPushCurrent_v2(ctx)),
+             ("cuProfilerStart", lambda: cuda.cuProfilerStart()))
+    for call, run in steps:
+        rc = run()
         if rc != 0:
             raise SystemExit(f"{call} failed (CUresult {rc}): no profiler range")
     try:
         yield
     finally:
         cuda.cuProfilerStop()
-        cuda.cuCtxPopCurrent(ctypes.byref(ctypes.c_void_p()))
-        cuda.cuDevicePrimaryCtxRelease(dev)
+        cuda.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        cuda.cuDevicePrimaryCtxRelease_v2(dev)
 
 
 def main() -> None:
