@@ -49,6 +49,6 @@ done
 echo "===== rows (ours us, base us, diff us, ratio, ...), per variant and round"
 for f in "$LOG"/ab_*_r*.txt; do
   echo "--- $(basename "$f" .txt)"
-  # the benchmark tables: from a 'what' header to the next blank line, launcher prefixes removed
-  sed -E 's/^(\[(pe|rank) [0-9]+\] )+//' "$f" | awk '/^what /{on=1} on&&/^$/{on=0} on'
+  # the benchmark tables (bench_call_overhead's, bench_gemm's): from the header to the next blank or === line
+  sed -E 's/^(\[(pe|rank) [0-9]+\] )+//' "$f" | awk '/^what |^ +shape +what /{on=1} on&&/^(=|$)/{on=0} on'
 done
