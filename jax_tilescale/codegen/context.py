@@ -114,6 +114,11 @@ class GemmPlan(PlanMemory, Protocol):
         """The program of the producer warpgroup's threads (warp-specialised frames only)."""
         ...
 
+    def consumer_exit(self) -> list[str]:
+        """Lines the kernel's own threads run after their statements, before they meet the producer
+        (warp-specialised frames only)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Ctx:

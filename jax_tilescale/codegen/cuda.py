@@ -365,6 +365,7 @@ def _frame_body(ctx: Ctx) -> list:
         f"{INDENT}ts_setmaxnreg_inc<{frame.consumer_regs}>();",
         *indent(plan.accumulators()),
         *indent(split),
+        *indent(plan.consumer_exit()),
         *join["dec"],
         "}",
         # a peer may still multicast into this block's tiles or arrive on its barriers until both are done

@@ -199,6 +199,9 @@ class TensorCorePlan(ABC):
     def producer(self, ctx: Ctx) -> list[str]:
         return []
 
+    def consumer_exit(self) -> list[str]:
+        return []
+
 
 def stage_bytes(loops: Sequence[PlannedLoop]) -> dict[Buffer, int]:
     """Shared tiles -> bytes of all their stages over `loops` (the largest ring of a shared tile)."""

@@ -217,6 +217,16 @@ class Sm90Plan(TensorCorePlan):
         return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
                 *nested_counters(self.loops)]
 
+    def consumer_exit(self) -> list[str]:
+        """A tile loop's epilogue leaves its last TMA stores in flight (tma_store_lines): the shared
+        memory they read must outlive them, and a tail that tells peers the output is written must
+        come after the writes themselves."""
+        if not any(st.offset for st in self.stores.values()):
+            return []
+        if self.regions is not None and self.regions.tail:
+            return ["if (threadIdx.x == 0) ts_bulk_wait();  // the last tile's stores are written: the tail follows"]
+        return ["if (threadIdx.x == 0) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
+
     def pair_walk(self, buf: Buffer) -> PairWalk:
         """wgmma's m64nNk16 layout: slab `ts_m` of this warpgroup, 8-column group `ts_j`, half `ts_h`."""
         slabs = self.acc_slabs[buf]

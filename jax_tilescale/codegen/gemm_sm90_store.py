@@ -140,6 +140,14 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
               f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
     at = (f"(ts_t + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) "
           f"^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)")
+    # A tile loop's epilogue (a staging tile of its own) leaves its stores in flight: the next tile's
+    # wgmmas start at once, and the wait for the boxes' reads moves to before the next epilogue's
+    # writes (the kernel's end: Sm90Plan.consumer_exit). The top-level form is the kernel's last
+    # statement: it waits at once.
+    in_flight = bool(st.offset)
+    wait = [f"{INDENT}ts_bulk_wait_read();"] if not in_flight else []
+    before = (["if (threadIdx.x == 0) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
+              if in_flight else [])
     pair_bytes = 2 * st.elem_bytes
     if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
         thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
@@ -147,7 +155,9 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
         thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
     return [
-        *ctx.block_sync("every consumer's tensor-core reads of the ring are done"),
+        *before,
+        *ctx.block_sync("every consumer's tensor-core reads of the ring are done"
+                        + (", the staging tile is free" if in_flight else "")),
         f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
         f"{f' + {st.offset}' if st.offset else ''});",
         f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
@@ -162,6 +172,6 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
         "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
         *indent(stores),
         f"{INDENT}ts_bulk_commit();",
-        f"{INDENT}ts_bulk_wait_read();",
+        *wait,
         "}",
     ]

@@ -38,6 +38,13 @@ def test_persistent_tile_loop_takes_the_hopper_plan(m, n, k):
     assert "< (int64_t)" in producer.split("producer warpgroup", 1)[1]  # the producer's copy of the guard
     if n * 2 % 16 == 0:  # C by TMA: a staging tile of its own after the 3-stage A ring
         assert "char* const ts_box = reinterpret_cast<char*>(p_A_s + 49152);" in src
+        # each tile's stores stay in flight: the next epilogue waits for their reads before it writes the
+        # staging tile, and the consumers wait for the last tile's before they leave
+        before_box, after_box = consumer.split("char* const ts_box", 1)
+        assert "ts_bulk_wait_read();  // the previous tile's stores" in before_box.rsplit("{", 1)[1]
+        after_store = after_box.split("ts_bulk_commit();", 1)[1]
+        assert "ts_bulk_wait_read();" not in after_store.split("}", 1)[0]
+        assert "ts_bulk_wait_read();  // the last tile's stores" in after_store
 
 
 def test_split_k_summed_by_xla_takes_the_hopper_plan_with_float32_partials_stored_by_tma():
