@@ -6,16 +6,23 @@
 #
 #   bash tools/profile_gemm.sh 16384x8192x1024 [--config 128x256x64/3/g8/p]
 #
-# Writes $OUT/profile_gemm.txt (or /tmp), prints the kernels' names, durations and throughputs.
+# Writes $OUT/profile_gemm.txt (or /tmp), prints the kernels' names, durations, throughputs, shared-memory and
+# issue figures (the whole report is in the file).
 set -uo pipefail
 LOG=${OUT:-/tmp}
 export TILESCALE_CACHE_DIR=${TILESCALE_CACHE_DIR:-/tmp/ts_cache}
 # Only the profiler range the workload marks (one product each, after compilation and XLA's autotuning,
 # whose candidate kernels would otherwise be profiled one by one: a first run spent its 200 s on them).
-ncu --clock-control none --section SpeedOfLight --profile-from-start off \
+# Sections: throughput (SpeedOfLight), pipe use (ComputeWorkloadAnalysis: the tensor pipe's share), shared memory
+# and L2 use (MemoryWorkloadAnalysis: "Max Bandwidth", "Mem Pipes Busy"), and why warps wait (WarpStateStats,
+# SchedulerStats). Ten-odd replay passes per kernel, two kernels: about a minute after the warm-up.
+ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section WarpStateStats --section SchedulerStats --profile-from-start off \
   python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours" \
+grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
+Max Bandwidth|Mem Pipes Busy|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Active Warps Per|\
+Eligible Warps Per" \
   "$LOG/profile_gemm.txt"
 [ "$rc" = 0 ] || tail -20 "$LOG/profile_gemm.txt"
 exit "$rc"
