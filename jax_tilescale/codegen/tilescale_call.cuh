@@ -70,10 +70,14 @@ struct TsCopyIn {
   int64_t bytes;
 };
 
+__device__ __forceinline__ uint64_t ts_copy_in_chunks(const TsCopyIn& in) {  // chunks of one input, the last partial
+  return (static_cast<uint64_t>(in.bytes) + TS_COPY_IN_CHUNK - 1) / TS_COPY_IN_CHUNK;
+}
+
 __device__ TS_HELPER void ts_copy_in(const TsLaunchArgs& args, const TsCopyIn* ins, int n, uint64_t* ctr,
                                      const char* where) {
   uint64_t total = 0;
-  for (int i = 0; i < n; ++i) total += (static_cast<uint64_t>(ins[i].bytes) + TS_COPY_IN_CHUNK - 1) / TS_COPY_IN_CHUNK;
+  for (int i = 0; i < n; ++i) total += ts_copy_in_chunks(ins[i]);
   const unsigned lane = threadIdx.x % 32u;
   for (;;) {
     uint64_t c = 0;
@@ -82,7 +86,7 @@ __device__ TS_HELPER void ts_copy_in(const TsLaunchArgs& args, const TsCopyIn* i
     if (c >= total) break;
     int i = 0;
     for (uint64_t first = 0;; ++i) {  // the input chunk c falls in
-      const uint64_t chunks = (static_cast<uint64_t>(ins[i].bytes) + TS_COPY_IN_CHUNK - 1) / TS_COPY_IN_CHUNK;
+      const uint64_t chunks = ts_copy_in_chunks(ins[i]);
       if (c < first + chunks) { c -= first; break; }
       first += chunks;
     }
