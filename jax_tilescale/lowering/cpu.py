@@ -12,7 +12,9 @@ queued before any output is ready, so it is raised at the latest when the main t
 a result (`block_until_ready`, `np.asarray`); with one device it is raised from the jitted call
 itself. A call of a multi-device computation returns before its callbacks run whatever
 `jax_cpu_enable_async_dispatch` says (checked on JAX 0.10.2), so the error may also land just
-after `f(x)` returns: wait for the result inside the `try` block. A later call runs normally.
+after `f(x)` returns: wait for the result inside the `try` block. A later call runs normally. A program
+that ends right after catching the error does not end under callbacks still running: Python's exit
+waits for them (callback_exit.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..errors import KernelRuntimeError, TileScaleError
 from ..interpret import InterpreterSession, InterpretOptions
 from ..interpret.memory import poisoned
 from ..launch_env import check_interpreter_launch
+from .callback_exit import IN_FLIGHT
 from .primitive import CallSpec
 
 _EXECUTIONS_REMEMBERED = 64  # failed executions whose error was raised (later reports of them are dropped)
@@ -67,11 +70,12 @@ class InterpretedCall:
         with self._lock:
             execution = self._calls.get((team, pe), 0)
             self._calls[(team, pe)] = execution + 1
-        try:
-            return tuple(self.session.run(pe, team, [np.asarray(a) for a in arrays]))
-        except Exception as err:
-            self._report(execution, err)
-            return tuple(poisoned(b.shape, b.dtype) for b in self.session.kernel.outputs)
+        with IN_FLIGHT:  # Python's exit waits for it (callback_exit.py)
+            try:
+                return tuple(self.session.run(pe, team, [np.asarray(a) for a in arrays]))
+            except Exception as err:
+                self._report(execution, err)
+                return tuple(poisoned(b.shape, b.dtype) for b in self.session.kernel.outputs)
 
     def _report(self, execution: int, err: Exception) -> None:
         """Raises the first failure of `execution` in the main thread; the other devices' reports of
