@@ -11,16 +11,16 @@ is not resident), count the chunks they finished, and every block goes on once a
 there, as the handler's copy did in stream order. The handler passes XLA's buffer in `TsLaunchArgs.home`
 (`TS_STAGE_KERNEL_IN`) and copies nothing in.
 
-A warp copies a chunk (`TS_COPY_IN_CHUNK`, 4 KiB) in passes of 512 bytes, each waiting for its loads, so
-the kernel takes inputs only while the chunks number at most the warps of its grid (and at most
-`MAX_COPY_IN_WARPS`): then the copy costs about one claim and one chunk per warp, a few microseconds.
-Measured (benchmarks/NOTES.md, 2026-12-02) with 64 KiB chunks and no such bound: a 4 KiB input 1.5-5.2 us
-faster than the handler's copy per call, a 1 MiB input (16 chunks, one warp each) 22-26 us slower; with
-4 KiB chunks and the bound, the 1 MiB input 3.5 us faster in a jitted loop, 1.5 us slower in a written-out
-chain of calls. Inputs beyond
-the bound, and aliased outputs (staged both ways), stay the handler's, up to `TS_MAX_HOMES` params
-together with the outputs the kernel copies out (codegen/stage_out.py); $TILESCALE_KERNEL_STAGING=0
-leaves every staging copy to the handler, for comparison.
+A warp copies a chunk (`TS_COPY_IN_CHUNK`, 4 KiB) with one batch of loads (`ts_copy_pieces`: every load
+before any store), so the kernel takes inputs only while the chunks number at most the warps of its grid
+(and at most `MAX_COPY_IN_WARPS`): then the copy costs about one claim and one chunk per warp, a few
+microseconds. Measured (benchmarks/NOTES.md, 2026-12-02) with 64 KiB chunks and no such bound: a 4 KiB input
+1.5-5.2 us faster than the handler's copy per call, a 1 MiB input (16 chunks, one warp each) 22-26 us slower;
+with 4 KiB chunks and the bound, the 1 MiB input 3.5 us faster in a jitted loop, 1.5 us slower in a
+written-out chain of calls, and with the batched loads 16.8-16.9 us in that chain against the handler's
+16.8-18.5. Inputs beyond the bound, and aliased outputs (staged both ways), stay the handler's, up to
+`TS_MAX_HOMES` params together with the outputs the kernel copies out (codegen/stage_out.py);
+$TILESCALE_KERNEL_STAGING=0 leaves every staging copy to the handler, for comparison.
 """
 
 from __future__ import annotations
