@@ -93,8 +93,13 @@ def _prologue(ctx: Ctx) -> list[str]:
     smem = "ts_smem"
     lines = ["extern __shared__ __align__(128) unsigned char ts_smem_raw[];"]
     if ctx.plan is not None:  # swizzled tiles need 1024-byte alignment (the layout reserved the slack)
-        lines.append("unsigned char* const ts_smem = reinterpret_cast<unsigned char*>("
-                     "(reinterpret_cast<uintptr_t>(ts_smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));")
+        # Aligned by an offset from the shared array, not through an integer: a pointer that went through
+        # uintptr_t is generic to nvcc, and every access through it compiled to a generic ST.E / LD.E with
+        # 64-bit address arithmetic instead of STS / LDS (the TMA-store epilogue's 64 stores per thread: SASS
+        # checked, benchmarks/NOTES.md 2026-12-02). The shared window's base is aligned, so aligning the
+        # shared-space address aligns the generic one too.
+        lines.append("unsigned char* const ts_smem = ts_smem_raw + ((1024u - (static_cast<uint32_t>("
+                     "__cvta_generic_to_shared(ts_smem_raw)) & 1023u)) & 1023u);")
     else:
         lines.append("unsigned char* const ts_smem = ts_smem_raw;")
     lines += [

@@ -82,6 +82,8 @@ inline uint32_t ts_smem_u32(const void* p) {
   if (c < ts_smem_raw || c > ts_smem_raw + ts_emu_smem_bytes) ts_emu_die("not a shared-memory pointer", 0);
   return static_cast<uint32_t>(c - ts_smem_raw);
 }
+// What the kernels' prologue aligns the dynamic shared memory by (codegen/cuda.py): the shared-space address.
+inline size_t __cvta_generic_to_shared(const void* p) { return ts_smem_u32(p); }
 static unsigned char* ts_emu_smem(uint32_t addr, uint32_t bytes) {
   if (addr + bytes > ts_emu_smem_bytes) ts_emu_die("shared-memory access past the dynamic shared memory", addr);
   return ts_smem_raw + addr;
