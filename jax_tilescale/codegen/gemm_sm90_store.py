@@ -126,11 +126,11 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
 
     The boxes take the operand tiles' layout: 128-byte rows (64 16-bit or 32 fp32 columns) per
     box, 16-byte chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows hit distinct banks.
-    A pair's byte offset is (ts_t + hi) ^ lo: ts_t is the thread's part (its rows, its column
-    within the 8-column group and its swizzle phase in bits 4-6), hi the unrolled loop's box,
-    slab and half (multiples of 1024), lo the group's chunk (bits 4-6, disjoint from the
-    thread's chunk bit for fp32); one add and one xor per store keeps the epilogue's registers
-    low while 128 or more accumulators are live."""
+    A pair's byte offset is (ts_t ^ lo) + hi: ts_t is the thread's part (its rows, its column
+    within the 8-column group and its swizzle phase in bits 4-6), lo the group's chunk (bits 4-6,
+    disjoint from the thread's chunk bit for fp32), hi the unrolled loop's box, slab and half
+    (multiples of 1024, an immediate offset of each store). The kernels stay at 168 registers
+    without spills with the groups' eight `ts_t ^ lo` live (ptxas, tests/codegen)."""
     ctype, make = st.pair
     name = acc_name(s.src.buffer)
     box, box_cols = st.rows * 128, 128 // st.elem_bytes
@@ -138,8 +138,13 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
     y, x = (c_expr(e) for e in s.dst.starts[-2:])
     stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
               f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
-    at = (f"(ts_t + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u + ts_h * {8 * 128}u) "
-          f"^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)")
+    # The xor first: `hi` (multiples of 1024) leaves bits 0-9 alone and `lo` lives in bits 4-6, so
+    # (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few `ts_t ^ lo`
+    # in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic per
+    # store; with the add first it computed an add and an xor for every one of the 64 stores).
+    assert box % 1024 == 0, box
+    at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u "
+          f"+ ts_h * {8 * 128}u")
     # A tile loop's epilogue (a staging tile of its own) leaves its stores in flight: the next tile's
     # wgmmas start at once, and the wait for the boxes' reads moves to before the next epilogue's
     # writes (the kernel's end: Sm90Plan.consumer_exit). The top-level form is the kernel's last
