@@ -57,15 +57,16 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..ir.control import If
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
 from ..ir.kernel_ir import KernelIR
-from ..ir.nodes import Buffer, BufferKind, Copy, Loop, walk_stmts
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
 from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
-from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step
+from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step, whole
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_load import (
     TENSOR_MAP_FIELDS,
@@ -105,6 +106,8 @@ class Sm90Plan(TensorCorePlan):
     notes: list[str] = field(default_factory=list)
     regions: CommRegions | None = None  # a kernel that communicates: its head and tail (gemm_sm90_comm)
     blocks_per_sm: int = 1  # the kernel's: each block splits 1/blocks_per_sm of the register file
+    # ids of the T.clear statements right before their loops: the first product overwrites instead (`_folded_clears`)
+    folded: frozenset[int] = frozenset()
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
     # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
@@ -227,6 +230,11 @@ class Sm90Plan(TensorCorePlan):
             return ["if (threadIdx.x == 0) ts_bulk_wait();  // the last tile's stores are written: the tail follows"]
         return ["if (threadIdx.x == 0) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
 
+    def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
+        if isinstance(stmt, Fill) and id(stmt) in self.folded:
+            return ["// the loop's first products overwrite the accumulator (wgmma's scale-d 0): no clear"]
+        return super().lines(stmt, ctx)
+
     def pair_walk(self, buf: Buffer) -> PairWalk:
         """wgmma's m64nNk16 layout: slab `ts_m` of this warpgroup, 8-column group `ts_j`, half `ts_h`."""
         slabs = self.acc_slabs[buf]
@@ -272,7 +280,11 @@ class Sm90Plan(TensorCorePlan):
                     a_off = f"{slab} * {64 * 128}u + {within}u"
                     a_lbo = 16
                 descs.append(f"const uint64_t ts_da{kk}_{m} = ts_wgmma_desc(ts_a_base + {a_off}, {a_lbo}u, 1024u);")
-                scale = "0" if (gl.gemm.clear_accum and kk == 0) else "1"
+                scale = "1"
+                if kk == 0 and gl.gemm.clear_accum:
+                    scale = "0"
+                elif kk == 0 and gl.cleared_before:
+                    scale = f"({i} > 0)"  # the first stage overwrites: the clear before the loop is folded in
                 descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         return [
@@ -400,8 +412,11 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch)
+    folded = _folded_clears(kernel, loops)
+    loops = [dataclasses.replace(gl, cleared_before=True) if any(f.dst.buffer is gl.acc for f in folded) else gl
+             for gl in loops]
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,
-                    blocks_per_sm=kernel.blocks_per_sm)
+                    blocks_per_sm=kernel.blocks_per_sm, folded=frozenset(id(f) for f in folded))
     return plan, reasons
 
 
@@ -421,6 +436,36 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
         room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
         stores |= plan_nested_store(kernel, loops, maps, room)
     return stores
+
+
+# ---- the accumulator's clear before its loop, folded into the loop's first products ----------------
+
+FOLD_CLEARS = True  # False: T.clear before a loop zeroes the registers (the A/B of benchmarks/NOTES.md)
+
+
+def _folded_clears(kernel: KernelIR, loops: list[GemmLoop]) -> list[Fill]:
+    """The `T.clear` (fill with 0) of a whole accumulator that comes right before its planned loop
+    in the same body, where the loop runs at least once and its gemm accumulates: the loop's first
+    products overwrite the accumulator instead (wgmma's scale-d 0 on the first stage's first
+    instruction), which saves a register write per accumulator while the tensor cores wait (each
+    tile of a persistent kernel)."""
+    if not FOLD_CLEARS:
+        return []
+    out = []
+    for gl in loops:
+        if not (isinstance(gl.loop.extent, int) and gl.loop.extent >= 1) or gl.gemm.clear_accum:
+            continue
+        body = kernel.body if not gl.nest else _inner_body(gl.nest[-1])
+        at = next((n for n, s in enumerate(body) if s is gl.loop), None)
+        before = body[at - 1] if at else None
+        if isinstance(before, Fill) and before.dst.buffer is gl.acc and before.value == 0 and whole(before.dst):
+            out.append(before)
+    return out
+
+
+def _inner_body(s: Stmt) -> tuple[Stmt, ...]:
+    """The body of a loop or the `then` branch of an if (gemm_sm90_nest: a planned loop is never in an `else`)."""
+    return s.then_body if isinstance(s, If) else s.body  # type: ignore[attr-defined]
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------

@@ -79,6 +79,7 @@ class GemmLoop(PlannedLoop):
     b: Operand
     multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
     nest: tuple = ()  # the serial loops and ifs around it (gemm_sm90_nest), () at the top level
+    cleared_before: bool = False  # its accumulator's T.clear folded into the first stage (gemm_sm90)
 
     def full(self) -> str:
         return f"ts_full{self.index}"

@@ -1,7 +1,8 @@
 """examples/gemm.py's persistent and split-K kernels on the Hopper lowering: the persistent tile
 loop (codegen/gemm_sm90_nest.py) is taken, not left to the portable path; its producer follows
 the tile loop, stages and phases count across tiles, the last stage of each tile is released, the
-epilogue stages through a tile of its own; both build without spills."""
+epilogue stages through a tile of its own; both build without spills. A T.clear right before its
+loop is folded into the loop's first products."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import jax_tilescale as ts
+from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin
 from tests.codegen.test_compute_codegen import _no_spills
@@ -77,3 +80,44 @@ def test_schedules_build_without_spills(session_cache, require_nvcc, m, n, k, cf
     mod = _module(m, n, k, num_sms=132, **cfg)
     report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
     assert "C7510" not in report, report  # no call between the wgmma instructions
+
+
+def _clear_then_loop(fill_value: float, between: bool):
+    """A 128x128 tile GEMM whose accumulator is filled with `fill_value` before its loop, with an
+    element-wise update between the two when `between`."""
+    m = n = 256
+    k = 512
+
+    @ts.kernel(out_shape=S((m, n), jnp.float32), grid=(n // 128, m // 128), threads=256)
+    def kern(A, B, C):
+        bx, by = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((128, 64), BF16)
+        B_s = T.alloc_shared((64, 128), BF16)
+        C_f = T.alloc_fragment((128, 128), jnp.float32)
+        T.fill(C_f, fill_value)
+        if between:
+            for i, j in T.Parallel(128, 128):
+                C_f[i, j] = C_f[i, j] * 2.0
+        for ko in T.Pipelined(k // 64, num_stages=3):
+            T.copy(A[T.ds(by * 128, 128), T.ds(ko * 64, 64)], A_s)
+            T.copy(B[T.ds(ko * 64, 64), T.ds(bx * 128, 128)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, C[T.ds(by * 128, 128), T.ds(bx * 128, 128)])
+
+    return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+
+
+@pytest.mark.parametrize("fill_value,between,folded", [(0.0, False, True), (1.0, False, False), (0.0, True, False)])
+def test_clear_right_before_the_loop_is_folded_into_its_first_product(fill_value, between, folded):
+    """T.clear right before the loop: no register writes, the first stage's first wgmma overwrites
+    (scale-d `ts_i0 > 0`); a fill with another value, or one something reads before the loop, stays."""
+    mod = _clear_then_loop(fill_value, between)
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    consumer = mod.source.split("consumer warpgroups", 1)[1]
+    first_products = [line for line in consumer.splitlines() if "ts_da0_0, ts_db0," in line]
+    assert len(first_products) == 1, first_products
+    assert first_products[0].rstrip().endswith(", (ts_i0 > 0));" if folded else ", 1);"), first_products[0]
+    assert ("no clear" in consumer) == folded
+    assert ("= 0.0f;" in consumer) == (not folded and fill_value == 0.0)
+    persistent = _module(16384, 8192, 1024, block_m=128, block_n=256, persistent=True, num_sms=132)
+    assert "ts_da0_0, ts_db0, (ts_i1 > 0));" in persistent.source  # each tile's clear, folded
