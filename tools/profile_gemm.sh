@@ -15,14 +15,20 @@ export TILESCALE_CACHE_DIR=${TILESCALE_CACHE_DIR:-/tmp/ts_cache}
 # whose candidate kernels would otherwise be profiled one by one: a first run spent its 200 s on them).
 # Sections: throughput (SpeedOfLight), pipe use (ComputeWorkloadAnalysis: the tensor pipe's share), shared memory
 # and L2 use (MemoryWorkloadAnalysis: "Max Bandwidth", "Mem Pipes Busy"), and why warps wait (WarpStateStats,
-# SchedulerStats). Ten-odd replay passes per kernel, two kernels: about a minute after the warm-up.
+# SchedulerStats), what they execute (InstructionStats: instructions per kernel) and each stall reason's cycles
+# per issued instruction (the stall metrics: WarpStateStats prints only their sum). About twenty replay passes per
+# kernel, two kernels: about a minute after the warm-up.
 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section WarpStateStats --section SchedulerStats --profile-from-start off \
+  --section WarpStateStats --section SchedulerStats --section InstructionStats \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" --profile-from-start off \
   python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
 rc=$?
 grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
 Max Bandwidth|Mem Pipes Busy|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Active Warps Per|\
-Eligible Warps Per" \
+Eligible Warps Per|Executed Instructions  " \
+  "$LOG/profile_gemm.txt"
+# the stall reasons that cost at least half a cycle per issued instruction, per kernel
+awk '/^  [a-zA-Z_].*\(/ {print "  " $1} /issue_stalled_.*_per_issue_active.ratio/ && $NF + 0 >= 0.5 {print "    " $1, $NF}' \
   "$LOG/profile_gemm.txt"
 [ "$rc" = 0 ] || tail -20 "$LOG/profile_gemm.txt"
 exit "$rc"
