@@ -134,7 +134,10 @@ step codegen_smoke python3 -m pytest -q tests/codegen/test_gpu_smoke.py -o addop
 # One process per test worker on GPU 0 (nothing here needs NVSHMEM); compiling the kernels is most of the time, so
 # pytest-xdist spreads them over the CPUs when it is installed (the image has it).
 XDIST=(); python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${XDIST_WORKERS:-8}")
-step gpu_tests_1pe env CUDA_VISIBLE_DEVICES=0 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+# Bounded (GPU_TESTS_TIMEOUT, default 420 s; about 60-80 s when all pass): a kernel that hangs (a deadlocked
+# barrier spins forever) fails this step with 124 instead of taking the whole device call and the steps after it.
+step gpu_tests_1pe timeout -k 10 "${GPU_TESTS_TIMEOUT:-420}" env CUDA_VISIBLE_DEVICES=0 \
+  XLA_PYTHON_CLIENT_PREALLOCATE=false \
   python3 -m pytest tests/gpu -m "not multi_pe" -q -o addopts="" -p no:cacheprovider "${XDIST[@]}"
 step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
