@@ -57,7 +57,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..ir.control import If
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Var, VarKind
 from ..ir.kernel_ir import KernelIR
@@ -77,7 +76,7 @@ from .gemm_sm90_load import (
     plan_operand,
     producer_lines,
 )
-from .gemm_sm90_nest import consumer_tail, nested_counters, nesting
+from .gemm_sm90_nest import consumer_tail, inner_body, nested_counters, nesting
 from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
 from .layout import shared_budget
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
@@ -106,8 +105,6 @@ class Sm90Plan(TensorCorePlan):
     notes: list[str] = field(default_factory=list)
     regions: CommRegions | None = None  # a kernel that communicates: its head and tail (gemm_sm90_comm)
     blocks_per_sm: int = 1  # the kernel's: each block splits 1/blocks_per_sm of the register file
-    # ids of the T.clear statements right before their loops: the first product overwrites instead (`_folded_clears`)
-    folded: frozenset[int] = frozenset()
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
     # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
@@ -231,7 +228,7 @@ class Sm90Plan(TensorCorePlan):
         return ["if (threadIdx.x == 0) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
 
     def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
-        if isinstance(stmt, Fill) and id(stmt) in self.folded:
+        if isinstance(stmt, Fill) and any(gl.folded_clear is stmt for gl in self.loops):
             return ["// the loop's first products overwrite the accumulator (wgmma's scale-d 0): no clear"]
         return super().lines(stmt, ctx)
 
@@ -283,7 +280,7 @@ class Sm90Plan(TensorCorePlan):
                 scale = "1"
                 if kk == 0 and gl.gemm.clear_accum:
                     scale = "0"
-                elif kk == 0 and gl.cleared_before:
+                elif kk == 0 and gl.folded_clear is not None:
                     scale = f"({i} > 0)"  # the first stage overwrites: the clear before the loop is folded in
                 descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
@@ -412,11 +409,9 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch)
-    folded = _folded_clears(kernel, loops)
-    loops = [dataclasses.replace(gl, cleared_before=True) if any(f.dst.buffer is gl.acc for f in folded) else gl
-             for gl in loops]
+    loops = [_with_folded_clear(gl, kernel) for gl in loops]
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,
-                    blocks_per_sm=kernel.blocks_per_sm, folded=frozenset(id(f) for f in folded))
+                    blocks_per_sm=kernel.blocks_per_sm)
     return plan, reasons
 
 
@@ -443,29 +438,20 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
 FOLD_CLEARS = True  # False: T.clear before a loop zeroes the registers (the A/B of benchmarks/NOTES.md)
 
 
-def _folded_clears(kernel: KernelIR, loops: list[GemmLoop]) -> list[Fill]:
-    """The `T.clear` (fill with 0) of a whole accumulator that comes right before its planned loop
+def _with_folded_clear(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
+    """The loop with the `T.clear` (fill with 0) of its whole accumulator that comes right before it
     in the same body, where the loop runs at least once and its gemm accumulates: the loop's first
     products overwrite the accumulator instead (wgmma's scale-d 0 on the first stage's first
     instruction), which saves a register write per accumulator while the tensor cores wait (each
     tile of a persistent kernel)."""
-    if not FOLD_CLEARS:
-        return []
-    out = []
-    for gl in loops:
-        if not (isinstance(gl.loop.extent, int) and gl.loop.extent >= 1) or gl.gemm.clear_accum:
-            continue
-        body = kernel.body if not gl.nest else _inner_body(gl.nest[-1])
-        at = next((n for n, s in enumerate(body) if s is gl.loop), None)
-        before = body[at - 1] if at else None
-        if isinstance(before, Fill) and before.dst.buffer is gl.acc and before.value == 0 and whole(before.dst):
-            out.append(before)
-    return out
-
-
-def _inner_body(s: Stmt) -> tuple[Stmt, ...]:
-    """The body of a loop or the `then` branch of an if (gemm_sm90_nest: a planned loop is never in an `else`)."""
-    return s.then_body if isinstance(s, If) else s.body  # type: ignore[attr-defined]
+    if not FOLD_CLEARS or not (isinstance(gl.loop.extent, int) and gl.loop.extent >= 1) or gl.gemm.clear_accum:
+        return gl
+    body = inner_body(gl.nest) if gl.nest else kernel.body
+    at = next((n for n, s in enumerate(body) if s is gl.loop), None)
+    before = body[at - 1] if at else None
+    if isinstance(before, Fill) and before.dst.buffer is gl.acc and before.value == 0 and whole(before.dst):
+        return dataclasses.replace(gl, folded_clear=before)
+    return gl
 
 
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------

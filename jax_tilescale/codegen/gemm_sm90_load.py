@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..ir.nodes import Buffer, BufferKind, Copy, Loop
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop
 from .common import INDENT, c_string, indent
 from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, var_name
@@ -79,7 +79,7 @@ class GemmLoop(PlannedLoop):
     b: Operand
     multicast: str | None = None  # "a" or "b": the tile both blocks of a cluster pair load together
     nest: tuple = ()  # the serial loops and ifs around it (gemm_sm90_nest), () at the top level
-    cleared_before: bool = False  # its accumulator's T.clear folded into the first stage (gemm_sm90)
+    folded_clear: Fill | None = None  # its accumulator's T.clear, folded into the first stage (gemm_sm90)
 
     def full(self) -> str:
         return f"ts_full{self.index}"

@@ -112,10 +112,16 @@ def consumer_tail(index: int, empty: str, stages: int, extent: int) -> list[str]
             f"{counter(index)} += {extent};"]
 
 
+def inner_body(nest: Nest) -> tuple[Stmt, ...]:
+    """The statements of the innermost body of `nest` (a loop's body or an if's `then` branch, where
+    the planned loop stands: `nesting` refuses `else` branches)."""
+    inner = nest[-1]
+    return inner.then_body if isinstance(inner, If) else inner.body  # type: ignore[attr-defined]
+
+
 def last_statement(nest: Nest) -> Copy | None:
     """The copy that ends the innermost body of `nest` (the tile's epilogue), if it is one."""
     if not nest:
         return None
-    inner = nest[-1]
-    body = inner.then_body if isinstance(inner, If) else inner.body  # type: ignore[attr-defined]
+    body = inner_body(nest)
     return body[-1] if body and isinstance(body[-1], Copy) else None
