@@ -37,7 +37,8 @@ afterwards), `/kernel` with it: summed by the tile's last split inside the kerne
 (examples/gemm.py's SplitK reduce="kernel"; `/xla` names the default), `/p` the persistent tile
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
-instead of through shared memory and TMA (gemm_sm90.TMA_STORE off).
+instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
+consumer warpgroups taking whole tiles in turn (gemm_sm90_pingpong.PINGPONG).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples")
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
-from jax_tilescale.codegen import gemm_sm90, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -71,7 +72,9 @@ FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
 CONFIGS = "auto"
 CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x128x64/3/g8/t128/b2"
-SWITCHES = {"mc": ("MULTICAST", True), "direct": ("TMA_STORE", False)}  # config suffix -> gemm_sm90 switch
+# config suffix -> (module, switch, value) of the code generator
+SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
+            "pp": (gemm_sm90_pingpong, "PINGPONG", True)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
@@ -91,12 +94,12 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     return out
 
 
-def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
-    """(gemm() keyword arguments, gemm_sm90 switches) of one --configs entry."""
+def parse_config(text: str) -> tuple[dict, dict[tuple, bool]]:
+    """(gemm() keyword arguments, code generator switches: (module, name) -> value) of one --configs entry."""
     tiles, stages, group, *rest = text.split("/")
     bm, bn, bk = map(int, tiles.split("x"))
     cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
-    switches: dict[str, bool] = {}
+    switches: dict[tuple, bool] = {}
     for suffix in rest:
         if suffix == "table":  # gemm() without tile arguments: the table's pick (described by the entry)
             cfg = {}
@@ -105,8 +108,8 @@ def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:
-            name, value = SWITCHES[suffix]
-            switches[name] = value
+            module, name, value = SWITCHES[suffix]
+            switches[(module, name)] = value
         elif suffix.startswith("t") and suffix[1:].isdigit():
             cfg["threads"] = int(suffix[1:])
         elif suffix.startswith("b") and suffix[1:].isdigit():
@@ -120,24 +123,24 @@ def parse_config(text: str) -> tuple[dict, dict[str, bool]]:
 
 
 @contextlib.contextmanager
-def codegen_settings(lowering: str, switches: dict[str, bool]):
-    """$TILESCALE_GEMM_LOWERING and the gemm_sm90 switches, set while a kernel is lowered."""
-    old_env, old = os.environ.get(LOWERING_VAR), {name: getattr(gemm_sm90, name) for name in switches}
+def codegen_settings(lowering: str, switches: dict[tuple, bool]):
+    """$TILESCALE_GEMM_LOWERING and the code generator switches, set while a kernel is lowered."""
+    old_env, old = os.environ.get(LOWERING_VAR), {key: getattr(*key) for key in switches}
     os.environ[LOWERING_VAR] = lowering
-    for name, value in switches.items():
-        setattr(gemm_sm90, name, value)
+    for (module, name), value in switches.items():
+        setattr(module, name, value)
     try:
         yield
     finally:
-        for name, value in old.items():
-            setattr(gemm_sm90, name, value)
+        for (module, name), value in old.items():
+            setattr(module, name, value)
         if old_env is None:
             os.environ.pop(LOWERING_VAR, None)
         else:
             os.environ[LOWERING_VAR] = old_env
 
 
-def with_settings(lowering: str, switches: dict[str, bool], fn):
+def with_settings(lowering: str, switches: dict[tuple, bool], fn):
     """`fn` run under `codegen_settings`: kernels are lowered at their first (compiling) call, so
     each runner's kernel takes its own lowering and switches."""
     def run(*args):
@@ -188,7 +191,7 @@ def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
-def resources(kern, a, b, lowering: str = "auto", switches: dict[str, bool] | None = None, extra=()) -> str:
+def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, bool] | None = None, extra=()) -> str:
     with codegen_settings(lowering, switches or {}):
         module = generate_cuda(kern.trace(a, b, *extra), "sm_90", gemm_lowering=lowering)
     report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""

@@ -25,13 +25,14 @@ from gemm import gemm  # noqa: E402
 
 
 def bench_config(text: str) -> dict:
-    """gemm() keyword arguments of a bench_gemm.py --configs entry (its parser, one definition)."""
+    """gemm() keyword arguments of a bench_gemm.py --configs entry (its parser, one definition); the
+    entry's code generator switches are set for the rest of the run."""
     spec = importlib.util.spec_from_file_location("bench_gemm", ROOT / "benchmarks" / "bench_gemm.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     cfg, switches = module.parse_config(text)
-    if switches:
-        raise SystemExit(f"--config {text}: code generator switches ({switches}) are not supported here")
+    for (owner, name), value in switches.items():  # "/pp", "/mc", "/direct": for the whole run (one kernel)
+        setattr(owner, name, value)
     return cfg
 
 

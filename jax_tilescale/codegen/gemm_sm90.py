@@ -77,6 +77,7 @@ from .gemm_sm90_load import (
     producer_lines,
 )
 from .gemm_sm90_nest import consumer_tail, inner_body, nested_counters, nesting
+from .gemm_sm90_pingpong import PingPong, plan_pingpong
 from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
 from .layout import shared_budget
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
@@ -105,6 +106,7 @@ class Sm90Plan(TensorCorePlan):
     notes: list[str] = field(default_factory=list)
     regions: CommRegions | None = None  # a kernel that communicates: its head and tail (gemm_sm90_comm)
     blocks_per_sm: int = 1  # the kernel's: each block splits 1/blocks_per_sm of the register file
+    pingpong: PingPong | None = None  # the consumer warpgroups take the tile loop's tiles in turn (gemm_sm90_pingpong)
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
     # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
@@ -196,7 +198,8 @@ class Sm90Plan(TensorCorePlan):
         for gl in self.loops:
             lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], {gl.full_arrivals()});")
-            releases = self.consumers * 4 * (2 if gl.multicast else 1)  # every consumer warp of the pair
+            warps = 4 if self.pingpong else self.consumers * 4  # ping-pong: the warpgroup whose tile it is
+            releases = warps * (2 if gl.multicast else 1)  # every consumer warp of the pair
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
             lines.append(f"{INDENT}}}")
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
@@ -225,12 +228,20 @@ class Sm90Plan(TensorCorePlan):
             return []
         if self.regions is not None and self.regions.tail:
             return ["if (threadIdx.x == 0) ts_bulk_wait();  // the last tile's stores are written: the tail follows"]
-        return ["if (threadIdx.x == 0) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
+        # ping-pong: each warpgroup's first thread stored its own tiles
+        leader = f"threadIdx.x % {WARPGROUP} == 0" if self.pingpong is not None else "threadIdx.x == 0"
+        return [f"if ({leader}) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
 
     def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
         if isinstance(stmt, Fill) and any(gl.folded_clear is stmt for gl in self.loops):
             return ["// the loop's first products overwrite the accumulator (wgmma's scale-d 0): no clear"]
+        if self.pingpong is not None and stmt is self.pingpong.tile_loop:
+            return self.pingpong.tile_loop_lines(ctx)
         return super().lines(stmt, ctx)
+
+    def _slab(self, buf: Buffer, m: str) -> str:
+        """The fragment's row slab (64 rows) of this warpgroup's slab `m`: all of them are its own in ping-pong."""
+        return m if self.pingpong else f"ts_wg * {self.acc_slabs[buf]} + {m}"
 
     def pair_walk(self, buf: Buffer) -> PairWalk:
         """wgmma's m64nNk16 layout: slab `ts_m` of this warpgroup, 8-column group `ts_j`, half `ts_h`."""
@@ -240,7 +251,7 @@ class Sm90Plan(TensorCorePlan):
              "ts_lane = threadIdx.x % 32;",
              "(void)ts_wg; (void)ts_warp; (void)ts_lane;"),
             ("ts_m", slabs), ("ts_j", self.acc_n[buf] // 8),
-            (f"const int ts_row = (ts_wg * {slabs} + ts_m) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
+            (f"const int ts_row = ({self._slab(buf, 'ts_m')}) * 64 + ts_warp * 16 + ts_lane / 4 + 8 * ts_h;",
              "const int ts_col = ts_j * 8 + (ts_lane % 4) * 2;"),
             lambda j: f"[ts_m][ts_j * 4 + ts_h * 2 + {j}]",
         )
@@ -249,7 +260,8 @@ class Sm90Plan(TensorCorePlan):
         st = self.stores.get(s)
         if st is None:
             return super().store_lines(s, ctx)
-        return tma_store_lines(s, st, self.acc_slabs[s.src.buffer], self.pair_walk(s.src.buffer), ctx)
+        return tma_store_lines(s, st, self.acc_slabs[s.src.buffer], self.pair_walk(s.src.buffer), ctx,
+                               per_warpgroup=self.pingpong is not None)
 
     def loop_lines(self, gl: GemmLoop, ctx: Ctx) -> list[str]:  # type: ignore[override]
         """Wait for the stage, issue its wgmma asynchronously, keep one stage in flight, release the previous."""
@@ -268,7 +280,7 @@ class Sm90Plan(TensorCorePlan):
             b_lbo = b.rows * 128 if b_mn else 16
             descs.append(f"const uint64_t ts_db{kk} = ts_wgmma_desc(ts_b_base + {b_off}u, {b_lbo}u, 1024u);")
             for m in range(slabs):
-                slab = f"(ts_wg * {slabs} + {m})"
+                slab = f"({self._slab(gl.acc, str(m))})"
                 if a_mn:  # A stored K x M: the slab is one 64-column atom
                     a_off = f"{slab} * {a.rows * 128}u + {kk * 16 * 128}u"
                     a_lbo = a.rows * 128
@@ -285,7 +297,7 @@ class Sm90Plan(TensorCorePlan):
                 descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         return [
-            "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32;",
+            "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",
@@ -305,6 +317,8 @@ class Sm90Plan(TensorCorePlan):
               if gl.multicast else []),
             f"{INDENT}}}",
             "}",
+            # ping-pong: every stage of this tile waited for and its products issued: the other warpgroup may start
+            *(self.pingpong.turn_lines() if self.pingpong is not None else []),
             "ts_wgmma_wait<0>();",
             *fence,
             *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent) if gl.nest else []),
@@ -406,12 +420,14 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     if len(ptx) != 1:
         return None, [*reasons, f"the pipelined loops mix element types ({', '.join(sorted(ptx))})"]
     acc_n = {gl.acc: gl.n for gl in loops}
-    slabs = {gl.acc: gl.m // 64 // consumers for gl in loops}
-    cluster = 2 if any(gl.multicast for gl in loops) else 1
-    stores = _tma_stores(kernel, loops, maps, arch)
     loops = [_with_folded_clear(gl, kernel) for gl in loops]
+    pingpong = plan_pingpong(kernel, loops, consumers)
+    # ping-pong: each consumer warpgroup holds whole tiles (all the m64 slabs) and stages its own
+    slabs = {gl.acc: gl.m // 64 // (1 if pingpong else consumers) for gl in loops}
+    cluster = 2 if any(gl.multicast for gl in loops) else 1
+    stores = _tma_stores(kernel, loops, maps, arch, staging_copies=2 if pingpong else 1)
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,
-                    blocks_per_sm=kernel.blocks_per_sm)
+                    blocks_per_sm=kernel.blocks_per_sm, pingpong=pingpong)
     return plan, reasons
 
 
@@ -421,7 +437,7 @@ TMA_STORE = True  # False: every accumulator copy stores from registers (bench_g
 
 
 def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec],
-                arch: str = "sm_90") -> dict[Copy, TmaStore]:
+                arch: str = "sm_90", staging_copies: int = 1) -> dict[Copy, TmaStore]:
     if not TMA_STORE:
         return {}
     stores = plan_tma_store(kernel, loops, maps)
@@ -429,7 +445,7 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
         used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
         used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
         room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
-        stores |= plan_nested_store(kernel, loops, maps, room)
+        stores |= plan_nested_store(kernel, loops, maps, room, staging_copies)
     return stores
 
 

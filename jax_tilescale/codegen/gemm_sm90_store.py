@@ -22,6 +22,7 @@ from .gemm_emit import PAIR_TYPES, PairWalk, acc_name
 from .gemm_pattern import whole
 from .gemm_sm90_load import WARPGROUP, GemmLoop, TensorMapSpec
 from .gemm_sm90_nest import last_statement
+from .gemm_sm90_pingpong import WARPGROUP_BARRIER
 from .tile_ops import storage_type
 from .wgmma import TMA_DTYPE
 
@@ -43,6 +44,11 @@ class TmaStore:
     # size for a tile loop's epilogue, which has a staging tile of its own after the ring
     # (the producer is already refilling the ring for the next tile: gemm_sm90_nest).
     offset: int = 0
+    copies: int = 1  # staging tiles, one per consumer warpgroup in ping-pong (gemm_sm90_pingpong)
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.rows * self.cols * self.elem_bytes
 
 
 def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
@@ -90,10 +96,11 @@ def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: 
 
 
 def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec],
-                      room: int) -> dict[Copy, TmaStore]:
+                      room: int, copies: int = 1) -> dict[Copy, TmaStore]:
     """The epilogue of each tile loop (gemm_sm90_nest): the copy of the whole accumulator that
     ends the loop's innermost enclosing body, when a staging tile of its own fits in the `room`
-    bytes of shared memory left beside the rings. It goes right after the loop's A ring."""
+    bytes of shared memory left beside the rings (`copies` of it: one per warpgroup in ping-pong). It goes right
+    after the loop's A ring."""
     out: dict[Copy, TmaStore] = {}
     for gl in loops:
         s = last_statement(gl.nest)
@@ -103,11 +110,11 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
         if got is None:
             continue
         rows, cols, elem, pair = got
-        if rows * cols * elem > room:
+        if copies * rows * cols * elem > room:
             continue
-        room -= rows * cols * elem
+        room -= copies * rows * cols * elem
         out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
-                          offset=gl.a.stage_bytes * gl.stages)
+                          offset=gl.a.stage_bytes * gl.stages, copies=copies)
     return out
 
 
@@ -116,11 +123,12 @@ def staging_bytes(stores: dict[Copy, TmaStore]) -> dict[Buffer, int]:
     out: dict[Buffer, int] = {}
     for st in stores.values():
         if st.offset:
-            out[st.staging] = out.get(st.staging, 0) + st.rows * st.cols * st.elem_bytes
+            out[st.staging] = out.get(st.staging, 0) + st.copies * st.tile_bytes
     return out
 
 
-def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx) -> list[str]:
+def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
+                    per_warpgroup: bool = False) -> list[str]:
     """The copy `s` of a register fragment (`slabs` m64 slabs per consumer warpgroup, visited by
     `walk`): accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
 
@@ -151,7 +159,22 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
     # statement: it waits at once.
     in_flight = bool(st.offset)
     wait = [f"{INDENT}ts_bulk_wait_read();"] if not in_flight else []
-    before = (["if (threadIdx.x == 0) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
+    # Ping-pong (gemm_sm90_pingpong): each consumer warpgroup stores whole tiles of its own, through a
+    # staging tile of its own, meeting only its own threads; its first thread issues its stores.
+    if per_warpgroup:
+        leader = f"threadIdx.x % {WARPGROUP} == 0"
+        sync = [f"ts_named_sync({WARPGROUP_BARRIER} + threadIdx.x / {WARPGROUP}, {WARPGROUP});"
+                "  // this warpgroup's threads"]
+        box_at = f"{st.offset} + (threadIdx.x / {WARPGROUP}) * {st.tile_bytes}"
+        first_row = "0"
+    else:
+        leader = "threadIdx.x == 0"
+        sync = ctx.block_sync()
+        box_at = str(st.offset)
+        first_row = f"(threadIdx.x / {WARPGROUP}) * {slabs * 64}"
+    first_sync = sync if per_warpgroup else ctx.block_sync(
+        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
+    before = ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
               if in_flight else [])
     pair_bytes = 2 * st.elem_bytes
     if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
@@ -161,11 +184,10 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
     return [
         *before,
-        *ctx.block_sync("every consumer's tensor-core reads of the ring are done"
-                        + (", the staging tile is free" if in_flight else "")),
+        *first_sync,
         f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
-        f"{f' + {st.offset}' if st.offset else ''});",
-        f"const uint32_t ts_r = (threadIdx.x / {WARPGROUP}) * {slabs * 64} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
+        f"{f' + {box_at}' if box_at != '0' else ''});",
+        f"const uint32_t ts_r = {first_row} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",
         *walk.loops([
@@ -173,8 +195,8 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx)
             f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
         ]),
         "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
-        *ctx.block_sync(),
-        "if (threadIdx.x == 0) {  // TMA leaves out the parts of boxes past the output's edges",
+        *sync,
+        f"if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
         *indent(stores),
         f"{INDENT}ts_bulk_commit();",
         *wait,

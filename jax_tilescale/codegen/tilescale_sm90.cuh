@@ -108,6 +108,11 @@ __device__ __forceinline__ void ts_fence_proxy_async_global() { asm volatile("fe
 __device__ __forceinline__ void ts_named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at named barrier `id` without waiting: the threads that bar.sync on it (threads in all) go on
+// once these arrivals are in (gemm_sm90_pingpong: one warpgroup hands the tensor cores to the other).
+__device__ __forceinline__ void ts_named_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 template <int R>
 __device__ __forceinline__ void ts_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
 template <int R>

@@ -1,0 +1,145 @@
+"""Ping-pong consumers for the Hopper GEMM lowering's tile loop (`gemm_sm90`, `gemm_sm90_nest`).
+
+In the persistent form (examples/gemm.py's `persistent_kernel`),
+
+    for w in T.serial(waves):
+        tile = w * blocks + T.program_id(0)
+        if tile < tiles:
+            T.clear(C_f)
+            for ko in T.Pipelined(...): copy, copy, gemm
+            T.copy(C_f, C[...])
+
+the cooperative schedule splits each tile's rows over the two consumer warpgroups, so both store
+the tile at the same time and the tensor cores idle through every epilogue (6-9% of a 16-step tile
+at 16384 x 8192 x 1024: benchmarks/NOTES.md). The ping-pong schedule gives each warpgroup whole
+tiles instead: warpgroup g runs the iterations w with w % 2 == g, each on a fragment of its own
+(all of the tile's m64 slabs, so 128 x N tiles need N accumulators per thread), and stores its
+tile while the other warpgroup's main loop keeps the tensor cores busy. cuBLAS builds its kernel
+for that shape this way (`nvjet_..._128x160_..._v_bz_NNT`, no "coop" in the name).
+
+The stage ring stays one ring in the producer's order (tile after tile), and a warpgroup passes
+over the other's tiles by advancing its count of the loop's iterations. Turns: warpgroup g starts
+a tile's main loop only after the other one has waited for every stage of its own tile (named
+barrier `TURN_BARRIER + g`, arrived at by the other warpgroup): the main loops then follow each
+other on the tensor cores, and no warpgroup waits for a stage's "full" barrier more than one phase
+ahead of it (a parity wait two phases ahead would pass at once). A tile the `if` skips passes the
+turn on at once. The epilogue meets only the warpgroup's own threads (`WARPGROUP_BARRIER + g`), and
+each warpgroup has a staging tile of its own.
+
+Conditions (`plan_pingpong`): the switch is on (PINGPONG: measured before it becomes a default),
+two consumer warpgroups, one planned loop, in a serial tile loop either directly or in the `then`
+branch (no `else`) of the if that is the tile loop's whole body; the innermost body holds only the
+accumulator's clear folded into the loop (gemm_sm90._with_folded_clear), the loop, element-wise
+epilogues on the accumulator and its final whole copy; a whole tile fits in one warpgroup's
+registers (PINGPONG_MAX_ACCUMULATORS per thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.control import If
+from ..ir.kernel_ir import KernelIR
+from ..ir.nodes import Copy, Fill, Loop, Stmt
+from ..ir.tile_ops import Parallel
+from .body import emit_body
+from .common import INDENT, indent
+from .context import Ctx
+from .expr_printer import var_name
+from .gemm_pattern import register_epilogue
+from .gemm_sm90_load import WARPGROUP, GemmLoop
+from .gemm_sm90_nest import counter
+from .tile_ops import ValuePrinter, condition, enclosing_ranges
+
+PINGPONG = False  # the switch (bench_gemm.py's "/pp" configs) until measured on the GPU
+PINGPONG_MAX_ACCUMULATORS = 192  # per thread: 128 x 192 tiles, as the cooperative 256x192 holds per thread
+# Named barriers (bar.sync ids; 0 is __syncthreads, 1 the consumers' barrier: Frame.block_sync)
+TURN_BARRIER = 2  # + g: warpgroup g's turn to run a main loop (both warpgroups, 256 threads)
+WARPGROUP_BARRIER = 4  # + g: warpgroup g's own threads (its epilogue)
+WG = f"(threadIdx.x / {WARPGROUP})"  # this consumer warpgroup, 0 or 1
+
+
+@dataclass(frozen=True)
+class PingPong:
+    """The tile loop whose iterations the two consumer warpgroups take in turn."""
+
+    tile_loop: Loop
+    guard: If | None  # the if around the tile's statements (the last wave has fewer tiles than blocks)
+    loop_index: int  # the planned loop's index (its iteration count `counter(index)`)
+    loop_extent: int  # the planned loop's iterations per tile
+
+    @property
+    def waves(self) -> int:
+        return self.tile_loop.extent
+
+    def turn_lines(self) -> list[str]:
+        """After a tile's main loop has waited for its last stage: the other warpgroup's turn."""
+        w = var_name(self.tile_loop.var)
+        return [f"if ({w} + 1 < {self.waves}) ts_named_arrive({TURN_BARRIER} + 1 - {WG}, {2 * WARPGROUP});"
+                "  // the other warpgroup's turn"]
+
+    def tile_loop_lines(self, ctx: Ctx) -> list[str]:
+        """The tile loop as each consumer warpgroup runs it (the module doc)."""
+        w = var_name(self.tile_loop.var)
+        inner = self.guard.then_body if self.guard is not None else self.tile_loop.body
+        taken = self._condition(ctx)
+        skip = [f"if ({taken}) {counter(self.loop_index)} += {self.loop_extent};"] if taken != "true" else \
+            [f"{counter(self.loop_index)} += {self.loop_extent};"]
+        no_tile = ([f"if (!({taken})) {{  // no tile: the turn passes on at once",
+                    *indent(self.turn_lines()), f"{INDENT}continue;", "}"] if taken != "true" else [])
+        return [
+            f"for (int64_t {w} = 0; {w} < {self.waves}; ++{w}) {{",
+            f"{INDENT}if ((int)({w} % 2) != {WG}) {{  // the other warpgroup's tile: its stages pass by",
+            *indent(skip, 2),
+            f"{INDENT * 2}continue;",
+            f"{INDENT}}}",
+            f"{INDENT}if ({w} > 0) ts_named_sync({TURN_BARRIER} + {WG}, {2 * WARPGROUP});"
+            "  // the other warpgroup has waited for all its stages",
+            *indent(no_tile),
+            *indent(emit_body(inner, ctx)),
+            "}",
+        ]
+
+    def _condition(self, ctx: Ctx) -> str:
+        if self.guard is None:
+            return "true"
+        printer = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, self.guard))
+        return condition(self.guard.cond, printer, self.guard.loc)
+
+
+def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int) -> PingPong | None:
+    """The ping-pong schedule of the kernel's tile loop when every condition of the module doc holds."""
+    if not PINGPONG or consumers != 2 or len(loops) != 1:
+        return None
+    gl = loops[0]
+    if not gl.nest or not isinstance(gl.nest[0], Loop) or gl.nest[0].num_stages is not None:
+        return None
+    tile_loop = gl.nest[0]
+    if not isinstance(tile_loop.extent, int) or gl.m * gl.n // WARPGROUP > PINGPONG_MAX_ACCUMULATORS:
+        return None
+    guard = None
+    if len(gl.nest) == 2:
+        guard = gl.nest[1]
+        if not isinstance(guard, If) or guard.else_body or tile_loop.body != (guard,):
+            return None
+        inner = guard.then_body
+    elif len(gl.nest) == 1:
+        inner = tile_loop.body
+    else:
+        return None
+    if not all(_tile_statement(s, gl) for s in inner) or not isinstance(inner[-1], Copy):
+        return None
+    return PingPong(tile_loop, guard, gl.index, gl.loop.extent)
+
+
+def _tile_statement(s: Stmt, gl: GemmLoop) -> bool:
+    """Whether one warpgroup can run `s` alone: nothing that meets the other warpgroup's threads."""
+    if s is gl.loop:
+        return True
+    if isinstance(s, Fill):
+        return s is gl.folded_clear
+    if isinstance(s, Parallel):
+        return register_epilogue(s, {gl.acc}) is not None
+    if isinstance(s, Copy):
+        return s.src.buffer is gl.acc
+    return False

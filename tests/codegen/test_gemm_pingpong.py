@@ -1,0 +1,119 @@
+"""Ping-pong consumers of the persistent tile loop (codegen/gemm_sm90_pingpong.py), with the switch
+on: which kernels take it, the turn protocol the warpgroups follow, each warpgroup's whole tile,
+stage releases and staging tile, and that the kernels build without spills or serialised wgmma.
+On the GPU: tests/gpu/test_gemm_paths_gpu.py::test_pingpong_persistent_matches_dot."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jax_tilescale.codegen import gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.compiler import compile_cubin
+from tests.codegen.test_compute_codegen import _no_spills
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+BF16 = jnp.bfloat16
+S = jax.ShapeDtypeStruct
+
+
+@pytest.fixture
+def pingpong(monkeypatch):
+    monkeypatch.setattr(gemm_sm90_pingpong, "PINGPONG", True)
+
+
+def _module(m, n, k, **cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(BF16), persistent=True, num_sms=132, **cfg)
+    return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+
+
+def _consumer(mod) -> str:
+    return mod.source.split("consumer warpgroups", 1)[1]
+
+
+def test_off_by_default():
+    assert "ts_named_arrive" not in _consumer(_module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4))
+
+
+def test_each_warpgroup_takes_alternate_whole_tiles(pingpong):
+    mod = _module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4)  # 8192 tiles: 63 waves
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    c = _consumer(mod)
+    assert "float ts_acc_C_f[2][64];" in c  # both m64 slabs of the 128x128 tile in each warpgroup
+    # the other warpgroup's tiles: their 16 stages counted when the tile exists, nothing waited for
+    skip = c.split("if ((int)(ts_i0 % 2) != (threadIdx.x / 128)) {", 1)[1].split("continue;", 1)[0]
+    assert re.search(r"if \(.*< \(int64_t\)8192\)\) != 0\) ts_it0 \+= 16;", skip), skip
+    assert "ts_mbar_wait" not in skip
+    # its turn: after the other's main loop (but not at the first tile); a missing tile passes it on
+    turn = c.split("continue;", 1)[1]
+    assert turn.index("if (ts_i0 > 0) ts_named_sync(2 + (threadIdx.x / 128), 256);") \
+        < turn.index("if (ts_i0 + 1 < 63) ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") \
+        < turn.index("continue;") < turn.index("ts_mbar_wait(")
+    # the turn passes on once every stage of the tile was waited for, before the last products are waited
+    loop_end = c.split("ts_mbar_arrive(&ts_empty0[((ts_it0 + ts_i1) - 1) % 4]);", 1)[1]
+    assert loop_end.index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop_end.index("ts_wgmma_wait<0>();")
+    # the A slab of each wgmma is the tile's, not the warpgroup's share of it
+    assert "ts_da0_1 = ts_wgmma_desc(ts_a_base + (1) * 8192u + 0u" in c and "ts_wg * 2 +" not in c
+    # one warpgroup's 4 warps release a stage
+    assert "ts_mbar_init(&ts_empty0[ts_s], 4);" in mod.source
+    # the epilogue: the warpgroup's own threads, its own staging tile, its first thread stores
+    epi = c.split("copy(C_f[:, :]", 1)[1]
+    assert "ts_named_sync(1, 256)" not in epi
+    assert epi.count("ts_named_sync(4 + threadIdx.x / 128, 128);") == 2
+    assert "p_A_s + 65536 + (threadIdx.x / 128) * 32768" in epi  # after the 4-stage A ring, 32 KiB each
+    assert "if (threadIdx.x % 128 == 0) {" in epi
+    assert "if (threadIdx.x % 128 == 0) ts_bulk_wait_read();  // the last tile's stores" in c
+    assert mod.smem_bytes >= 4 * 32768 + 2 * 32768  # the rings and both staging tiles
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16384, 8192, 1024, dict(block_m=128, block_n=128, num_stages=4)),
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=3)),  # 192 accumulators per thread
+    (1000, 3000, 777, dict(block_m=128, block_n=128, num_stages=4)),  # A thread-copied, ragged C
+])
+def test_builds_without_spills(pingpong, m, n, k, cfg):
+    mod = _module(m, n, k, **cfg)
+    assert "ts_named_arrive" in _consumer(mod)
+    _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+
+
+@pytest.mark.parametrize("cfg,why", [
+    (dict(block_m=128, block_n=256, num_stages=3), "256 accumulators per thread"),
+    (dict(block_m=64, block_n=128, threads=128), "one consumer warpgroup"),
+])
+def test_not_taken(pingpong, cfg, why):
+    mod = _module(16384, 8192, 1024, **cfg)
+    assert mod.arch == "sm_90a", why
+    assert "ts_named_arrive" not in _consumer(mod), why
+
+
+def test_not_taken_when_the_tile_body_meets_every_consumer(pingpong):
+    """The plan takes ping-pong only when every statement of the tile body is one it knows to be
+    private to a warpgroup; a fill with 1.0 (not folded into the products) is not on that list."""
+    import jax_tilescale as ts
+    from jax_tilescale import language as T
+
+    m, n, k, bm, bn, bk = 1024, 1024, 256, 128, 128, 64
+    tiles = (m // bm) * (n // bn)
+
+    @ts.kernel(out_shape=S((m, n), BF16), grid=(8,), threads=256)
+    def kern(A, B, C):
+        A_s = T.alloc_shared((bm, bk), BF16)
+        B_s = T.alloc_shared((bk, bn), BF16)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        for w in T.serial(tiles // 8):
+            tile = w * 8 + T.program_id(0)
+            tm, tn = tile // (n // bn), tile % (n // bn)
+            T.fill(C_f, 1.0)
+            for ko in T.Pipelined(k // bk, num_stages=3):
+                T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+    mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+    assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
