@@ -49,6 +49,9 @@ class Frame:
     tail: int = 0
     join_regs: int = 0
     blocks_per_sm: int = 1  # the kernel's (`ts.kernel(blocks_per_sm=)`): __launch_bounds__'s minimum
+    # The consumer warpgroups run apart (gemm_sm90_pingpong): no barrier over all of them is reached by
+    # every one, so a failing check pauses instead of meeting the others (TS_FAIL_SYNC).
+    consumers_apart: bool = False
 
     @property
     def warp_specialised(self) -> bool:

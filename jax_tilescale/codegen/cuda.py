@@ -214,8 +214,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         f"#define TS_COPY_BATCH {COPY_BATCH}  // loads per thread before its stores in a copy (codegen/common.py)",
         *call_free_header(free),
     ]
-    if frame.head or frame.tail:  # ts_fail reached by every thread (head, tail) or the consumers only
-        out += ["// ts_fail may be reached by the consumers only or by every thread: a pause, no barrier.",
+    if frame.head or frame.tail or frame.consumers_apart:  # ts_fail reached by every thread (head, tail),
+        # the consumers only, or one consumer warpgroup only
+        out += ["// ts_fail may be reached by some of the block's threads only: a pause, no barrier.",
                 "#define TS_FAIL_SYNC() __nanosleep(1000000)"]
     elif frame.warp_specialised:  # ts_fail's barrier must not wait for the producer warpgroup
         out.append(f'#define TS_FAIL_SYNC() asm volatile("bar.sync 1, {frame.user_threads};" ::: "memory")')

@@ -133,7 +133,7 @@ class Sm90Plan(TensorCorePlan):
         to the consumers."""
         if self.regions is None:
             return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
-                         blocks_per_sm=self.blocks_per_sm)
+                         blocks_per_sm=self.blocks_per_sm, consumers_apart=self.pingpong is not None)
         join = join_registers(self.consumer_regs, self.user_threads + WARPGROUP) if self.regions.tail else 0
         return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
                      self.regions.head, self.regions.tail, join, self.blocks_per_sm)

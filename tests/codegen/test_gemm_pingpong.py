@@ -117,3 +117,11 @@ def test_not_taken_when_the_tile_body_meets_every_consumer(pingpong):
 
     mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
     assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
+
+
+def test_a_failing_check_pauses_instead_of_meeting_the_other_warpgroup(pingpong):
+    """ts_fail's wait: the consumers' barrier over both warpgroups would never complete when one of
+    them fails alone, so the ping-pong kernel pauses instead."""
+    mod = _module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4)
+    assert "#define TS_FAIL_SYNC() __nanosleep(1000000)" in mod.source
+    assert 'bar.sync 1, 256;" ::: "memory")' not in mod.source
