@@ -38,7 +38,7 @@ afterwards), `/kernel` with it: summed by the tile's last split inside the kerne
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (gemm_sm90_pingpong.PINGPONG).
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples")
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -71,10 +71,9 @@ FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
 CONFIGS = "auto"
-CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x128x64/3/g8/t128/b2"
+CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
 # config suffix -> (module, switch, value) of the code generator
-SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
-            "pp": (gemm_sm90_pingpong, "PINGPONG", True)}
+SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
@@ -105,6 +104,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, bool]]:
             cfg = {}
         elif suffix == "p":
             cfg["persistent"] = True
+        elif suffix == "pp":
+            cfg["pingpong"] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:
@@ -117,7 +118,7 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, bool]]:
         elif suffix in ("xla", "kernel"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, p, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, p, pp, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

@@ -37,7 +37,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          block_n: int | None = None, block_k: int | None = None, num_stages: int | None = None,
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
-         blocks_per_sm: int | None = None, split_reduce: str = "xla") -> Callable[..., jax.Array]:
+         blocks_per_sm: int | None = None, pingpong: bool | None = None,
+         split_reduce: str = "xla") -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
     GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (the kernel
@@ -45,14 +46,16 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     tile's last split sums them inside the kernel, measured slower on the H200, benchmarks/NOTES.md);
     otherwise the kernel itself, `persistent` or not.
     `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; gemm_table.PAIRED,
-    which the table no longer picks: benchmarks/NOTES.md)."""
+    which the table no longer picks: benchmarks/NOTES.md). `pingpong=True` with `persistent`: the two
+    consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192)."""
     sms = num_sms or device_sm_count()
     tiles_given = any(v is not None for v in (block_m, block_n, block_k))
     base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
     if persistent and not base.persistent and num_stages is None:
         base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
     given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
-                 group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm)
+                 group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm,
+                 pingpong=pingpong)
     cfg = dataclasses.replace(base, **{f: v for f, v in given.items() if v is not None})
     if cfg.split_k > 1:
         return SplitK(m, n, k, dtype, cfg, split_reduce)
@@ -84,7 +87,7 @@ def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel
     group = group_of(tiles_m, cfg)
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(tiles_n, tiles_m), threads=cfg.threads,
-               blocks_per_sm=cfg.blocks_per_sm)
+               blocks_per_sm=cfg.blocks_per_sm, pingpong=cfg.pingpong)
     def gemm_kernel(A, B, C):
         tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
         A_s = T.alloc_shared((bm, bk), dtype)
@@ -112,7 +115,7 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
     group = group_of(tiles_m, cfg)
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
-               blocks_per_sm=cfg.blocks_per_sm)
+               blocks_per_sm=cfg.blocks_per_sm, pingpong=cfg.pingpong)
     def gemm_persistent(A, B, C):
         A_s = T.alloc_shared((bm, bk), dtype)
         B_s = T.alloc_shared((bk, bn), dtype)

@@ -49,6 +49,7 @@ class KernelSpec:
     # invariant over its mesh axes, so shard_map accepts `out_specs=P()` for them under check_vma.
     replicated: tuple[int, ...] = ()
     blocks_per_sm: int = 1  # checked with the traced kernel (ir/verify.py)
+    pingpong: bool = False  # the Hopper plan's consumer schedule of a persistent tile loop (KernelIR.pingpong)
     # input_output_aliases as sorted (input index, output index) pairs; the inputs' range, shapes and
     # dtypes are checked with the arguments (`check_aliases`), the rest here.
     aliases: tuple[tuple[int, int], ...] = ()
@@ -118,7 +119,8 @@ class KernelSpec:
     def make(fn: Callable[..., Any], out_shape: Any, grid: Any, threads: int, mesh_axes: Any,
              interpret: bool | InterpretOptions | None, name: str | None,
              wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False,
-             blocks_per_sm: int = 1, input_output_aliases: Mapping[int, int] | None = None) -> KernelSpec:
+             blocks_per_sm: int = 1, input_output_aliases: Mapping[int, int] | None = None,
+             pingpong: bool = False) -> KernelSpec:
         """The spec of `@kernel(...)`'s arguments: one output or a tuple of them, an int or a tuple grid,
         one axis name or several. The grid and threads are checked with the traced kernel (ir/verify.py)."""
         loc = _fn_loc(fn)
@@ -145,10 +147,12 @@ class KernelSpec:
             raise KernelTraceError(f"kernel {kernel_name}: input_output_aliases must be a dict {{input index: "
                                    f"output index}}, got {aliases!r}", loc)
         pairs = tuple(aliases.items())
+        if not isinstance(pingpong, bool):
+            raise KernelTraceError(f"kernel {kernel_name}: pingpong must be True or False, got {pingpong!r}", loc)
         if all(isinstance(x, int) for p in pairs for x in p):
             pairs = tuple(sorted(pairs))  # one spec (and one IR) however the dict was ordered
         return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, kernel_name, wait, loc, which,
-                          blocks_per_sm, pairs)
+                          blocks_per_sm, pingpong, pairs)
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -301,6 +305,7 @@ def _trace_cached(
         mesh_axis_sizes=axis_sizes,
         input_vma=input_vma,
         blocks_per_sm=spec.blocks_per_sm,
+        pingpong=spec.pingpong,
     )
     return verify_kernel(dataclasses.replace(ir, aliases=spec.aliases) if spec.aliases else ir)
 
@@ -318,6 +323,7 @@ def kernel(
     replicated: bool | Sequence[int] = False,
     blocks_per_sm: int = 1,
     input_output_aliases: Mapping[int, int] | None = None,
+    pingpong: bool = False,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -356,10 +362,17 @@ def kernel(
       written through the output ref (ordered like any other access: the interpreter's race check
       treats the two refs as one buffer). Write through the output ref; the input ref stays
       read-only. Peers may put into or get from either, as for any output or input.
+    pingpong: on Hopper, a persistent GEMM whose body is a tile loop (examples/gemm.py's
+      `persistent_kernel`) runs its two consumer warpgroups on alternate tiles, each storing its tile
+      while the other's main loop keeps the tensor cores busy, instead of both sharing every tile
+      (jax_tilescale/codegen/gemm_sm90_pingpong.py says which loops qualify; one that does not is
+      built the shared way and the generated source's header says why). A whole tile must fit one
+      warpgroup's registers: block_m x block_n at most 128 x 192. The interpreter ignores it.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
         return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
-                                             wait_timeout_s, replicated, blocks_per_sm, input_output_aliases))
+                                             wait_timeout_s, replicated, blocks_per_sm, input_output_aliases,
+                                             pingpong))
 
     return wrap(fn) if fn is not None else wrap

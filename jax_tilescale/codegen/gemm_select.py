@@ -48,7 +48,7 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
     if choice == "sm90" or (choice == "auto" and arch.startswith("sm_90")):
         hopper, why = gemm_sm90.plan_with_reasons(kernel, arch)
         if hopper is not None or choice == "sm90":
-            return hopper, [f"portable path: wgmma: {r}" for r in why]
+            return hopper, [*(f"portable path: wgmma: {r}" for r in why), *(hopper.notes if hopper else ())]
         hopper_why = why
     else:
         hopper_why = []

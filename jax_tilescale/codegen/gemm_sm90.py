@@ -421,13 +421,17 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         return None, [*reasons, f"the pipelined loops mix element types ({', '.join(sorted(ptx))})"]
     acc_n = {gl.acc: gl.n for gl in loops}
     loops = [_with_folded_clear(gl, kernel) for gl in loops]
-    pingpong = plan_pingpong(kernel, loops, consumers)
+    pingpong = plan_pingpong(kernel, loops, consumers, communicates)
+    notes = []
+    if isinstance(pingpong, str):  # asked for and not possible: the shared schedule, and the header says why
+        notes.append(pingpong)
+        pingpong = None
     # ping-pong: each consumer warpgroup holds whole tiles (all the m64 slabs) and stages its own
     slabs = {gl.acc: gl.m // 64 // (1 if pingpong else consumers) for gl in loops}
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch, staging_copies=2 if pingpong else 1)
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,
-                    blocks_per_sm=kernel.blocks_per_sm, pingpong=pingpong)
+                    notes=notes, blocks_per_sm=kernel.blocks_per_sm, pingpong=pingpong)
     return plan, reasons
 
 

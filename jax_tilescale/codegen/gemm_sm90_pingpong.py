@@ -26,8 +26,9 @@ ahead of it (a parity wait two phases ahead would pass at once). A tile the `if`
 turn on at once. The epilogue meets only the warpgroup's own threads (`WARPGROUP_BARRIER + g`), and
 each warpgroup has a staging tile of its own.
 
-Conditions (`plan_pingpong`): the switch is on (PINGPONG: measured before it becomes a default),
-two consumer warpgroups, one planned loop, in a serial tile loop either directly or in the `then`
+Conditions (`plan_pingpong`): the kernel asks for it (`ts.kernel(pingpong=True)`, KernelIR.pingpong;
+examples/gemm.py's GemmConfig.pingpong, the tile table's pick at 16384 x 8192 x 1024), it does not
+communicate, two consumer warpgroups, one planned loop, in a serial tile loop either directly or in the `then`
 branch (no `else`) of the if that is the tile loop's whole body; the innermost body holds only the
 accumulator's clear folded into the loop (gemm_sm90._with_folded_clear), the loop, element-wise
 epilogues on the accumulator and its final whole copy; a whole tile fits in one warpgroup's
@@ -51,7 +52,6 @@ from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
-PINGPONG = False  # the switch (bench_gemm.py's "/pp" configs) until measured on the GPU
 PINGPONG_MAX_ACCUMULATORS = 192  # per thread: 128 x 192 tiles, as the cooperative 256x192 holds per thread
 # Named barriers (bar.sync ids; 0 is __syncthreads, 1 the consumers' barrier: Frame.block_sync)
 TURN_BARRIER = 2  # + g: warpgroup g's turn to run a main loop (both warpgroups, 256 threads)
@@ -107,28 +107,36 @@ class PingPong:
         return condition(self.guard.cond, printer, self.guard.loc)
 
 
-def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int) -> PingPong | None:
-    """The ping-pong schedule of the kernel's tile loop when every condition of the module doc holds."""
-    if not PINGPONG or consumers != 2 or len(loops) != 1:
+def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, communicates: bool) -> PingPong | str | None:
+    """The ping-pong schedule of the kernel's tile loop when the kernel asks for it and every condition
+    of the module doc holds; None when not asked, else why not (a note in the generated header)."""
+    if not kernel.pingpong:
         return None
+    no = "pingpong=True not taken: "
+    if communicates or consumers != 2 or len(loops) != 1:
+        return no + "it needs a kernel that does not communicate, 256 threads and one pipelined loop"
     gl = loops[0]
     if not gl.nest or not isinstance(gl.nest[0], Loop) or gl.nest[0].num_stages is not None:
-        return None
+        return no + "the pipelined loop is not inside a serial tile loop"
     tile_loop = gl.nest[0]
-    if not isinstance(tile_loop.extent, int) or gl.m * gl.n // WARPGROUP > PINGPONG_MAX_ACCUMULATORS:
-        return None
+    if not isinstance(tile_loop.extent, int):
+        return no + "the tile loop's trip count is not a constant"
+    if gl.m * gl.n // WARPGROUP > PINGPONG_MAX_ACCUMULATORS:
+        return (no + f"a {gl.m} x {gl.n} tile needs {gl.m * gl.n // WARPGROUP} accumulators per thread in one "
+                f"warpgroup, more than {PINGPONG_MAX_ACCUMULATORS} (at most 128 x 192)")
     guard = None
     if len(gl.nest) == 2:
         guard = gl.nest[1]
         if not isinstance(guard, If) or guard.else_body or tile_loop.body != (guard,):
-            return None
+            return no + "the tile loop's body is not one `if` without `else`"
         inner = guard.then_body
     elif len(gl.nest) == 1:
         inner = tile_loop.body
     else:
-        return None
+        return no + "the pipelined loop is nested more than a tile loop and an `if` deep"
     if not all(_tile_statement(s, gl) for s in inner) or not isinstance(inner[-1], Copy):
-        return None
+        return no + ("a tile's statements must be the accumulator's clear, the loop, element-wise epilogues "
+                     "and its whole copy, last")
     return PingPong(tile_loop, guard, gl.index, gl.loop.extent)
 
 

@@ -15,7 +15,10 @@ The three levers, and when each pays:
   than the tile's last split summing them inside the kernel);
 - a persistent grid (one block per SM walking the tiles in grouped order): the producer loads
   the next tile's stages while the consumers store the last one, which matters when a tile's
-  epilogue is a large part of its time (short K, many waves);
+  epilogue is a large part of its time (short K, many waves). There the two consumer warpgroups take
+  alternate 128x192 tiles (`pingpong`), each storing its tile while the other's main loop runs, with
+  4 stages (the staging boxes go out in rounds to leave room for the fourth): 0.96x XLA at
+  16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02);
 - two blocks per SM (`blocks_per_sm=2`, 128x128 tiles, one consumer warpgroup, 3 stages: half the
   registers and shared memory of an SM each, `PAIRED`): no longer picked. It was the pick where the
   128x256 tiles make one wave or less (2048^3), from runs of 20 products per timing; with timed runs of
@@ -46,6 +49,7 @@ class GemmConfig:
     split_k: int = 1  # blocks per output tile along K (float32 partials summed in split order)
     persistent: bool = False  # grid = SM count, each block walks tiles in grouped order
     blocks_per_sm: int = 1  # blocks one SM runs at once (ts.kernel's blocks_per_sm)
+    pingpong: bool = False  # persistent: the consumer warpgroups take alternate tiles (ts.kernel's pingpong)
 
     def describe(self) -> str:
         """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`): the form bench_gemm.py's --configs reads."""
@@ -53,13 +57,14 @@ class GemmConfig:
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
-        return text + ("/p" if self.persistent else "")
+        return text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
 
 
 DEFAULT = GemmConfig()
 WIDE = GemmConfig(block_m=256, block_n=192)  # fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6)
-# persistent: 3 stages so that the epilogue's own staging tile (64 KiB of bf16) fits beside the rings
-PERSISTENT = GemmConfig(num_stages=3, persistent=True)
+# persistent: ping-pong consumers on 128x192 tiles (192 accumulators per thread, as WIDE's), 4 stages of
+# 40 KiB and two staging boxes of 16 KiB per warpgroup
+PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=True)
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)

@@ -148,6 +148,11 @@ __device__ __forceinline__ void ts_bulk_commit() { asm volatile("cp.async.bulk.c
 // This thread's committed bulk stores have read their shared memory (which may then be reused or
 // released); their global writes complete before the grid does.
 __device__ __forceinline__ void ts_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// ... all but the N most recently committed groups (a staging ring of N + 1 boxes: the next box's slot is free).
+template <int N>
+__device__ __forceinline__ void ts_bulk_wait_read_all_but() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
 // ... and their global writes are done (visible to this thread; a release after it publishes them).
 __device__ __forceinline__ void ts_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 __device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {

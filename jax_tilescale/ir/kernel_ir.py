@@ -27,6 +27,9 @@ class KernelIR:
     # Blocks the GPU code is built to keep on one SM at a time (registers and shared memory per
     # block at most 1/blocks_per_sm of the SM's); the interpreter ignores it.
     blocks_per_sm: int = 1
+    # Hopper's consumer schedule for a persistent tile loop: the two consumer warpgroups take alternate
+    # tiles whole (codegen/gemm_sm90_pingpong.py) instead of sharing each; the interpreter ignores it.
+    pingpong: bool = False
     # Pallas's input_output_aliases as (input index, output index) pairs (`ts.kernel(input_output_aliases=)`):
     # output j is returned in input i's buffer, and inside the kernel both refs name that one memory, so
     # the output starts with the input's contents. Every later layer reads the pairing from here.

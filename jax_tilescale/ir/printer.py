@@ -203,7 +203,8 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
     header = (
         f"kernel {kernel.name}(grid={kernel.grid}, threads={kernel.threads}, "
         f"mesh_axes={axes_text}, num_pes={kernel.num_pes}"
-        + (f", blocks_per_sm={kernel.blocks_per_sm})" if kernel.blocks_per_sm != 1 else ")")
+        + (f", blocks_per_sm={kernel.blocks_per_sm}" if kernel.blocks_per_sm != 1 else "")
+        + (", pingpong=True)" if kernel.pingpong else ")")
     )
     lines = [header]
     lines += [f"  param {b}" for b in kernel.params]

@@ -35,9 +35,10 @@ def test_named_configs_parse_with_their_suffixes():
     cfg, switches = bench.parse_config("128x256x64/3/g8/p/s2/kernel/t256/b1/mc")
     assert cfg == dict(block_m=128, block_n=256, block_k=64, num_stages=3, group_m=8, persistent=True,
                        split_k=2, split_reduce="kernel", threads=256, blocks_per_sm=1)
-    from jax_tilescale.codegen import gemm_sm90, gemm_sm90_pingpong
+    from jax_tilescale.codegen import gemm_sm90
 
     assert switches == {(gemm_sm90, "MULTICAST"): True}
-    assert bench.parse_config("128x128x64/4/g8/p/pp")[1] == {(gemm_sm90_pingpong, "PINGPONG"): True}
+    assert bench.parse_config("128x192x64/4/g8/p/pp") == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True), {})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")

@@ -1,6 +1,7 @@
-"""Ping-pong consumers of the persistent tile loop (codegen/gemm_sm90_pingpong.py), with the switch
-on: which kernels take it, the turn protocol the warpgroups follow, each warpgroup's whole tile,
-stage releases and staging tile, and that the kernels build without spills or serialised wgmma.
+"""Ping-pong consumers of the persistent tile loop (codegen/gemm_sm90_pingpong.py), asked for with
+`ts.kernel(pingpong=True)` (examples/gemm.py's `pingpong`): which kernels take it (and the note of
+those that do not), the turn protocol the warpgroups follow, each warpgroup's whole tile, stage
+releases and staging tile, and that the kernels build without spills or serialised wgmma.
 On the GPU: tests/gpu/test_gemm_paths_gpu.py::test_pingpong_persistent_matches_dot."""
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jax_tilescale.codegen import gemm_sm90_pingpong, generate_cuda
+import jax_tilescale as ts
+from jax_tilescale import language as T
+from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin
+from jax_tilescale.errors import KernelTraceError
 from tests.codegen.test_compute_codegen import _no_spills
 from tests.conftest import load_example
 
@@ -21,13 +25,8 @@ BF16 = jnp.bfloat16
 S = jax.ShapeDtypeStruct
 
 
-@pytest.fixture
-def pingpong(monkeypatch):
-    monkeypatch.setattr(gemm_sm90_pingpong, "PINGPONG", True)
-
-
-def _module(m, n, k, **cfg):
-    kern = gemm_example.gemm(m, n, k, jnp.dtype(BF16), persistent=True, num_sms=132, **cfg)
+def _module(m, n, k, pingpong=True, **cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(BF16), persistent=True, num_sms=132, pingpong=pingpong, **cfg)
     return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
 
 
@@ -36,10 +35,11 @@ def _consumer(mod) -> str:
 
 
 def test_off_by_default():
-    assert "ts_named_arrive" not in _consumer(_module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4))
+    mod = _module(16384, 8192, 1024, pingpong=None, block_m=128, block_n=128, num_stages=4)
+    assert "ts_named_arrive" not in _consumer(mod) and not mod.notes, mod.notes
 
 
-def test_each_warpgroup_takes_alternate_whole_tiles(pingpong):
+def test_each_warpgroup_takes_alternate_whole_tiles():
     mod = _module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4)  # 8192 tiles: 63 waves
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     c = _consumer(mod)
@@ -73,34 +73,47 @@ def test_each_warpgroup_takes_alternate_whole_tiles(pingpong):
 @pytest.mark.parametrize("m,n,k,cfg", [
     (16384, 8192, 1024, dict(block_m=128, block_n=128, num_stages=4)),
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=3)),  # 192 accumulators per thread
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),  # the table's: staging boxes in rounds
     (1000, 3000, 777, dict(block_m=128, block_n=128, num_stages=4)),  # A thread-copied, ragged C
 ])
-def test_builds_without_spills(pingpong, m, n, k, cfg):
+def test_builds_without_spills(m, n, k, cfg):
     mod = _module(m, n, k, **cfg)
     assert "ts_named_arrive" in _consumer(mod)
     _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
 
 
 @pytest.mark.parametrize("cfg,why", [
-    (dict(block_m=128, block_n=256, num_stages=3), "256 accumulators per thread"),
-    (dict(block_m=64, block_n=128, threads=128), "one consumer warpgroup"),
+    (dict(block_m=128, block_n=256, num_stages=3), "needs 256 accumulators per thread"),
+    (dict(block_m=64, block_n=128, threads=128), "256 threads"),
 ])
-def test_not_taken(pingpong, cfg, why):
+def test_not_taken_and_the_header_says_why(cfg, why):
     mod = _module(16384, 8192, 1024, **cfg)
     assert mod.arch == "sm_90a", why
     assert "ts_named_arrive" not in _consumer(mod), why
+    assert any("pingpong=True not taken" in note and why in note for note in mod.notes), mod.notes
+    assert why in mod.source.split("consumer warpgroups", 1)[0]  # the header's comment
 
 
-def test_not_taken_when_the_tile_body_meets_every_consumer(pingpong):
+def test_not_taken_without_a_tile_loop():
+    kern = gemm_example.gemm(4096, 4096, 4096, jnp.dtype(BF16), block_m=128, block_n=128, pingpong=True)
+    mod = generate_cuda(kern.trace(S((4096, 4096), BF16), S((4096, 4096), BF16)), "sm_90")
+    assert any("not inside a serial tile loop" in note for note in mod.notes), mod.notes
+
+
+def test_pingpong_must_be_a_bool():
+    with pytest.raises(KernelTraceError, match="pingpong must be True or False"):
+        @ts.kernel(out_shape=S((8,), jnp.float32), grid=1, pingpong="yes")
+        def kern(x, o):
+            pass
+
+
+def test_not_taken_when_the_tile_body_meets_every_consumer():
     """The plan takes ping-pong only when every statement of the tile body is one it knows to be
     private to a warpgroup; a fill with 1.0 (not folded into the products) is not on that list."""
-    import jax_tilescale as ts
-    from jax_tilescale import language as T
-
     m, n, k, bm, bn, bk = 1024, 1024, 256, 128, 128, 64
     tiles = (m // bm) * (n // bn)
 
-    @ts.kernel(out_shape=S((m, n), BF16), grid=(8,), threads=256)
+    @ts.kernel(out_shape=S((m, n), BF16), grid=(8,), threads=256, pingpong=True)
     def kern(A, B, C):
         A_s = T.alloc_shared((bm, bk), BF16)
         B_s = T.alloc_shared((bk, bn), BF16)
@@ -117,9 +130,10 @@ def test_not_taken_when_the_tile_body_meets_every_consumer(pingpong):
 
     mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
     assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
+    assert any("a tile's statements" in note for note in mod.notes), mod.notes
 
 
-def test_a_failing_check_pauses_instead_of_meeting_the_other_warpgroup(pingpong):
+def test_a_failing_check_pauses_instead_of_meeting_the_other_warpgroup():
     """ts_fail's wait: the consumers' barrier over both warpgroups would never complete when one of
     them fails alone, so the ping-pong kernel pauses instead."""
     mod = _module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4)

@@ -30,7 +30,7 @@ def _module(m, n, k, **cfg):
 
 @pytest.mark.parametrize("m,n,k", [(16384, 8192, 1024), (1000, 3000, 777), (999, 777, 555)])
 def test_persistent_tile_loop_takes_the_hopper_plan(m, n, k):
-    mod = _module(m, n, k, block_m=128, block_n=256, persistent=True, num_sms=132)
+    mod = _module(m, n, k, block_m=128, block_n=256, num_stages=3, persistent=True, num_sms=132)
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     src = mod.source
     producer, consumer = src.split("consumer warpgroups", 1)

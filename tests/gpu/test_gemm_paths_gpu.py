@@ -123,6 +123,9 @@ def test_split_k_matches_dot(m, n, k, cfg):
     (1000, 3000, 777, dict(persistent=True)),  # A thread-copied inside the tile loop, ragged C
     (999, 777, 555, dict(persistent=True, num_sms=7)),  # few blocks, many tiles each, C from registers
     (300, 200, 256, dict(block_m=64, block_n=128, threads=128, persistent=True, num_sms=3)),
+    # 4 stages of 128x256 leave room for 2 of the 4 staging boxes: the boxes go out in rounds
+    (16384, 8192, 1024, dict(block_m=128, block_n=256, num_stages=4, persistent=True)),
+    (1000, 3000, 777, dict(block_m=128, block_n=256, num_stages=4, persistent=True, num_sms=9)),
 ])
 def test_persistent_matches_dot(m, n, k, cfg):
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
@@ -138,14 +141,15 @@ def test_persistent_matches_dot(m, n, k, cfg):
     (999, 777, 555, dict(block_m=128, block_n=128, num_stages=4, num_sms=7)),  # C from registers
     (2000, 1000, 512, dict(block_m=128, block_n=128, num_stages=4, num_sms=5)),  # blocks with no tile: turns passed
     (300, 200, 256, dict(block_m=128, block_n=128, num_stages=4, num_sms=3)),  # one tile per warpgroup or none
+    # staging boxes in rounds: 2 slots of 3 boxes per warpgroup, 1 slot of 2
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),
+    (1000, 3000, 777, dict(block_m=128, block_n=192, num_stages=4, num_sms=5)),
+    (16384, 8192, 1024, dict(block_m=128, block_n=128, num_stages=6)),
 ])
-def test_pingpong_persistent_matches_dot(monkeypatch, m, n, k, cfg):
-    """Ping-pong consumers (codegen/gemm_sm90_pingpong.py, switched on): each warpgroup's tiles land
+def test_pingpong_persistent_matches_dot(m, n, k, cfg):
+    """Ping-pong consumers (codegen/gemm_sm90_pingpong.py, asked for): each warpgroup's tiles land
     where the host product says, on shapes with odd wave counts, ragged edges and tiles missing."""
-    from jax_tilescale.codegen import gemm_sm90_pingpong
-
-    monkeypatch.setattr(gemm_sm90_pingpong, "PINGPONG", True)
-    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, pingpong=True, **cfg)
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 3 * n + k)
     mod = generate_cuda(kern.trace(a, b), "sm_90")
     assert "ts_named_arrive(" in mod.source.split("consumer warpgroups", 1)[1]
