@@ -18,8 +18,9 @@ the consumers store the last tile (the epilogue overlaps the next main loop's lo
 epilogue's TMA store then goes through a staging tile of its own beside the rings
 (`nested_store`), not through a ring the producer is refilling.
 
-With `gemm_sm90_pingpong.PINGPONG` on, the two consumer warpgroups take the tile loop's iterations
-in turn instead of sharing each tile, so that one stores its tile while the other's main loop runs.
+In a kernel built with `pingpong=True` (gemm_sm90_pingpong), the two consumer warpgroups take the
+tile loop's iterations in turn instead of sharing each tile, so that one stores its tile while the
+other's main loop runs.
 
 Conditions on the enclosing statements: serial loops (not pipelined) and ifs whose condition
 is block-uniform (no thread index) and reads no memory (the producer evaluates it too), the

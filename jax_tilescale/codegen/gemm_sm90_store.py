@@ -5,6 +5,9 @@ The consumers write their accumulators, converted, into a stage ring the planned
 finished with, in the 128-byte-swizzled box layout, and one thread stores the boxes with
 `cp.async.bulk.tensor` (which clips at the output's edges); the block's final wait is only for
 the boxes' shared-memory reads (+4% at 8192^3 against per-thread stores, benchmarks/NOTES.md).
+A tile loop's epilogue (gemm_sm90_nest) has a staging tile of its own beside the rings; where a whole
+one does not fit, as many boxes as do, and the tile's boxes go out in rounds through them
+(`_round_lines`): 4 stages instead of 3 at 128x256 and 128x192 (+8% at 128x192, benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
