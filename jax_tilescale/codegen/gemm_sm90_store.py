@@ -48,9 +48,9 @@ class TmaStore:
     # (the producer is already refilling the ring for the next tile: gemm_sm90_nest).
     offset: int = 0
     copies: int = 1  # staging tiles, one per consumer warpgroup in ping-pong (gemm_sm90_pingpong)
-    # Boxes in a staging tile that holds only part of the output tile (a divisor of `boxes`; 0: the whole
-    # tile): the boxes then go out in rounds through this ring of box slots (`_round_lines`), which
-    # leaves room for a pipeline stage more (benchmarks/NOTES.md: 128x192 tiles 3 -> 4 stages, +8%).
+    # Boxes in a staging tile that holds only part of the output tile (0: the whole tile): the boxes
+    # then go out in rounds through this ring of box slots (`_round_lines`), which leaves room for a
+    # pipeline stage more (benchmarks/NOTES.md: 128x192 tiles 3 -> 4 stages, +8%).
     slots: int = 0
 
     @property
@@ -227,11 +227,7 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     return [
         *before,
         *first_sync,
-        f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
-        f"{f' + {box_at}' if box_at != '0' else ''});",
-        f"const uint32_t ts_r = {first_row} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
-        "+ (threadIdx.x % 32) / 4;  // the thread's first row",
-        f"const uint32_t ts_t = {thread}",
+        *head,
         *walk.loops([
             f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
             f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
