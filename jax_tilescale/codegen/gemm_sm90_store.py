@@ -223,6 +223,7 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     ]
     if st.slots:
         assert in_flight, "rounds only for a staging tile of its own"
+        assert sync, "rounds need a barrier between the leader's wait and every thread's writes"
         return head + _round_lines(st, walk, name, ctype, make, leader, sync, x, y)
     return [
         *before,
