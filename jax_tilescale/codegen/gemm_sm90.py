@@ -78,7 +78,14 @@ from .gemm_sm90_load import (
 )
 from .gemm_sm90_nest import consumer_tail, inner_body, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, plan_pingpong
-from .gemm_sm90_store import TmaStore, plan_nested_store, plan_tma_store, staging_bytes, tma_store_lines
+from .gemm_sm90_store import (
+    TmaStore,
+    plan_nested_store,
+    plan_tma_store,
+    staging_bytes,
+    store_leader,
+    tma_store_lines,
+)
 from .layout import shared_budget
 from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
 
@@ -228,8 +235,7 @@ class Sm90Plan(TensorCorePlan):
             return []
         if self.regions is not None and self.regions.tail:
             return ["if (threadIdx.x == 0) ts_bulk_wait();  // the last tile's stores are written: the tail follows"]
-        # ping-pong: each warpgroup's first thread stored its own tiles
-        leader = f"threadIdx.x % {WARPGROUP} == 0" if self.pingpong is not None else "threadIdx.x == 0"
+        leader = store_leader(per_warpgroup=self.pingpong is not None)
         return [f"if ({leader}) ts_bulk_wait_read();  // the last tile's stores have read their staging tile"]
 
     def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:

@@ -49,7 +49,7 @@ from .context import Ctx
 from .expr_printer import var_name
 from .gemm_pattern import register_epilogue
 from .gemm_sm90_load import WARPGROUP, GemmLoop
-from .gemm_sm90_nest import counter
+from .gemm_sm90_nest import counter, inner_body
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 PINGPONG_MAX_ACCUMULATORS = 192  # per thread: 128 x 192 tiles, as the cooperative 256x192 holds per thread
@@ -83,8 +83,8 @@ class PingPong:
         w = var_name(self.tile_loop.var)
         inner = self.guard.then_body if self.guard is not None else self.tile_loop.body
         taken = self._condition(ctx)
-        skip = [f"if ({taken}) {counter(self.loop_index)} += {self.loop_extent};"] if taken != "true" else \
-            [f"{counter(self.loop_index)} += {self.loop_extent};"]
+        count = f"{counter(self.loop_index)} += {self.loop_extent};"
+        skip = [count if taken == "true" else f"if ({taken}) {count}"]
         no_tile = ([f"if (!({taken})) {{  // no tile: the turn passes on at once",
                     *indent(self.turn_lines()), f"{INDENT}continue;", "}"] if taken != "true" else [])
         return [
@@ -129,11 +129,9 @@ def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, commu
         guard = gl.nest[1]
         if not isinstance(guard, If) or guard.else_body or tile_loop.body != (guard,):
             return no + "the tile loop's body is not one `if` without `else`"
-        inner = guard.then_body
-    elif len(gl.nest) == 1:
-        inner = tile_loop.body
-    else:
+    elif len(gl.nest) != 1:
         return no + "the pipelined loop is nested more than a tile loop and an `if` deep"
+    inner = inner_body(gl.nest)
     if not all(_tile_statement(s, gl) for s in inner) or not isinstance(inner[-1], Copy):
         return no + ("a tile's statements must be the accumulator's clear, the loop, element-wise epilogues "
                      "and its whole copy, last")

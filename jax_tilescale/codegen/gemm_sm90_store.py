@@ -173,41 +173,24 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     without spills with the groups' eight `ts_t ^ lo` live (ptxas, tests/codegen)."""
     ctype, make = st.pair
     name = acc_name(s.src.buffer)
-    box, box_cols = st.rows * 128, 128 // st.elem_bytes
-    groups = box_cols // 8  # 8-column groups per box
     y, x = (c_expr(e) for e in s.dst.starts[-2:])
-    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
-              f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.cols // box_cols)]
-    # The xor first: `hi` (multiples of 1024) leaves bits 0-9 alone and `lo` lives in bits 4-6, so
-    # (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few `ts_t ^ lo`
-    # in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic per
-    # store; with the add first it computed an add and an xor for every one of the 64 stores).
-    assert box % 1024 == 0, box
-    at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u "
-          f"+ ts_h * {8 * 128}u")
     # A tile loop's epilogue (a staging tile of its own) leaves its stores in flight: the next tile's
     # wgmmas start at once, and the wait for the boxes' reads moves to before the next epilogue's
     # writes (the kernel's end: Sm90Plan.consumer_exit). The top-level form is the kernel's last
     # statement: it waits at once.
     in_flight = bool(st.offset)
-    wait = [f"{INDENT}ts_bulk_wait_read();"] if not in_flight else []
+    leader = store_leader(per_warpgroup)
     # Ping-pong (gemm_sm90_pingpong): each consumer warpgroup stores whole tiles of its own, through a
-    # staging tile of its own, meeting only its own threads; its first thread issues its stores.
+    # staging tile of its own, meeting only its own threads.
     if per_warpgroup:
-        leader = f"threadIdx.x % {WARPGROUP} == 0"
         sync = [f"ts_named_sync({WARPGROUP_BARRIER} + threadIdx.x / {WARPGROUP}, {WARPGROUP});"
                 "  // this warpgroup's threads"]
         box_at = f"{st.offset} + (threadIdx.x / {WARPGROUP}) * {st.staged_bytes}"
         first_row = "0"
     else:
-        leader = "threadIdx.x == 0"
         sync = ctx.block_sync()
         box_at = str(st.offset)
         first_row = f"(threadIdx.x / {WARPGROUP}) * {slabs * 64}"
-    first_sync = sync if per_warpgroup else ctx.block_sync(
-        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
-    before = ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
-              if in_flight else [])
     pair_bytes = 2 * st.elem_bytes
     if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
         thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
@@ -225,6 +208,21 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         assert in_flight, "rounds only for a staging tile of its own"
         assert sync, "rounds need a barrier between the leader's wait and every thread's writes"
         return head + _round_lines(st, walk, name, ctype, make, leader, sync, x, y)
+    box, box_cols = st.box_bytes, 128 // st.elem_bytes
+    groups = box_cols // 8  # 8-column groups per box
+    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
+              f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.boxes)]
+    # The xor first: `hi` (multiples of 1024) leaves bits 0-9 alone and `lo` lives in bits 4-6, so
+    # (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few `ts_t ^ lo`
+    # in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic per
+    # store; with the add first it computed an add and an xor for every one of the 64 stores).
+    assert box % 1024 == 0, box
+    at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u "
+          f"+ ts_h * {8 * 128}u")
+    first_sync = sync if per_warpgroup else ctx.block_sync(
+        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
+    before = ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
+              if in_flight else [])
     return [
         *before,
         *first_sync,
@@ -238,10 +236,15 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         f"if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
         *indent(stores),
         f"{INDENT}ts_bulk_commit();",
-        *wait,
+        *([] if in_flight else [f"{INDENT}ts_bulk_wait_read();"]),
         "}",
     ]
 
+
+def store_leader(per_warpgroup: bool) -> str:
+    """The thread that issues the epilogue's TMA stores (and so owns their bulk groups and waits for
+    them): the block's first consumer thread, or in ping-pong each warpgroup's first."""
+    return f"threadIdx.x % {WARPGROUP} == 0" if per_warpgroup else "threadIdx.x == 0"
 
 def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str, leader: str,
                  sync: list[str], x: str, y: str) -> list[str]:
