@@ -280,21 +280,23 @@ class Sm90Plan(TensorCorePlan):
         a, b = gl.a, gl.b
         descs: list[str] = []
         kin = k_per_instruction(self.ptx_type)
+        a_lbo = a.rows * 128 if a_mn else 16
+        b_lbo = b.rows * 128 if b_mn else 16
+        # Each instruction's descriptor is the ring's, plus the byte offset / 16 of its stage and its part of
+        # the stage: one add (the start address field holds shared-memory offsets < 2^18 without carrying
+        # into the next field), where building each one from its address took a mask, a shift and an or.
         for kk in range(gl.k // kin):
             kb = kk * 32  # the instruction's first byte along a K-major row (32 bytes per instruction)
             b_off = (kk * 16 * 128) if b_mn else ((kb // 128) * b.rows * 128 + kb % 128)
-            b_lbo = b.rows * 128 if b_mn else 16
-            descs.append(f"const uint64_t ts_db{kk} = ts_wgmma_desc(ts_b_base + {b_off}u, {b_lbo}u, 1024u);")
+            descs.append(f"const uint64_t ts_db{kk} = ts_db + {b_off // 16}u;")
             for m in range(slabs):
                 slab = f"({self._slab(gl.acc, str(m))})"
                 if a_mn:  # A stored K x M: the slab is one 64-column atom
-                    a_off = f"{slab} * {a.rows * 128}u + {kk * 16 * 128}u"
-                    a_lbo = a.rows * 128
+                    a_off = f"{slab} * {a.rows * 128 // 16}u + {kk * 16 * 128 // 16}u"
                 else:
                     within = (kb // 128) * a.rows * 128 + kb % 128
-                    a_off = f"{slab} * {64 * 128}u + {within}u"
-                    a_lbo = 16
-                descs.append(f"const uint64_t ts_da{kk}_{m} = ts_wgmma_desc(ts_a_base + {a_off}, {a_lbo}u, 1024u);")
+                    a_off = f"{slab} * {64 * 128 // 16}u + {within // 16}u"
+                descs.append(f"const uint64_t ts_da{kk}_{m} = ts_da + ({a_off});")
                 scale = "1"
                 if kk == 0 and gl.gemm.clear_accum:
                     scale = "0"
@@ -302,14 +304,17 @@ class Sm90Plan(TensorCorePlan):
                     scale = f"({i} > 0)"  # the first stage overwrites: the clear before the loop is folded in
                 descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
+        assert a.stage_bytes % 16 == 0 and b.stage_bytes % 16 == 0
         return [
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
+            f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, 1024u);",
+            f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, 1024u);",
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",
             f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({it} / {gl.stages}) & 1));",
-            f"{INDENT}const uint32_t ts_a_base = ts_smem_addr({ctx.pointers[a.buffer]} + ts_s * {a.stage_bytes});",
-            f"{INDENT}const uint32_t ts_b_base = ts_smem_addr({ctx.pointers[b.buffer]} + ts_s * {b.stage_bytes});",
+            f"{INDENT}const uint64_t ts_da = ts_da_ring + (uint32_t)(ts_s * {a.stage_bytes // 16});",
+            f"{INDENT}const uint64_t ts_db = ts_db_ring + (uint32_t)(ts_s * {b.stage_bytes // 16});",
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_fence();",
             *indent(descs, 1),

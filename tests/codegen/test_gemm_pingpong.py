@@ -57,7 +57,7 @@ def test_each_warpgroup_takes_alternate_whole_tiles():
     loop_end = c.split("ts_mbar_arrive(&ts_empty0[((ts_it0 + ts_i1) - 1) % 4]);", 1)[1]
     assert loop_end.index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop_end.index("ts_wgmma_wait<0>();")
     # the A slab of each wgmma is the tile's, not the warpgroup's share of it
-    assert "ts_da0_1 = ts_wgmma_desc(ts_a_base + (1) * 8192u + 0u" in c and "ts_wg * 2 +" not in c
+    assert "ts_da0_1 = ts_da + ((1) * 512u + 0u);" in c and "ts_wg * 2 +" not in c
     # one warpgroup's 4 warps release a stage
     assert "ts_mbar_init(&ts_empty0[ts_s], 4);" in mod.source
     # the epilogue: the warpgroup's own threads, its own staging tile, its first thread stores
