@@ -9,7 +9,9 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py);
-- calls: `reps` jitted calls dispatched back to back, full outputs, blocked on at the end.
+- calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
+  dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
+  the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
 `reps` is at least `--reps` and at small shapes as many as jnp.dot needs for `--min-run-ms` per timed
 run, so that a dispatch and the host's wake-up are not part of what a row measures.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
@@ -155,7 +157,14 @@ def loop_and_calls(product, reps: int):
     loop = jax.jit(lambda x, y: jax.lax.fori_loop(
         0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
     call = jax.jit(product)
-    return (lambda a, b: loop(a, b)), (lambda a, b: [call(a, b) for _ in range(reps)])
+
+    def calls(a, b):
+        out = None
+        for _ in range(reps):
+            out = call(a, b)
+        return out
+
+    return (lambda a, b: loop(a, b)), calls
 
 
 def reps_for(a, b, reps: int, min_run_ms: float) -> int:
