@@ -7,7 +7,8 @@ segments are packed in source-PE order; rows past them are zero.
 
 Where PE p's segment lands on PE q (`recv_offsets[q]`: the rows that PEs before p send to q) is
 computed in JAX from the all-gathered splits, as a MoE layer's dispatch step does (that
-`jax.lax.all_gather` is an XLA collective: this example cannot run as two PEs sharing one GPU).
+`jax.lax.all_gather` is an XLA collective, which NCCL refuses for two PEs sharing one GPU; there,
+`check(..., offsets="host")` computes them in numpy and passes them in, the kernels unchanged).
 Checked against jax.lax.all_to_all on the segments padded to `tokens` rows, then packed, on random
 tokens and random splits. `all_to_all_equal` is the equal-split case (`jax.lax.all_to_all` itself,
 no splits, no staging scratch of the kernel's own), checked against it too. Needs at least 2 devices. On GPUs:
@@ -80,20 +81,37 @@ def equal_reference(shard: jax.Array) -> jax.Array:
     return jax.lax.all_to_all(shard, "x", split_axis=0, concat_axis=0, tiled=True)
 
 
-def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dtype):
-    """The jitted all-to-all over mesh axis "x": (send, splits) sharded by PE -> packed receive buffers."""
+def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dtype, offsets: str = "device"):
+    """The jitted all-to-all over mesh axis "x": (send, splits) sharded by PE -> packed receive buffers.
+    `offsets="host"`: the function takes (send, splits, recv_offsets), the offsets from
+    `recv_offsets_on_host`, and runs no XLA collective."""
     npes = mesh.size
     kern = all_to_all(tokens, hidden, npes, dtype)
+    if offsets not in ("device", "host"):
+        raise ValueError(f"offsets must be 'device' (jax.lax.all_gather) or 'host' (got {offsets!r})")
+
+    def cumsum_of(splits):
+        return jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(splits).astype(jnp.int32)])
+
+    if offsets == "host":
+        return jax.jit(jax.shard_map(lambda send, splits, recv_offsets: kern(send, cumsum_of(splits), recv_offsets),
+                                     mesh=mesh, in_specs=(P("x"),) * 3, out_specs=P("x")))
 
     def body(send, splits):
         all_splits = jax.lax.all_gather(splits, "x")  # [npes (source), npes (destination)]
         me = jax.lax.axis_index("x")
         before_me = jnp.arange(npes)[:, None] < me
         recv_offsets = jnp.sum(jnp.where(before_me, all_splits, 0), axis=0).astype(jnp.int32)
-        cumsum = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(splits).astype(jnp.int32)])
-        return kern(send, cumsum, recv_offsets)
+        return kern(send, cumsum_of(splits), recv_offsets)
 
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")))
+
+
+def recv_offsets_on_host(splits: np.ndarray) -> np.ndarray:
+    """[npes, npes] splits (row p: PE p's) -> [npes, npes] int32, row p: where PE p's segment for each
+    PE q lands on q (the rows that PEs before p send to q), what `dispatch_fn`'s all_gather computes."""
+    splits = np.asarray(splits)
+    return (np.cumsum(splits, axis=0) - splits).astype(np.int32)
 
 
 def lax_body(npes: int, tokens: int):
@@ -126,13 +144,16 @@ def random_splits(rng: np.random.Generator, npes: int, tokens: int) -> np.ndarra
 
 
 def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: str = "bfloat16",
-          seed: int = 0) -> ts.testing.Verdict:
-    """The kernel on random tokens and random splits vs the jax.lax.all_to_all reference (on the host)."""
+          seed: int = 0, offsets: str = "device") -> ts.testing.Verdict:
+    """The kernel on random tokens and random splits vs the jax.lax.all_to_all reference (on the host).
+    `offsets="host"`: the receive offsets computed in numpy (no XLA collective on the devices)."""
     rng = np.random.default_rng(seed)
-    splits = random_splits(rng, mesh.size, tokens).reshape(-1)
+    splits_2d = random_splits(rng, mesh.size, tokens)
+    splits = splits_2d.reshape(-1)
     x = ts.testing.random_array(rng, (mesh.size * tokens, hidden), dtype)
-    got = dispatch_fn(mesh, tokens, hidden, jnp.dtype(dtype))(ts.testing.place(x, mesh, P("x")),
-                                                             ts.testing.place(splits, mesh, P("x")))
+    inputs = [x, splits] + ([recv_offsets_on_host(splits_2d).reshape(-1)] if offsets == "host" else [])
+    got = dispatch_fn(mesh, tokens, hidden, jnp.dtype(dtype), offsets)(
+        *(ts.testing.place(a, mesh, P("x")) for a in inputs))
     want = ts.testing.lax_on_host(lax_body(mesh.size, tokens), mesh, (P("x"), P("x")), P("x"))(x, splits)
     ragged = ts.testing.compare(got, want, "random splits: every element equal to the jax.lax.all_to_all reference")
     rows_per_peer = max(1, tokens // mesh.size)

@@ -30,6 +30,19 @@ def test_all_to_all_matches_lax_all_to_all(npes: int) -> None:
     assert all_to_all.check(mesh_of(npes), tokens=32, hidden=32, dtype="float32", seed=npes)
 
 
+@pytest.mark.parametrize("npes", [2, 3])
+def test_all_to_all_with_offsets_from_the_host(npes: int) -> None:
+    """The form the GPU suite runs with two PEs sharing one GPU (no XLA collective on the devices)."""
+    assert all_to_all.check(mesh_of(npes), tokens=24, hidden=16, dtype="bfloat16", seed=10 + npes, offsets="host")
+
+
+def test_recv_offsets_on_host_are_what_the_all_gather_computes() -> None:
+    splits = np.array([[3, 0, 5], [1, 2, 0], [4, 4, 4]])
+    assert all_to_all.recv_offsets_on_host(splits).tolist() == [[0, 0, 0], [3, 0, 5], [4, 2, 5]]
+    with pytest.raises(ValueError, match="offsets must be"):
+        all_to_all.dispatch_fn(mesh_of(2), 8, 8, np.dtype(np.float32), offsets="nccl")
+
+
 def test_all_to_all_against_numpy() -> None:
     """Independent of the lax reference: segments packed in source order, then zeros."""
     npes, tokens, hidden = 4, 16, 8

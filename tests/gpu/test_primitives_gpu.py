@@ -62,12 +62,20 @@ def test_teams_of_one_pe(gpu_mesh):
     sync_checks.check_collectives(mesh, "y", 1)
 
 
-@pytest.mark.parametrize(
-    "tokens,hidden,dtype", [(64, 128, "bfloat16"), (1024, 1024, "bfloat16"), (256, 512, "float32")]
-)
+A2A_CASES = [(64, 128, "bfloat16"), (1024, 1024, "bfloat16"), (256, 512, "float32")]
+
+
+@pytest.mark.parametrize("tokens,hidden,dtype", A2A_CASES)
 @pytest.mark.own_gpu  # the example's receive offsets come from jax.lax.all_gather on the devices (NCCL)
 def test_all_to_all(gpu_mesh, tokens, hidden, dtype):
     assert all_to_all.check(gpu_mesh, tokens=tokens, hidden=hidden, dtype=dtype, seed=tokens)
+
+
+@pytest.mark.parametrize("tokens,hidden,dtype", A2A_CASES)
+def test_all_to_all_with_offsets_from_the_host(gpu_mesh, tokens, hidden, dtype):
+    """The same kernels with the receive offsets computed in numpy: no XLA collective, so this runs with two PEs
+    sharing one GPU too (the reference is jax.lax.all_to_all on the host)."""
+    assert all_to_all.check(gpu_mesh, tokens=tokens, hidden=hidden, dtype=dtype, seed=tokens + 1, offsets="host")
 
 
 @pytest.mark.parametrize("m,n", [(64, 64), (1024, 512)])
