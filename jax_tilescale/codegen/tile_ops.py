@@ -33,7 +33,7 @@ from ..ir.expr import Expr, Var
 from ..ir.guards import branch_ranges
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Loop, Region, Stmt
-from ..ir.ranges import value_range
+from ..ir.ranges import value_bounds
 from ..ir.tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, ReduceKind, Store
 from ..ir.values import (
     BFLOAT16,
@@ -163,7 +163,7 @@ class ValuePrinter:
         terms = []
         for start, extent, stride in zip(region.starts, buf.shape, strides):
             index = c_expr(start)
-            rng = value_range(start, self.ranges)
+            rng = value_bounds(start, self.ranges)  # a sound enclosure: inside it, no check is needed
             if rng is None or rng[0] < 0 or rng[1] >= extent:
                 index = f"ts_elem_index({index}, {extent}, {WHERE_NAME})"
             if index != "0":
