@@ -195,6 +195,13 @@ if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" kernel_staging_2pe "* ]]; then
   step kernel_staging_2pe shared_two_pes 29687 "${EX_TIMEOUT:-300}" -m pytest tests/gpu/test_kernel_staging_gpu.py \
     tests/gpu/test_workspace_gpu.py -m multi_pe -v -rs -o addopts="" -p no:cacheprovider ${KERNEL_STAGING_ARGS:-}
 fi
+# Only when asked for: a chosen part of the two-PE suite, two PEs on GPU 0 (the whole of it takes ~8 minutes), e.g.
+# STEPS=pick_2pe PICK_2PE="tests/gpu/test_primitives_gpu.py -k all_to_all".
+if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" pick_2pe "* ]]; then
+  # shellcheck disable=SC2086
+  step pick_2pe shared_two_pes 29691 "${EX_TIMEOUT:-300}" -m pytest ${PICK_2PE:?PICK_2PE names the tests} -m multi_pe \
+    -v -rs -o addopts="" -p no:cacheprovider
+fi
 # Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels
 # becomes one CUDA graph with a conditional node), one PE and two PEs on GPU 0.
 LOOP_GRAPHS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1"
