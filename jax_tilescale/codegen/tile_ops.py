@@ -8,8 +8,9 @@ reference; this follows it:
 - Values are C expressions of type float (16- and 32-bit floats), double or int64_t (bool for
   conditions), converted exactly as `convert` in the interpreter does; + - * / use the `_rn`
   intrinsics (no FMA contraction), so they match numpy bit for bit.
-- Element indices the verifier could not prove in bounds are checked by the thread using them
-  (`ts_elem_index`, a trap without a block barrier).
+- Element indices that `value_bounds` (a sound interval enclosure) cannot prove in bounds are checked
+  by the thread using them (`ts_elem_index`, a trap without a block barrier; its noinline call would
+  serialize a kernel's wgmma pipeline, ptxas C7510, so every proof saved counts).
 - An `if` in a Parallel body is a C `if`/`else` inside the iteration (per iteration, no barrier);
   its condition is printed like any value (element values in their compute type, as `T.where`'s).
 - Element stores and atomics outside a Parallel run on thread 0, then the block meets (the shape
