@@ -19,6 +19,7 @@ no splits, no staging scratch of the kernel's own), checked against it too. Need
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -144,7 +145,7 @@ def random_splits(rng: np.random.Generator, npes: int, tokens: int) -> np.ndarra
 
 
 def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: str = "bfloat16",
-          seed: int = 0, offsets: str = "device") -> ts.testing.Verdict:
+          seed: int = 0, offsets: Literal["device", "host"] = "device") -> ts.testing.Verdict:
     """The kernel on random tokens and random splits vs the jax.lax.all_to_all reference (on the host).
     `offsets="host"`: the receive offsets computed in numpy (no XLA collective on the devices)."""
     rng = np.random.default_rng(seed)
@@ -165,4 +166,7 @@ def check(mesh: jax.sharding.Mesh, tokens: int = 64, hidden: int = 64, dtype: st
 
 
 if __name__ == "__main__":
-    ts.testing.main(check, mesh=ts.platform.line(min_devices=2), option_help={"tokens": "tokens (rows) per PE"})
+    ts.testing.main(check, mesh=ts.platform.line(min_devices=2), option_help={
+        "tokens": "tokens (rows) per PE",
+        "offsets": "where the receive offsets are computed: 'device' (jax.lax.all_gather, as a MoE layer does) or "
+                   "'host' (numpy; for PEs sharing one GPU, where NCCL refuses the all_gather)"})

@@ -145,7 +145,8 @@ if [ "$NGPU" -ge 2 ]; then
   step gpu_tests python3 -m jax_tilescale.launch -n "$NGPU" --timeout 480 -m pytest tests/gpu -m multi_pe -q \
     -o addopts="" -p no:cacheprovider
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
-            "allgather_gemm.py --m 256 --k 256 --n 128" "all_to_all.py" "moe_dispatch.py" "gemm_allreduce_view.py --m 128 --k 128 --n 64"; do
+            "allgather_gemm.py --m 256 --k 256 --n 128" "all_to_all.py" "moe_dispatch.py" "gemm_allreduce_view.py --m 128 --k 128 --n 64" \
+            "all_to_all.py --tokens 1024 --hidden 1024 --offsets host"; do
     step "ex_${ex%%.py*}" python3 -m jax_tilescale.launch -n "$NGPU" --timeout 300 examples/$ex
   done
 else  # one GPU: what needs two PEs runs as two processes on it
@@ -155,7 +156,8 @@ else  # one GPU: what needs two PEs runs as two processes on it
   port=29621
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \
-            "primitives/sync.py" "moe_dispatch.py --tokens 1024 --hidden 1024" "gemm_allreduce_view.py --m 128 --k 128 --n 64"; do
+            "primitives/sync.py" "moe_dispatch.py --tokens 1024 --hidden 1024" "gemm_allreduce_view.py --m 128 --k 128 --n 64" \
+            "all_to_all.py --tokens 1024 --hidden 1024 --offsets host"; do
     name=${ex%%.py*}; step "ex2_${name##*/}" shared_two_pes "$port" "${EX_TIMEOUT:-300}" examples/$ex; port=$((port + 2))
   done
   # 2 x 2 meshes (issue 4's SUMMA and Cannon, issue 17's views): four PEs on the one GPU
