@@ -4,7 +4,7 @@ cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
 
     python benchmarks/bench_gemm.py            # the whole sweep, one table (about 7 minutes on an H200)
 
-Both are timed the same two ways, interleaved (5 rounds, each running every variant once, so
+Both are timed the same two ways, interleaved (`--rounds`, 5 by default, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
@@ -15,8 +15,10 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 `reps` is at least `--reps` and at small shapes as many as jnp.dot needs for `--min-run-ms` per timed
 run, so that a dispatch and the host's wake-up are not part of what a row measures.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
-Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowering the
-loop took and ptxas's registers/spills. `--lowerings auto,mma` times each config through each
+Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowest and highest
+ratio to XLA of a single round in the loop ("rounds": the pair timed in the same round, so a range that
+holds 1.0 says the median's distance from it is the run's drift), the lowering the loop took and ptxas's
+registers/spills. `--rounds N` (default 5) times more rounds. `--lowerings auto,mma` times each config through each
 GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async +
 ldmatrix + mma.sync, portable), in the same interleaved rounds.
 
@@ -179,9 +181,9 @@ def reps_for(a, b, reps: int, min_run_ms: float) -> int:
     return max(reps, min(4000, math.ceil(min_run_ms * 1e-3 / per_product)))
 
 
-def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int = 5,
-                        heat_s: float = 0.5) -> dict[str, float]:
-    """Seconds per product of each runner: median over `rounds` rounds in which every runner runs
+def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int = 5,
+                      heat_s: float = 0.5) -> dict[str, list[float]]:
+    """Seconds per product of each runner, one figure per round: `rounds` rounds in which every runner runs
     once, in turn (clocks and temperature drift alike for all of them). Before each timed run the
     runner runs untimed for `heat_s` seconds: an H200 doing GEMMs reaches its power cap within
     about half a second and its SM clock then depends on the kernel's energy per FLOP, so each
@@ -198,7 +200,18 @@ def interleaved_medians(runners: dict[str, object], a, b, reps: int, rounds: int
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             times[name].append((time.perf_counter() - t0) / reps)
-    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    return times
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def round_ratios(times: dict, ref, name) -> tuple[float, float]:
+    """(lowest, highest) over the rounds of ref's time / name's time in the same round: the pair ran minutes
+    apart at most, so this range says whether a median ratio below 1.0 is the kernel or the run's drift."""
+    ratios = [r / t for r, t in zip(times[ref], times[name])]
+    return min(ratios), max(ratios)
 
 
 def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, bool] | None = None, extra=()) -> str:
@@ -262,6 +275,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20, help="products per timed run, at least (see --min-run-ms)")
     ap.add_argument("--min-run-ms", type=float, default=20.0,
                     help="more products per timed run where jnp.dot would take less than this (small shapes)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds per shape (medians reported)")
     ap.add_argument("--heat", type=float, default=0.5, help="seconds each runner runs untimed before each timed run")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
@@ -269,6 +283,8 @@ def main() -> None:
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     lowerings = args.lowerings.split(",")
     for lowering in lowerings:
         if lowering not in LOWERINGS:
@@ -300,17 +316,19 @@ def main() -> None:
         if torch is not None:
             for how, run in cublas_runners(torch, a, b, reps).items():
                 runners["cuBLAS torch", how] = run
-        t = interleaved_medians(runners, a, b, reps, heat_s=args.heat)
+        times = interleaved_times(runners, a, b, reps, rounds=args.rounds, heat_s=args.heat)
+        t = {key: median(v) for key, v in times.items()}
+        spread = {name: round_ratios(times, ("XLA jnp.dot", "loop"), (name, "loop")) for name, _ in times}
         ref = {how: t["XLA jnp.dot", how] for how in ("loop", "calls")}
         cub = {how: t.get(("cuBLAS torch", how)) for how in ("loop", "calls")}
-        rows.append(_row(shape, "XLA jnp.dot", t, "XLA jnp.dot", ref, cub, "-", True))
+        rows.append(_row(shape, "XLA jnp.dot", t, "XLA jnp.dot", ref, cub, "-", True, spread))
         if torch is not None:
-            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True))
+            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True, spread))
         for (name, low, c), kern in kernels.items():
             got = with_settings(low, configs[c][1], jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
             rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
-                             err <= 2e-2 * scale))
+                             err <= 2e-2 * scale, spread))
     _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
     fp8_rows = []
     for shape in filter(None, args.fp8_shapes.split(",")):
@@ -347,38 +365,42 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     if torch is not None and hasattr(torch, "_scaled_mm"):
         for how, run in cublas_runners(torch, None, None, args.reps, fp8=(a8, b8, sa, sb)).items():
             runners["torch._scaled_mm", how] = run
-    t = interleaved_medians(runners, ja8, jb8, args.reps, heat_s=args.heat)
+    times = interleaved_times(runners, ja8, jb8, args.reps, rounds=args.rounds, heat_s=args.heat)
+    t = {key: median(v) for key, v in times.items()}
     best = min(bf16, key=lambda name: t[name, "loop"])
+    spread = {name: round_ratios(times, (best, "loop"), (name, "loop")) for name, _ in times}
     ref = {how: t[best, how] for how in ("loop", "calls")}
     cub = {how: t.get(("torch._scaled_mm", how)) for how in ("loop", "calls")}
     got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
     want = (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
     ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
-    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True) for name in bf16]
+    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread) for name in bf16]
     rows.append(_row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
-                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok))
+                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread))
     if cub["loop"] is not None:
-        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True))
+        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread))
     return rows
 
 
-def _row(shape, what, t, name, ref, cub, res, ok):
+def _row(shape, what, t, name, ref, cub, res, ok, spread):
     tl, tc = t[name, "loop"], t[name, "calls"]
     ratio = {how: (cub[how] / t[name, how] if cub[how] else None) for how in ("loop", "calls")}
-    return (shape, what, tl, tc, ref["loop"] / tl, ref["calls"] / tc, ratio["loop"], ratio["calls"], res, ok)
+    return (shape, what, tl, tc, ref["loop"] / tl, spread[name], ref["calls"] / tc, ratio["loop"], ratio["calls"],
+            res, ok)
 
 
 def _print(rows) -> None:
     """One table: for bf16 rows xXLA is the ratio to jnp.dot, for fp8 rows to our fastest bf16 config
     on the same values; xcuBLAS to torch (matmul / _scaled_mm), '-' without torch."""
     width = max(21, *(len(what) for _, what, *_ in rows))
-    print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5} "
+    print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
           f"{'calls ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5}  ok  code")
-    for shape, what, tl, tc, rl, rc, bl, bc, res, ok in rows:
+    for shape, what, tl, tc, rl, (lo, hi), rc, bl, bc, res, ok in rows:
         m, n, k = map(int, shape.split()[0].split("x"))
         f = 2 * m * n * k / 1e12
         fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
-        print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {fmt(bl)} {tc * 1e3:8.3f} "
+        print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {lo:4.2f}-{hi:4.2f} {fmt(bl)} "
+              f"{tc * 1e3:8.3f} "
               f"{f / tc:6.1f} {rc:5.2f} {fmt(bc)}  {'yes' if ok else 'NO'}  {res}")
 
 

@@ -42,3 +42,46 @@ def test_named_configs_parse_with_their_suffixes():
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True), {})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")
+
+
+def test_round_ratios_pair_the_runners_round_by_round():
+    bench = load_bench("bench_gemm")
+    times = {("XLA jnp.dot", "loop"): [1.0, 2.0, 1.0], ("ts", "loop"): [2.0, 2.0, 0.5]}
+    assert bench.round_ratios(times, ("XLA jnp.dot", "loop"), ("ts", "loop")) == (0.5, 2.0)
+    assert bench.median([3.0, 1.0, 2.0]) == 2.0
+
+
+def test_interleaved_times_give_one_figure_per_round_and_runner():
+    import jax.numpy as jnp
+
+    bench = load_bench("bench_gemm")
+    calls = []
+
+    def runner(tag):
+        def run(a, b):
+            calls.append(tag)
+            return a @ b
+
+        return run
+
+    x = jnp.ones((8, 8))
+    times = bench.interleaved_times({"one": runner("one"), "two": runner("two")}, x, x, reps=4, rounds=3, heat_s=0.0)
+    assert set(times) == {"one", "two"} and all(len(v) == 3 and min(v) > 0 for v in times.values())
+    assert calls[2:] == ["one", "two"] * 3  # after one warm-up call each, the rounds alternate the runners
+
+
+def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
+    bench = load_bench("bench_gemm")
+    times = {("XLA jnp.dot", "loop"): [1.0e-3, 1.1e-3, 1.0e-3], ("XLA jnp.dot", "calls"): [1.0e-3] * 3,
+             ("ts 128x256x64/4/g8", "loop"): [1.05e-3, 1.0e-3, 1.0e-3], ("ts 128x256x64/4/g8", "calls"): [2.0e-3] * 3}
+    t = {key: bench.median(v) for key, v in times.items()}
+    spread = {name: bench.round_ratios(times, ("XLA jnp.dot", "loop"), (name, "loop")) for name, _ in times}
+    ref = {how: t["XLA jnp.dot", how] for how in ("loop", "calls")}
+    cub = {"loop": None, "calls": None}
+    rows = [bench._row("1024x1024x1024", name, t, name, ref, cub, "-", True, spread)
+            for name in ("XLA jnp.dot", "ts 128x256x64/4/g8")]
+    bench._print(rows)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "rounds" in lines[0].split()
+    ours = lines[-1].split()
+    assert ours[:2] == ["1024x1024x1024", "ts"] and ours[5:7] == ["1.00", "0.95-1.10"] and ours[7] == "-"
