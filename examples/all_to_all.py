@@ -82,14 +82,15 @@ def equal_reference(shard: jax.Array) -> jax.Array:
     return jax.lax.all_to_all(shard, "x", split_axis=0, concat_axis=0, tiled=True)
 
 
-def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dtype, offsets: str = "device"):
+def dispatch_fn(mesh: jax.sharding.Mesh, tokens: int, hidden: int, dtype: jnp.dtype,
+                offsets: Literal["device", "host"] = "device"):
     """The jitted all-to-all over mesh axis "x": (send, splits) sharded by PE -> packed receive buffers.
     `offsets="host"`: the function takes (send, splits, recv_offsets), the offsets from
     `recv_offsets_on_host`, and runs no XLA collective."""
-    npes = mesh.size
-    kern = all_to_all(tokens, hidden, npes, dtype)
     if offsets not in ("device", "host"):
         raise ValueError(f"offsets must be 'device' (jax.lax.all_gather) or 'host' (got {offsets!r})")
+    npes = mesh.size
+    kern = all_to_all(tokens, hidden, npes, dtype)
 
     def cumsum_of(splits):
         return jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(splits).astype(jnp.int32)])
