@@ -81,8 +81,9 @@ def signalled_shift_kernel(m: int, n: int, dtype: jnp.dtype, block_m: int = 64) 
 
 
 SHOW_HLO = False  # --hlo: print each row's compiled loop body
-# what, ours s, base s, handler (whole s, cuLaunch s, handler calls per launch)
-Row = tuple[str, float, float, tuple[float, float, float] | None]
+# what, ours s, base s, handler (whole s, cuLaunch s, handler calls per launch), the reps' lowest and highest
+# (ours lo, ours hi, base lo, base hi, s): a median far from its lowest rep says some reps ran apart from the rest
+Row = tuple[str, float, float, tuple[float, float, float] | None, tuple[float, float, float, float]]
 
 
 def _take_handler_times() -> tuple[int, int, int]:
@@ -195,7 +196,8 @@ def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: s
         t_base.append(_time(loop_base, x_base, iters))
     # per handler call, and handler calls per launch of ours (below 1: XLA replayed launches from a command buffer)
     handler = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9, calls / (reps * iters)) if calls else None
-    return (what, float(np.median(t_ours)), float(np.median(t_base)), handler)
+    spread = (min(t_ours), max(t_ours), min(t_base), max(t_base))
+    return (what, float(np.median(t_ours)), float(np.median(t_base)), handler, spread)
 
 
 def add_one_kernel(m: int, n: int, dtype: jnp.dtype, in_place: bool = False) -> ts.TileKernel:
@@ -370,12 +372,13 @@ def main() -> None:
           "handler calls per launch of ours, below 1 where XLA replayed launches from a command buffer)")
     head = ("ours us", "base us", "diff us")
     print(f"{'what':58s} {head[0]:>9s} {head[1]:>9s} {head[2]:>9s} {'ratio':>6s} {'handler':>8s} {'cuLaunch':>8s} "
-          f"{'calls/launch':>12s}")
-    for what, ours, base, host in rows:
+          f"{'calls/launch':>12s} {'ours reps us':>15s} {'base reps us':>15s}")
+    for what, ours, base, host, spread in rows:
         handler, launch, per = (f"{host[0] * 1e6:8.2f}", f"{host[1] * 1e6:8.2f}", f"{host[2]:12.3f}") if host \
             else ("-", "-", "-")
+        reps = [f"{spread[i] * 1e6:.2f}-{spread[i + 1] * 1e6:.2f}" for i in (0, 2)]
         print(f"{what:58s} {ours * 1e6:9.2f} {base * 1e6:9.2f} {(ours - base) * 1e6:9.2f} {ours / base:6.2f} "
-              f"{handler:>8s} {launch:>8s} {per:>12s}")
+              f"{handler:>8s} {launch:>8s} {per:>12s} {reps[0]:>15s} {reps[1]:>15s}")
 
 
 if __name__ == "__main__":
