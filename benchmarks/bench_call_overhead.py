@@ -169,6 +169,20 @@ def environment(values: dict[str, str]):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """No garbage collection inside (as timeit does), after one collection: with PEs in several processes, one
+    process's pause holds up every peer whose kernels wait for its kernels (reps of 100-1300 us per call were seen)."""
+    gc.collect()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: str = "fori",
            envs: tuple[dict[str, str], dict[str, str]] = ({}, {})) -> Row:
     """Seconds per call of `ours` and of `base` (each x -> x, `iters` calls as `_loop` of kind `loop` runs
@@ -189,21 +203,13 @@ def paired(what: str, ours, base, x, iters: int, reps: int, x_base=None, loop: s
         jax.block_until_ready(loop_base(x_base))
     t_ours, t_base = [], []
     calls = execute_ns = launch_ns = 0
-    # No garbage collection during the timed reps (as timeit does): with PEs in several processes, one process's
-    # pause holds up every peer whose kernels wait for its kernels (reps of 100-1300 us per call were seen).
-    gc.collect()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         for _ in range(reps):
             _take_handler_times()
             t_ours.append(_time(loop_ours, x, iters))
             c, e, lt = _take_handler_times()
             calls, execute_ns, launch_ns = calls + c, execute_ns + e, launch_ns + lt
             t_base.append(_time(loop_base, x_base, iters))
-    finally:
-        if collecting:
-            gc.enable()
     # per handler call, and handler calls per launch of ours (below 1: XLA replayed launches from a command buffer)
     handler = (execute_ns / calls * 1e-9, launch_ns / calls * 1e-9, calls / (reps * iters)) if calls else None
     spread = (min(t_ours), max(t_ours), min(t_base), max(t_base))

@@ -200,7 +200,7 @@ fi
 # STEPS=pick_2pe PICK_2PE="tests/gpu/test_primitives_gpu.py -k all_to_all".
 if [ "$NGPU" -lt 2 ] && [[ " ${STEPS:-} " == *" pick_2pe "* ]]; then
   # shellcheck disable=SC2086
-  step pick_2pe shared_two_pes 29691 "${EX_TIMEOUT:-300}" -m pytest ${PICK_2PE:?PICK_2PE names the tests} -m multi_pe \
+  step pick_2pe shared_two_pes 29699 "${EX_TIMEOUT:-300}" -m pytest ${PICK_2PE:?PICK_2PE names the tests} -m multi_pe \
     -v -rs -o addopts="" -p no:cacheprovider
 fi
 # Only when asked for: the command buffer tests with XLA recording whole while loops (a fori_loop of our kernels

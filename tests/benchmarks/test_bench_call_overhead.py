@@ -13,31 +13,21 @@ from tests.benchmarks import load_bench
 
 
 @pytest.mark.parametrize("collecting", [True, False])
-def test_paired_reports_the_spread_and_restores_the_collector(collecting):
+def test_paired_reports_the_spread_and_restores_the_collector(collecting, monkeypatch):
     bench = load_bench("bench_call_overhead")
     seen = []
+    real_time = bench._time
 
-    def ours(x):
-        return x * 2.0
+    def timed(loop, x, iters):  # notes whether the collector ran during the timed reps
+        seen.append(gc.isenabled())
+        return real_time(loop, x, iters)
 
-    def base(x):
-        return x + 1.0
-
+    monkeypatch.setattr(bench, "_time", timed)
     was = gc.isenabled()
     (gc.enable if collecting else gc.disable)()
     try:
-        real_time = bench._time
-
-        def timed(loop, x, iters):  # notes whether the collector ran during the timed reps
-            seen.append(gc.isenabled())
-            return real_time(loop, x, iters)
-
-        bench._time = timed
-        try:
-            what, t_ours, t_base, handler, spread = bench.paired("row", ours, base, jnp.ones((8, 8)), iters=3,
-                                                                  reps=5)
-        finally:
-            bench._time = real_time
+        what, t_ours, t_base, handler, spread = bench.paired("row", lambda x: x * 2.0, lambda x: x + 1.0,
+                                                              jnp.ones((8, 8)), iters=3, reps=5)
         assert gc.isenabled() is collecting
     finally:
         (gc.enable if was else gc.disable)()
