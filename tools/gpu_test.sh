@@ -233,6 +233,46 @@ if [[ " ${STEPS:-} " == *" probe_zero_copy "* ]]; then  # only when asked for: i
     step probe_zero_copy shared_two_pes 29781 120 tools/proto/zero_copy_probe.py
   fi
 fi
+if [[ " ${STEPS:-} " == *" trip_latency "* ]]; then  # only when asked for: one-way trips between two processes
+  trip_latency() {  # tools/proto/trip_latency.cu, two processes on GPU 0 under MPS as shared_pes runs them
+    nvcc -O3 -arch=sm_90 -o /tmp/trip tools/proto/trip_latency.cu || return 1
+    rm -rf /tmp/trip_files && mkdir -p /tmp/trip_files && start_mps || return 1
+    CUDA_VISIBLE_DEVICES=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 TRIP_DIR=/tmp/trip_files timeout 120 /tmp/trip 1 &
+    local pid=$!
+    CUDA_VISIBLE_DEVICES=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 TRIP_DIR=/tmp/trip_files timeout 120 /tmp/trip 0
+    local rc0=$?; wait "$pid"; local rc1=$?; stop_mps
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+  }
+  step trip_latency trip_latency
+fi
+if [[ " ${STEPS:-} " == *" profile_call "* ]]; then  # only when asked for: kernel durations per loop form (ncu)
+  profile_call() {  # tools/profile_call.py under ncu in three loop forms, then the median duration per kernel
+    local form flags
+    for form in graph fori chain; do
+      flags=""; [ "$form" = graph ] && flags="$LOOP_GRAPHS"
+      XLA_FLAGS="$flags" CUDA_VISIBLE_DEVICES=0 ncu --profile-from-start off --cache-control none --clock-control none \
+        --metrics gpu__time_duration.sum --csv python3 tools/profile_call.py --loop "${form/graph/fori}" \
+        > "$LOG/profile_call_$form.csv" 2> "$LOG/profile_call_$form.err" || { tail -20 "$LOG/profile_call_$form.err"; return 1; }
+    done
+    python3 - "$LOG" <<'PY'
+import csv, statistics, sys
+from pathlib import Path
+for form in ("graph", "fori", "chain"):
+    lines = Path(sys.argv[1], f"profile_call_{form}.csv").read_text().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        print(f"{form}: no kernels profiled"); continue
+    per = {}
+    for row in csv.DictReader(lines[start:]):
+        if row.get("Metric Name") == "gpu__time_duration.sum":
+            per.setdefault(row["Kernel Name"][:60], []).append(float(row["Metric Value"].replace(",", "")))
+    print(f"--- {form}: kernel, launches, median / min / max duration ({row['Metric Unit']})")
+    for name, v in per.items():
+        print(f"  {name:60s} {len(v):5d} {statistics.median(v):9.0f} {min(v):9.0f} {max(v):9.0f}")
+PY
+  }
+  step profile_call profile_call
+fi
 if [[ " ${STEPS:-} " == *" diag_2pe "* ]]; then  # only when asked for: where a two-PE run hangs
   diag_2pe() { TILESCALE_TRACE_LAUNCH=1 TILESCALE_WAIT_TIMEOUT_S=10 shared_two_pes 29751 75 "$@"; }
   step diag_2pe diag_2pe tools/diag_hang.py 30 examples/simple_shift.py --m 256 --n 128
