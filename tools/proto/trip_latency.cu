@@ -139,6 +139,59 @@ static void host_meet(int rank) {  // both ranks reach the same point (files), s
   get_file(other, &one, sizeof one);
 }
 
+struct Row {  // one line of the table: us per call at system and at GPU scope
+  const char* what;
+  double sys_us, gpu_us;
+};
+
+// One call kernel of the given mode and scope on stream s.
+static void launch_call(int mode, bool sys, cudaStream_t s, uint64_t* mine, uint64_t* peer, const uint4* src) {
+  if (mode == 0) sys ? call<0, true><<<1, 128, 0, s>>>(mine, peer, src) : call<0, false><<<1, 128, 0, s>>>(mine, peer, src);
+  if (mode == 1) sys ? call<1, true><<<1, 128, 0, s>>>(mine, peer, src) : call<1, false><<<1, 128, 0, s>>>(mine, peer, src);
+  if (mode == 2) sys ? call<2, true><<<1, 128, 0, s>>>(mine, peer, src) : call<2, false><<<1, 128, 0, s>>>(mine, peer, src);
+}
+
+// Adds a while node to g and returns its body graph (the handle in while_handle, for count_up).
+static cudaGraphConditionalHandle while_handle;
+static cudaGraph_t while_body(cudaGraph_t g) {
+  CK(cudaGraphConditionalHandleCreate(&while_handle, g, 1, cudaGraphCondAssignDefault));
+  cudaGraphNodeParams cp = {};
+  cp.type = cudaGraphNodeTypeConditional;
+  cp.conditional.handle = while_handle;
+  cp.conditional.type = cudaGraphCondTypeWhile;
+  cp.conditional.size = 1;
+  cudaGraphNode_t node;
+  CK(cudaGraphAddNode(&node, g, nullptr, nullptr, 0, &cp));
+  return cp.conditional.phGraph_out[0];
+}
+
+// Instantiates g, warms it up, then times 9 reps of `launches` graph launches: the median us per call
+// (`calls` calls per graph launch).
+static double median_us(cudaGraph_t g, cudaStream_t s, int launches, int calls) {
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<double> reps;
+  for (int r = 0; r < 9; ++r) {
+    CK(cudaEventRecord(e0, s));
+    for (int k = 0; k < launches; ++k) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    reps.push_back(ms * 1000.0 / (launches * calls));
+  }
+  std::sort(reps.begin(), reps.end());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  CK(cudaGraphExecDestroy(ge));
+  return reps[4];
+}
+
 int main(int argc, char** argv) {
   const int rank = argc > 1 ? atoi(argv[1]) : 0;
   CK(cudaSetDevice(0));
@@ -180,106 +233,41 @@ int main(int argc, char** argv) {
     host_meet(rank);
   }
 
-  // B: chains of 50 launches recorded as one CUDA graph, replayed; us per launch, median of 9 replays of 20.
-  struct Row {
-    const char* what;
-    double sys_us, gpu_us;
-  };
-  std::vector<Row> rows;
-  const char* names[3] = {"launch only (counter)", "publish + wait for the peer's", "4 KiB signalled shift"};
-  for (int mode = 0; mode < 3; ++mode) {
-    double us[2];
-    for (int scope = 0; scope < 2; ++scope) {
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int k = 0; k < 50; ++k) {
-        const bool sys = scope == 0;
-        if (mode == 0) sys ? call<0, true><<<1, 128, 0, s>>>(mine, peer, src) : call<0, false><<<1, 128, 0, s>>>(mine, peer, src);
-        if (mode == 1) sys ? call<1, true><<<1, 128, 0, s>>>(mine, peer, src) : call<1, false><<<1, 128, 0, s>>>(mine, peer, src);
-        if (mode == 2) sys ? call<2, true><<<1, 128, 0, s>>>(mine, peer, src) : call<2, false><<<1, 128, 0, s>>>(mine, peer, src);
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      host_meet(rank);
-      for (int w = 0; w < 5; ++w) CK(cudaGraphLaunch(ge, s));
-      CK(cudaStreamSynchronize(s));
-      std::vector<double> reps;
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      for (int r = 0; r < 9; ++r) {
-        CK(cudaEventRecord(e0, s));
-        for (int k = 0; k < 20; ++k) CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        reps.push_back(ms * 1000.0 / (20 * 50));
-      }
-      std::sort(reps.begin(), reps.end());
-      us[scope] = reps[4];
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
-      host_meet(rank);
-    }
-    rows.push_back({names[mode], us[0], us[1]});
-  }
-  // C: loops of 500 iterations in one graph (a while node), us per iteration, median of 9 launches.
+  // B: chains of 50 launches recorded as one CUDA graph, 20 graph launches a rep; C: loops of 500
+  // iterations in one graph (a while node), one graph launch a rep. us per launch or iteration, median of 9.
   unsigned int* ctr;
   CK(cudaMalloc(&ctr, 4));
   CK(cudaMemset(ctr, 0, 4));
   uint4* carried;
   CK(cudaMalloc(&carried, 4096));
-  std::vector<Row> loop_rows;
-  for (int mode = 0; mode < 3; ++mode) {
-    double us[2];
-    for (int scope = 0; scope < 2; ++scope) {
-      const bool sys = scope == 0;
-      cudaGraph_t g;
-      CK(cudaGraphCreate(&g, 0));
-      cudaGraphConditionalHandle h;
-      CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
-      cudaGraphNodeParams cp = {};
-      cp.type = cudaGraphNodeTypeConditional;
-      cp.conditional.handle = h;
-      cp.conditional.type = cudaGraphCondTypeWhile;
-      cp.conditional.size = 1;
-      cudaGraphNode_t node;
-      CK(cudaGraphAddNode(&node, g, nullptr, nullptr, 0, &cp));
-      cudaGraph_t body = cp.conditional.phGraph_out[0];
-      CK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
-      if (mode == 0) sys ? call<0, true><<<1, 128, 0, s>>>(mine, peer, src) : call<0, false><<<1, 128, 0, s>>>(mine, peer, src);
-      if (mode == 1) sys ? call<1, true><<<1, 128, 0, s>>>(mine, peer, src) : call<1, false><<<1, 128, 0, s>>>(mine, peer, src);
-      if (mode == 2) sys ? call<2, true><<<1, 128, 0, s>>>(mine, peer, src) : call<2, false><<<1, 128, 0, s>>>(mine, peer, src);
-      copy4k<<<1, 128, 0, s>>>(carried, src);
-      count_up<<<1, 1, 0, s>>>(ctr, 500, h);
-      CK(cudaStreamEndCapture(s, &body));
-      cudaGraphExec_t ge;
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      host_meet(rank);
-      for (int w = 0; w < 2; ++w) CK(cudaGraphLaunch(ge, s));
-      CK(cudaStreamSynchronize(s));
-      std::vector<double> reps;
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      for (int r = 0; r < 9; ++r) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        reps.push_back(ms * 1000.0 / 500);
+  const char* names[3] = {"launch only (counter)", "publish + wait for the peer's", "4 KiB signalled shift"};
+  std::vector<Row> rows, loop_rows;
+  for (int loop = 0; loop < 2; ++loop) {
+    for (int mode = 0; mode < 3; ++mode) {
+      double us[2];
+      for (int scope = 0; scope < 2; ++scope) {
+        const bool sys = scope == 0;
+        cudaGraph_t g;
+        CK(cudaGraphCreate(&g, 0));
+        if (loop == 0) {
+          CK(cudaStreamBeginCaptureToGraph(s, g, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+          for (int k = 0; k < 50; ++k) launch_call(mode, sys, s, mine, peer, src);
+          CK(cudaStreamEndCapture(s, &g));
+        } else {
+          cudaGraph_t body = while_body(g);
+          CK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
+          launch_call(mode, sys, s, mine, peer, src);
+          copy4k<<<1, 128, 0, s>>>(carried, src);
+          count_up<<<1, 1, 0, s>>>(ctr, 500, while_handle);
+          CK(cudaStreamEndCapture(s, &body));
+        }
+        host_meet(rank);
+        us[scope] = median_us(g, s, loop == 0 ? 20 : 1, loop == 0 ? 50 : 500);
+        CK(cudaGraphDestroy(g));
+        host_meet(rank);
       }
-      std::sort(reps.begin(), reps.end());
-      us[scope] = reps[4];
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
-      host_meet(rank);
+      (loop == 0 ? rows : loop_rows).push_back({names[mode], us[0], us[1]});
     }
-    loop_rows.push_back({names[mode], us[0], us[1]});
   }
   if (rank == 0) {
     printf("one-way trip between two processes on one GPU, resident ping-pong: sys %.3f us, gpu %.3f us\n",
