@@ -247,17 +247,23 @@ if [[ " ${STEPS:-} " == *" trip_latency "* ]]; then  # only when asked for: one-
 fi
 if [[ " ${STEPS:-} " == *" profile_call "* ]]; then  # only when asked for: kernel durations per loop form (ncu)
   profile_call() {  # tools/profile_call.py under ncu in three loop forms, then the median duration per kernel
-    local form flags
-    for form in graph fori chain; do
+    # PROFILE_CALL_FORMS: which loop forms (default all three); PROFILE_CALL_ARGS: for tools/profile_call.py. One
+    # metric only, one pass: with ncu's sections (several replay passes per kernel) the run hung until the call's
+    # limit (300 s, 2026-12-03), and nothing came back.
+    local form flags metrics=gpu__time_duration.sum
+    for form in ${PROFILE_CALL_FORMS:-graph fori chain}; do
       flags=""; [ "$form" = graph ] && flags="$LOOP_GRAPHS"
       XLA_FLAGS="$flags" CUDA_VISIBLE_DEVICES=0 ncu --profile-from-start off --cache-control none --clock-control none \
-        --metrics gpu__time_duration.sum --csv python3 tools/profile_call.py --loop "${form/graph/fori}" \
-        > "$LOG/profile_call_$form.csv" 2> "$LOG/profile_call_$form.err" || { tail -20 "$LOG/profile_call_$form.err"; return 1; }
+        --metrics "$metrics" --csv python3 tools/profile_call.py --loop "${form/graph/fori}" \
+        ${PROFILE_CALL_ARGS:-} > "$LOG/profile_call_$form.csv" 2> "$LOG/profile_call_$form.err" \
+        || { tail -20 "$LOG/profile_call_$form.err"; return 1; }
     done
     python3 - "$LOG" <<'PY'
 import csv, statistics, sys
 from pathlib import Path
 for form in ("graph", "fori", "chain"):
+    if not Path(sys.argv[1], f"profile_call_{form}.csv").exists():
+        continue
     lines = Path(sys.argv[1], f"profile_call_{form}.csv").read_text().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
     if start is None:
@@ -266,7 +272,7 @@ for form in ("graph", "fori", "chain"):
     for row in csv.DictReader(lines[start:]):
         if row.get("Metric Name") == "gpu__time_duration.sum":
             per.setdefault(row["Kernel Name"][:60], []).append(float(row["Metric Value"].replace(",", "")))
-    print(f"--- {form}: kernel, launches, median / min / max duration ({row['Metric Unit']})")
+    print(f"--- {form}: kernel, launches, median / min / max duration (ns)")
     for name, v in per.items():
         print(f"  {name:60s} {len(v):5d} {statistics.median(v):9.0f} {min(v):9.0f} {max(v):9.0f}")
 PY
