@@ -1,0 +1,39 @@
+"""The GPU diagnostics of issue 14 where no GPU is: tools/proto/trip_latency.cu builds with nvcc (it runs only
+on the GPU machine, `STEPS=trip_latency bash tools/gpu_test.sh`), and tools/profile_call.py runs its loops on
+simulated CPU devices, the ring shifts checked against the host's roll before anything is profiled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jax_tilescale.compiler.toolchain import find_nvcc
+from jax_tilescale.errors import CompileError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_trip_latency_builds(tmp_path):
+    try:
+        nvcc = find_nvcc()
+    except CompileError as e:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"nvcc is not available: {e}")
+    binary = tmp_path / "trip"
+    done = subprocess.run([str(nvcc.path), "-O3", "-arch=sm_90", "-o", str(binary),
+                           str(ROOT / "tools/proto/trip_latency.cu")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert binary.stat().st_size > 0
+
+
+@pytest.mark.parametrize("loop", ["fori", "chain"])
+def test_profile_call_runs_its_loops(loop):
+    done = subprocess.run([sys.executable, str(ROOT / "tools/profile_call.py"), "--loop", loop, "--iters", "2"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"profiled: {loop} loops of 2 calls" in done.stdout
