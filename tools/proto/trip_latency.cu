@@ -9,9 +9,11 @@
 //   (MPS running) mkdir -p /tmp/trip_files; /tmp/trip 1 & /tmp/trip 0; wait   # rank 0 prints the table
 //   STEPS=trip_latency bash tools/gpu_test.sh            # the same, MPS started and stopped around it
 //
-// Each rank cudaMallocs a page of words and exports it with legacy CUDA IPC through a file in $TRIP_DIR (default /tmp/trip_files, which must exist).
+// Each rank cudaMallocs a page of words and exports it with legacy CUDA IPC through a file in $TRIP_DIR
+// (default /tmp/trip_files, which must exist).
 // Words of a rank's page: [0] the peer's publish (a launch number), [1] the peer's signal, [64] this rank's
-// own launch counter; bytes 8192.. a 4 KiB landing zone the peer writes into.
+// own launch counter; bytes 8192.. a 4 KiB landing zone the peer writes into. Measured 2026-12-03 (NOTES):
+// a trip 0.77 us at system scope; the protocol +2.2 us per launch in a chain, +2.3 per iteration in a loop.
 #include <cuda_runtime.h>
 
 #include <algorithm>
