@@ -237,9 +237,10 @@ if [[ " ${STEPS:-} " == *" trip_latency "* ]]; then  # only when asked for: one-
   trip_latency() {  # tools/proto/trip_latency.cu, two processes on GPU 0 under MPS as shared_pes runs them
     nvcc -O3 -arch=sm_90 -o /tmp/trip tools/proto/trip_latency.cu || return 1
     rm -rf /tmp/trip_files && mkdir -p /tmp/trip_files && start_mps || return 1
-    CUDA_VISIBLE_DEVICES=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 TRIP_DIR=/tmp/trip_files timeout 120 /tmp/trip 1 &
+    local -a on_gpu0=(env CUDA_VISIBLE_DEVICES=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 TRIP_DIR=/tmp/trip_files)
+    "${on_gpu0[@]}" timeout 120 /tmp/trip 1 &
     local pid=$!
-    CUDA_VISIBLE_DEVICES=0 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 TRIP_DIR=/tmp/trip_files timeout 120 /tmp/trip 0
+    "${on_gpu0[@]}" timeout 120 /tmp/trip 0
     local rc0=$?; wait "$pid"; local rc1=$?; stop_mps
     [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
   }
@@ -250,11 +251,11 @@ if [[ " ${STEPS:-} " == *" profile_call "* ]]; then  # only when asked for: kern
     # PROFILE_CALL_FORMS: which loop forms (default all three); PROFILE_CALL_ARGS: for tools/profile_call.py. One
     # metric only, one pass: with ncu's sections (several replay passes per kernel) the run hung until the call's
     # limit (300 s, 2026-12-03), and nothing came back.
-    local form flags metrics=gpu__time_duration.sum
+    local form flags
     for form in ${PROFILE_CALL_FORMS:-graph fori chain}; do
       flags=""; [ "$form" = graph ] && flags="$LOOP_GRAPHS"
       XLA_FLAGS="$flags" CUDA_VISIBLE_DEVICES=0 ncu --profile-from-start off --cache-control none --clock-control none \
-        --metrics "$metrics" --csv python3 tools/profile_call.py --loop "${form/graph/fori}" \
+        --metrics gpu__time_duration.sum --csv python3 tools/profile_call.py --loop "${form/graph/fori}" \
         ${PROFILE_CALL_ARGS:-} > "$LOG/profile_call_$form.csv" 2> "$LOG/profile_call_$form.err" \
         || { tail -20 "$LOG/profile_call_$form.err"; return 1; }
     done

@@ -153,13 +153,12 @@ static void launch_call(int mode, bool sys, cudaStream_t s, uint64_t* mine, uint
   if (mode == 2) sys ? call<2, true><<<1, 128, 0, s>>>(mine, peer, src) : call<2, false><<<1, 128, 0, s>>>(mine, peer, src);
 }
 
-// Adds a while node to g and returns its body graph (the handle in while_handle, for count_up).
-static cudaGraphConditionalHandle while_handle;
-static cudaGraph_t while_body(cudaGraph_t g) {
-  CK(cudaGraphConditionalHandleCreate(&while_handle, g, 1, cudaGraphCondAssignDefault));
+// Adds a while node to g and returns its body graph; *handle is the node's condition, for count_up.
+static cudaGraph_t while_body(cudaGraph_t g, cudaGraphConditionalHandle* handle) {
+  CK(cudaGraphConditionalHandleCreate(handle, g, 1, cudaGraphCondAssignDefault));
   cudaGraphNodeParams cp = {};
   cp.type = cudaGraphNodeTypeConditional;
-  cp.conditional.handle = while_handle;
+  cp.conditional.handle = *handle;
   cp.conditional.type = cudaGraphCondTypeWhile;
   cp.conditional.size = 1;
   cudaGraphNode_t node;
@@ -258,7 +257,8 @@ int main(int argc, char** argv) {
           for (int k = 0; k < 50; ++k) launch_call(mode, sys, s, mine, peer, src);
           CK(cudaStreamEndCapture(s, &g));
         } else if (loop == 2) {
-          cudaGraph_t body = while_body(g), child;
+          cudaGraphConditionalHandle cond;
+          cudaGraph_t body = while_body(g, &cond), child;
           CK(cudaGraphCreate(&child, 0));
           CK(cudaStreamBeginCaptureToGraph(s, child, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
           launch_call(mode, sys, s, mine, peer, src);
@@ -268,15 +268,16 @@ int main(int argc, char** argv) {
           CK(cudaGraphAddMemcpyNode1D(&copy_node, body, &call_node, 1, carried,
                                       reinterpret_cast<unsigned char*>(mine) + 8192, 4096, cudaMemcpyDeviceToDevice));
           CK(cudaStreamBeginCaptureToGraph(s, body, &copy_node, nullptr, 1, cudaStreamCaptureModeThreadLocal));
-          count_up<<<1, 1, 0, s>>>(ctr, 500, while_handle);
+          count_up<<<1, 1, 0, s>>>(ctr, 500, cond);
           CK(cudaStreamEndCapture(s, &body));
           CK(cudaGraphDestroy(child));
         } else {
-          cudaGraph_t body = while_body(g);
+          cudaGraphConditionalHandle cond;
+          cudaGraph_t body = while_body(g, &cond);
           CK(cudaStreamBeginCaptureToGraph(s, body, nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal));
           launch_call(mode, sys, s, mine, peer, src);
           copy4k<<<1, 128, 0, s>>>(carried, src);
-          count_up<<<1, 1, 0, s>>>(ctr, 500, while_handle);
+          count_up<<<1, 1, 0, s>>>(ctr, 500, cond);
           CK(cudaStreamEndCapture(s, &body));
         }
         host_meet(rank);
