@@ -42,6 +42,14 @@ def _have_toolchain() -> bool:
     return True
 
 
+def missing_tool(message: str) -> None:
+    """A test whose tool (nvcc, NVSHMEM's headers) is missing: skipped here, failed in CI (CI=true), whose
+    `.ci/run` installs every tool the tests need, so that a missing one is never a silent pass."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true: {message}", pytrace=False)
+    pytest.skip(message)
+
+
 # Tests that lower a kernel for CUDA on a machine without a GPU: they need the FFI extension (the handler's
 # target) and nvcc with NVSHMEM's headers (the kernel is compiled while it is lowered).
 needs_extension = pytest.mark.skipif(importlib.util.find_spec("jax_tilescale._ffi") is None,
