@@ -42,7 +42,7 @@ from .common import (
     word_pointer,
 )
 from .context import Ctx
-from .expr_printer import WHERE_NAME, c_expr, c_int64
+from .expr_printer import SEQ_NAME, WHERE_NAME, c_expr, c_int64
 from .regions import walk_pair
 
 CMP_NAMES = {
@@ -242,7 +242,7 @@ def peer_address(ctx: Ctx, buffer: Buffer, local: str, nv_pe: str, op: str) -> s
     index = ctx.zero_copy.get(ctx.kernel.memory_of(buffer))
     if index is None:
         return f"ts_peer_ptr({local}, {nv_pe}, ts_peer_k, {where})"
-    return f"ts_peer_param_ptr(args, {index}, {ctx.pointers[buffer]}, {local}, {nv_pe}, ts_peer_k, {where})"
+    return f"ts_peer_param_ptr(args, {SEQ_NAME}, {index}, {ctx.pointers[buffer]}, {local}, {nv_pe}, ts_peer_k, {where})"
 
 
 def peer_pointer(ctx: Ctx, region: Region, pe: Expr, op: str) -> list[str]:

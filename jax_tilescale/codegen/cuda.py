@@ -32,7 +32,7 @@ from .call_free import header_lines as call_free_header
 from .common import COPY_BATCH, INDENT, MOVE_TYPES, c_identifier, c_string, comment, indent
 from .context import Ctx
 from .end_of_call import end_of_call
-from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, buffer_pointer_name
+from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, SEQ_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
 from .layout import plan_layout
 from .stage_in import kernel_copied_in
@@ -123,7 +123,7 @@ def _prologue(ctx: Ctx) -> list[str]:
     if ctx.layout.scratch_bytes > 0:
         # this launch's scratch: the half of the symmetric workspace its launch number picks, read on the
         # device so that a replayed launch finds its own (tilescale_device.cuh, ts_launch_scratch)
-        lines.append(f"unsigned char* const {SCRATCH_NAME} = ts_launch_scratch(args, ts_launch_seq(args));")
+        lines.append(f"unsigned char* const {SCRATCH_NAME} = ts_launch_scratch(args, {SEQ_NAME});")
     for buf, off in ctx.layout.signal_offsets.items():
         lines.append(f"unsigned char* const {ctx.pointers[buf]} = {SCRATCH_NAME} + {off};  {comment(str(buf))}")
     if ctx.layout.barrier_offset is not None:
@@ -250,9 +250,12 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         mask = sum(1 << i for i in zero_copy.values())
         names = ", ".join(b.name for b in zero_copy)
         start = [comment(f"zero-copy: tell the peers where {names} are this launch (XLA's buffers or staged copies)"),
-                 f"ts_publish_params(args, {mask:#x}u, {c_string(str(kernel.loc))});", *start]
+                 f"ts_publish_params(args, {SEQ_NAME}, {mask:#x}u, {c_string(str(kernel.loc))});", *start]
     if free.on:  # before any check can fail: where a failed check reports (the header's ts_fail_record)
         start = ["ts_fault_sink_set(args);", *start]
+    if uses_nvshmem or layout.scratch_bytes > 0:  # its end of call, its scratch (a plain kernel's: 0)
+        start = [f"const uint64_t {SEQ_NAME} = ts_launch_seq(args);  {comment('this launch: read once, first thing')}",
+                 *start]
     out += [
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
         *indent(start),
@@ -308,7 +311,7 @@ def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...]
                      *([f"{by_handler} copied in by the handler before the launch"] if by_handler else [])])
     return [
         comment(f"entry barrier: peers {verb} {names} ({how})"),
-        f"ts_call_start(args, {c_string(str(kernel.loc))});",
+        f"ts_call_start(args, {SEQ_NAME}, {c_string(str(kernel.loc))});",
     ]
 
 
@@ -332,7 +335,7 @@ def _call_end(kernel: KernelIR, scratch_bytes: int, call_free: bool) -> list[str
         why = "end of call: the last block to finish zeroes the scratch for the next launch"
     else:
         return []
-    return [comment(why), f"ts_call_end(args, {scratch_bytes}u, {c_string(str(kernel.loc))}, "
+    return [comment(why), f"ts_call_end(args, {SEQ_NAME}, {scratch_bytes}u, {c_string(str(kernel.loc))}, "
                           f"{'true' if meet else 'false'});"]
 
 

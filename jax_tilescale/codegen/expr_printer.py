@@ -21,6 +21,9 @@ from ..ir.expr import BinOp, BinOpKind, Const, Expr, Load, Var, VarKind, childre
 # Names the kernel prologue declares for the run-time variables.
 GRID_VAR_NAMES = ("ts_bx", "ts_by", "ts_bz")
 PE_VAR_NAME = "ts_pe"
+# This launch's number (ts_launch_seq), read once, first thing, by every thread of a kernel that communicates
+# (0 in a plain kernel): its load is issued before the kernel's work, and no later statement waits for it.
+SEQ_NAME = "ts_seq"
 WHERE_NAME = "ts_where"  # a `const char*` in scope of every statement: "file.py:LINE"
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1

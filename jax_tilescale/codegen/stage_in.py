@@ -32,6 +32,7 @@ from .. import abi
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind
 from .common import c_string, comment
+from .expr_printer import SEQ_NAME
 
 ENV_VAR = "TILESCALE_KERNEL_STAGING"  # "0": the handler does every staging copy (for comparison)
 MAX_COPY_IN_WARPS = 1024  # chunks the kernel copies in, at most (beyond, a warp would copy several)
@@ -72,7 +73,7 @@ def start_lines(kernel: KernelIR, inputs: tuple[Buffer, ...], counters_offset: i
     return [
         comment(f"staged inputs copied in by the kernel, before the entry barrier: {names} (codegen/stage_in.py)"),
         f"ts_copy_in(args, ts_copy_ins, {len(inputs)}, reinterpret_cast<uint64_t*>(ts_launch_scratch(args, "
-        f"ts_launch_seq(args)) + {counters_offset}), {c_string(str(kernel.loc))});",
+        f"{SEQ_NAME}) + {counters_offset}), {c_string(str(kernel.loc))});",
     ]
 
 

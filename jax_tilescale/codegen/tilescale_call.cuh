@@ -114,10 +114,10 @@ __device__ TS_HELPER void ts_copy_in(const TsLaunchArgs& args, const TsCopyIn* i
 // Entry barrier, first thing of every block, for kernels whose peers read this PE's inputs (staged
 // copies the handler fills before the launch): no peer reads them before this PE's launch began,
 // which is after its copies in stream order. Block (0,0,0) announces the arrival.
-__device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* where) {
+__device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, uint64_t seq, const char* where) {
   if (threadIdx.x == 0) {
     const bool first = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    ts_call_meet(args, ts_launch_seq(args), false, first, where, "the entry barrier (peers read this kernel's inputs)");
+    ts_call_meet(args, seq, false, first, where, "the entry barrier (peers read this kernel's inputs)");
   }
   __syncthreads();
 }
@@ -129,13 +129,14 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, const char* wh
 // indices): tells each kernel peer where this launch's copy of each such buffer is, XLA's buffer (bit b of
 // args.direct_mask), which the peer reaches through its mapping of this PE's allocation, or the staged copy
 // in the symmetric workspace (bit 0 of the word set), which it reaches through nvshmem_ptr. The address
-// first, then this launch's `seq` with release semantics, which the peer waits for. A peer reads the words
+// first, then this launch's number `seq` (the kernel's ts_seq) with release semantics, which the peer waits for. A peer reads the words
 // of launch `seq` only after its own launch `seq` began, and no PE starts launch seq + 1 before every PE
 // has passed launch seq's end-of-call barrier, so a word is never overwritten while a peer may still read it.
-__device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t mask, const char* where) {
-  if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+__device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint64_t seq, uint32_t mask,
+                                           const char* where) {
+  // A PE space of one PE has no peer to tell: no load of the PE map (it held up the block's work)
+  if (args.npes < 2 || threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
   const int32_t W = args.ctl_slots, me = args.pe_map[args.pe];
-  const uint64_t seq = ts_launch_seq(args);
   for (int b = 0; b < TS_MAX_BUFFERS; ++b) {
     if (((mask >> b) & 1u) == 0u) continue;
     const uint64_t at = reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull);
@@ -154,15 +155,14 @@ __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint32_t m
 // call-free kernel where `b` is TS_STAGE_P2P: waits until the peer has published its copy for this
 // launch, then translates: a staged copy through nvshmem_ptr, XLA's buffer through this PE's mapping of
 // the peer's allocation (args.peer_allocs). Every thread of the block may call it.
-__device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, int b, const void* local_base,
-                                                      const void* local, int nvshmem_pe, int64_t kernel_pe,
-                                                      const char* where, const char* op) {
+__device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, uint64_t seq, int b,
+                                                      const void* local_base, const void* local, int nvshmem_pe,
+                                                      int64_t kernel_pe, const char* where, const char* op) {
   // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
   if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
   const int32_t W = args.ctl_slots;
   ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W),
-                                            ts_launch_seq(args),
-                                            kernel_pe, where, op);
+                                            seq, kernel_pe, where, op);
   uint64_t at;
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, W))
                : "memory");
@@ -227,10 +227,10 @@ __device__ TS_HELPER void ts_stage_out(const TsLaunchArgs& args, const TsStageWi
 // counted itself done after its last read), and the next launch starts after this one ends.
 // `meet` false (codegen/end_of_call.py): the kernel proved completion itself (every remote write into this
 // PE is a put whose signal this PE waited for, and no peer reads its memory): no fence, no meeting.
-__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint32_t scratch_bytes, const char* where,
-                                      bool meet) {
+// `seq`: the kernel's ts_seq, read when the kernel started, so that no thread waits for that load here.
+__device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint64_t seq, uint32_t scratch_bytes,
+                                      const char* where, bool meet) {
   // No static shared memory here: a kernel may use all the dynamic shared memory a block can have.
-  const uint64_t seq = ts_launch_seq(args);
   int last = 0;
   __syncthreads();
   // A PE space of one PE has no peer to prove anything to: its writes are all local, and the kernel's end

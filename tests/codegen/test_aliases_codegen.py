@@ -68,7 +68,7 @@ def test_an_aliased_output_that_peers_write_is_staged_both_ways_behind_an_entry_
     assert "ts_call_start(args" not in generate_cuda(_peer_kernel(None, get=False), p2p_peers=False).source
     # call-free, every peer access waits for the owner's publish of the launch instead: no barrier
     free = generate_cuda(put).source
-    assert "ts_call_start(args" not in free and "ts_publish_params(args, 0x2u" in free
+    assert "ts_call_start(args" not in free and "ts_publish_params(args, ts_seq, 0x2u" in free
     assert "no entry barrier: peers read or write o only after waiting for this PE's publish" in free
 
 

@@ -103,7 +103,7 @@ def test_a_plain_kernel_is_the_launch_alone_and_graph_safe(modules) -> None:
 def test_a_plain_kernel_with_scratch_zeroes_it_at_the_end(modules) -> None:
     m = modules["plain_scratch"]
     assert m.scratch_bytes > 0 and not m.uses_nvshmem and not m.graph_safe
-    assert f"ts_call_end(args, {m.scratch_bytes}u, " in _body(m.source, m.entry)
+    assert f"ts_call_end(args, ts_seq, {m.scratch_bytes}u, " in _body(m.source, m.entry)
 
 
 @pytest.mark.parametrize("name", list(CASES))

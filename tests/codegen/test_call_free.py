@@ -70,8 +70,8 @@ def test_a_communicating_hopper_kernel_is_generated_without_nvshmem_calls(comm):
     # `inbox` (param 3) is what peers touch: zero-copy, so its peer copy is found through what the
     # peer publishes at the start of the launch (its address), not through nvshmem_ptr
     assert mod.staged == (0, 0, 0, abi.STAGE_COPY_OUT | abi.STAGE_P2P)
-    assert "ts_publish_params(args, 0x8u, " in body
-    assert "ts_peer_param_ptr(args, 3, " in body
+    assert "ts_publish_params(args, ts_seq, 0x8u, " in body
+    assert "ts_peer_param_ptr(args, ts_seq, 3, " in body
 
 
 def test_a_one_thread_put_keeps_the_calls_and_the_header_says_why():
@@ -122,7 +122,7 @@ def test_a_kernel_without_wgmma_is_call_free_too_and_its_output_zero_copy(arch):
     assert mod.uses_nvshmem and mod.call_free and "#define TS_CALL_FREE 1" in mod.source
     assert "nvshmemx_" not in body and "nvshmem_quiet" not in body
     assert mod.staged == (0, abi.STAGE_COPY_OUT | abi.STAGE_P2P)
-    assert "ts_publish_params(args, 0x2u, " in body and "ts_peer_param_ptr(args, 1, " in body
+    assert "ts_publish_params(args, ts_seq, 0x2u, " in body and "ts_peer_param_ptr(args, ts_seq, 1, " in body
 
 
 def test_the_variable_keeps_nvshmem_calls_and_every_peer_touched_param_staged(monkeypatch):

@@ -66,7 +66,9 @@ def test_nvshmem_calls_and_the_variable_keep_a_kernel_out(zero_copy, monkeypatch
 def test_the_launch_number_and_scratch_come_from_the_control_words():
     src = _module(shift).source
     body = src[src.index("const TsLaunchArgs args)"):]
-    assert "ts_launch_scratch(args, ts_launch_seq(args))" in body and "args.scratch" not in body
+    # read once, before anything else, and the scratch picked by it
+    assert body.index("const uint64_t ts_seq = ts_launch_seq(args);") < body.index("ts_launch_scratch(args, ts_seq)")
+    assert "args.scratch" not in body and body.count("ts_launch_seq(") == 1
     header = src[:src.index("const TsLaunchArgs args)")]
     assert "ld.relaxed.gpu.global.u64 %0, [%1];\" : \"=l\"(ended) : \"l\"(args.ctl + TS_CTL_ENDED)" in header
     assert "args.seq" not in src  # no launch number from the host left anywhere

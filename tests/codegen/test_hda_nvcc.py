@@ -33,7 +33,7 @@ def test_local_region_is_a_plain_copy_and_remote_region_a_peer_load_or_getmem():
     assert "nvshmem_ptr(p_x, ts_peer_nv)" in remote and "nvshmemx_getmem_block(" in remote
     # on one machine (call-free): loads through the peer's copy of x, which it publishes (zero-copy)
     _, remote = view_cuda.lowered(remote=True)
-    assert "ts_peer_param_ptr(args, 0, p_x, p_x, ts_peer_nv," in remote and "nvshmemx_" not in remote
+    assert "ts_peer_param_ptr(args, ts_seq, 0, p_x, p_x, ts_peer_nv," in remote and "nvshmemx_" not in remote
 
 
 def _replica_write():
@@ -76,7 +76,7 @@ def test_replica_write_stores_through_nvshmem_ptr_or_puts_and_quiets():
     src = generate_cuda(_replica_write(), "sm_90", p2p_peers=False).source  # several machines
     assert "nvshmem_ptr(p_out, ts_peer_nv)" in src and "nvshmemx_putmem_block(" in src and "nvshmem_quiet();" in src
     body = generate_cuda(_replica_write(), "sm_90").source.split("__global__", 1)[1]  # one machine: call-free
-    assert "ts_peer_param_ptr(args, 1, p_out, p_out, ts_peer_nv," in body and "nvshmemx_" not in body
+    assert "ts_peer_param_ptr(args, ts_seq, 1, p_out, p_out, ts_peer_nv," in body and "nvshmemx_" not in body
 
 
 @pytest.mark.parametrize("make", [_replica_write, _replica_reduce, _node_and_global],
