@@ -129,9 +129,10 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, uint64_t seq, 
 // indices): tells each kernel peer where this launch's copy of each such buffer is, XLA's buffer (bit b of
 // args.direct_mask), which the peer reaches through its mapping of this PE's allocation, or the staged copy
 // in the symmetric workspace (bit 0 of the word set), which it reaches through nvshmem_ptr. The address
-// first, then this launch's number `seq` (the kernel's ts_seq) with release semantics, which the peer waits for. A peer reads the words
-// of launch `seq` only after its own launch `seq` began, and no PE starts launch seq + 1 before every PE
-// has passed launch seq's end-of-call barrier, so a word is never overwritten while a peer may still read it.
+// first, then this launch's number `seq` (the kernel's ts_seq) with release semantics, which the peer waits
+// for. A peer reads the words of launch `seq` only after its own launch `seq` began, and no PE starts launch
+// seq + 1 before every PE has passed launch seq's end-of-call barrier, so a word is never overwritten while a
+// peer may still read it.
 __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint64_t seq, uint32_t mask,
                                            const char* where) {
   // A PE space of one PE has no peer to tell: no load of the PE map (it held up the block's work)
