@@ -1,8 +1,8 @@
 """Kernel durations of issue 14's one-PE rows under Nsight Compute: the 4 KiB ring shift (plain and signalled)
 and the copy kernel, each repeated in one loop form, inside a profiler range after warm-up. On one PE a
-communicating kernel costs ~2 us more than the copy kernel per iteration of a loop XLA records as a graph, and
-~0.4 us more in a chain of calls (benchmarks/NOTES.md, issue 14): the kernels' own durations in each form say
-whether the difference is inside the kernel or between the nodes.
+communicating kernel cost ~2 us more than the copy kernel per iteration of a loop XLA records as a graph, and
+~0.4 us more in a chain of calls, before the fourteenth session's fix (benchmarks/NOTES.md, issue 14): the
+kernels' own durations in each form say whether such a difference is inside the kernel or between the nodes.
 
     XLA_FLAGS="--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL --xla_gpu_graph_min_graph_size=1" \\
       ncu --profile-from-start off --cache-control none --clock-control none --metrics gpu__time_duration.sum \\
