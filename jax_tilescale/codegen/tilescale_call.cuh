@@ -125,14 +125,43 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, uint64_t seq, 
 
 #if TS_CALL_FREE
 // ---- zero-copy (docs/calling_convention.md, "Zero-copy") ----
+// A published address is two words (TS_CTL_PUB_ADDR(w, b) and the next, 16-byte aligned): the address's low
+// 32 bits, then its high 32 bits, each under the low 32 bits of the publishing launch's number (its tag). The
+// publisher writes both words with one 16-byte store; each 8-byte word is single-copy atomic, so a reader that
+// sees the tag in both has the whole address of that launch, with one load. (Before: the address, then the
+// launch number in a second word with a release store that waited for the first store's acknowledgement, and
+// the reader loaded the address after its wait: two dependent trips more per call; benchmarks/NOTES.md,
+// fifteenth session.) A tag is compared for equality: a word from a later launch is never accepted, one from
+// 2^32 - 1 launches earlier would need the slot unwritten for exactly that many launches, and no tag is 0, the
+// words' value before any publish.
+__device__ __forceinline__ uint32_t ts_pub_tag(uint64_t seq) { return static_cast<uint32_t>(seq % 0xffffffffull) + 1u; }
+
+__device__ __forceinline__ void ts_pub_words(uint64_t at, uint64_t seq, uint64_t& w0, uint64_t& w1) {
+  const uint64_t tag = static_cast<uint64_t>(ts_pub_tag(seq)) << 32;
+  w0 = tag | (at & 0xffffffffull);
+  w1 = tag | (at >> 32);
+}
+
+__device__ __forceinline__ bool ts_pub_read(uint64_t w0, uint64_t w1, uint64_t seq, uint64_t& at) {
+  at = (w1 << 32) | (w0 & 0xffffffffull);
+  const uint32_t tag = ts_pub_tag(seq);
+  return static_cast<uint32_t>(w0 >> 32) == tag && static_cast<uint32_t>(w1 >> 32) == tag;
+}
+
+template <bool ACQUIRE>
+__device__ __forceinline__ void ts_pub_load(const uint64_t* pair, uint64_t& w0, uint64_t& w1) {
+  if (ACQUIRE) asm volatile("ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(pair) : "memory");
+  else asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(pair) : "memory");
+}
+
 // First thing of block (0,0,0)'s thread 0 in a call-free kernel with TS_STAGE_P2P params (`mask`: their
 // indices): tells each kernel peer where this launch's copy of each such buffer is, XLA's buffer (bit b of
 // args.direct_mask), which the peer reaches through its mapping of this PE's allocation, or the staged copy
-// in the symmetric workspace (bit 0 of the word set), which it reaches through nvshmem_ptr. The address
-// first, then this launch's number `seq` (the kernel's ts_seq) with release semantics, which the peer waits
-// for. A peer reads the words of launch `seq` only after its own launch `seq` began, and no PE starts launch
-// seq + 1 before every PE has passed launch seq's end-of-call barrier, so a word is never overwritten while a
-// peer may still read it.
+// in the symmetric workspace (bit 0 of the address set), which it reaches through nvshmem_ptr: one 16-byte
+// release store per peer and buffer (above), so that what this PE's stream wrote into the buffer before the
+// launch is visible to the peer that reads it. A peer reads the words of launch `seq` only after its own
+// launch `seq` began, and no PE starts launch seq + 1 before every PE has passed launch seq's end-of-call
+// barrier, so a word is never overwritten while a peer may still read it.
 __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint64_t seq, uint32_t mask,
                                            const char* where) {
   // A PE space of one PE has no peer to tell: no load of the PE map (it held up the block's work)
@@ -140,16 +169,44 @@ __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint64_t s
   const int32_t W = args.ctl_slots, me = args.pe_map[args.pe];
   for (int b = 0; b < TS_MAX_BUFFERS; ++b) {
     if (((mask >> b) & 1u) == 0u) continue;
-    const uint64_t at = reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull);
+    uint64_t w0, w1;
+    ts_pub_words(reinterpret_cast<uint64_t>(args.buffers[b]) | (((args.direct_mask >> b) & 1u) ? 0ull : 1ull), seq,
+                 w0, w1);
     for (int32_t k = 0; k < args.npes; ++k) {
       if (k == args.pe) continue;
-      const int nv = args.pe_map[k];
-      uint64_t* addr = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), nv, k, where, "publishing a buffer's address");
-      asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(at) : "memory");
-      ts_p2p_signal_set(ts_peer_word(args.ctl + TS_CTL_PUB_SEQ(me, b, W), nv, k, where, "publishing a buffer's address"),
-                        seq);
+      uint64_t* pair = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), args.pe_map[k], k, where,
+                                    "publishing a buffer's address");
+      asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(pair), "l"(w0), "l"(w1) : "memory");
     }
   }
+}
+
+// Waits (with the wait timeout) until the pair at `pair` holds launch `seq`'s address, and returns it; on a
+// wait that gave up, 0 (the caller then uses this PE's own copy: the launch's outputs are garbage, and no
+// write may reach a peer's buffer that a stale word names).
+__device__ __forceinline__ uint64_t ts_wait_published(const TsWaitCtx& c, const uint64_t* pair, uint64_t seq,
+                                                      int64_t peer, const char* where, const char* op) {
+  uint64_t w0, w1, at;
+  ts_pub_load<true>(pair, w0, w1);
+  if (ts_pub_read(w0, w1, seq, at)) return at;
+  uint64_t start = 0;
+  for (uint32_t n = 1;; ++n) {
+    ts_pub_load<false>(pair, w0, w1);
+    if (ts_pub_read(w0, w1, seq, at)) break;
+    if (c.timeout_ns == 0 || n % TS_WAIT_CHECK_EVERY != 0) continue;
+    const uint64_t now = ts_globaltimer();
+    if (start == 0) {  // the clock starts at the first check, as in ts_wait_slow
+      start = now;
+      continue;
+    }
+    if (ts_wait_aborted(c)) return 0;
+    if (now - start >= c.timeout_ns) {
+      ts_wait_gave_up(c, where, op, TS_CMP_EQ, w0 >> 32, ts_pub_tag(seq), 32, 0, peer, now - start);
+      return 0;
+    }
+  }
+  ts_acquire_fence<true>();
+  return at;
 }
 
 // The peer's address of `local`, a byte of param `b` (whose pointer on this PE is `local_base`), in a
@@ -161,12 +218,9 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
                                                       int64_t kernel_pe, const char* where, const char* op) {
   // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
   if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
-  const int32_t W = args.ctl_slots;
-  ts_wait<TS_CMP_GE, false, true, uint64_t>(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_SEQ(nvshmem_pe, b, W),
-                                            seq, kernel_pe, where, op);
-  uint64_t at;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(at) : "l"(args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, W))
-               : "memory");
+  const uint64_t at = ts_wait_published(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, args.ctl_slots),
+                                        seq, kernel_pe, where, op);
+  if (at == 0) return static_cast<unsigned char*>(const_cast<void*>(local));  // the wait gave up
   const uint64_t off = static_cast<uint64_t>(static_cast<const unsigned char*>(local) -
                                              static_cast<const unsigned char*>(local_base));
   if (at & 1ull) return ts_peer_ptr(reinterpret_cast<const void*>(at & ~1ull), nvshmem_pe, kernel_pe, where, op) + off;
