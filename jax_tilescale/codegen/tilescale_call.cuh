@@ -294,13 +294,17 @@ __device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint64_t seq, ui
   // its puts' signals were released after their stores, and its peers waited for them.
   const bool peers = meet && args.npes > 1;
   if (threadIdx.x == 0) {
+    const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
 #if TS_USES_NVSHMEM && !TS_CALL_FREE
     nvshmem_quiet();
 #elif TS_CALL_FREE
-    if (peers) __threadfence_system();  // every remote write of this block was a P2P store: fenced, complete
+    // Every remote write of this block was a P2P store: fenced, complete. A grid of one block leaves that to its
+    // meeting, whose signals are release stores at system scope made after the block barrier above: they
+    // publish every write of the block before them (a fence of its own cost the two-PE 4 KiB shift ~0.3 us:
+    // benchmarks/NOTES.md, fifteenth session).
+    if (peers && nblocks != 1u) __threadfence_system();
 #endif
     // A grid of one block is its own last block: no count, no fences between blocks.
-    const unsigned int nblocks = gridDim.x * gridDim.y * gridDim.z;
     unsigned int* done = reinterpret_cast<unsigned int*>(args.ctl + TS_CTL_BLOCKS_DONE);
     if (nblocks == 1u) {
       last = 1;
