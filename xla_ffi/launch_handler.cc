@@ -454,7 +454,7 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
   // Zero-copy: a buffer peers reach only through their mapping of this PE's memory goes to the kernel as
   // XLA's own when it lies in an allocation every peer has mapped; the kernel tells the peers its address
-  // (TS_CTL_PUB_*).
+  // (TS_CTL_PUB).
   const PeerMemory& peer_memory = PeerMemory::Get();
   uint64_t direct = 0, staged_p2p = 0;
   launch.direct_mask = HandOverDirect(params, s.npes, peer_memory, &direct, &staged_p2p);

@@ -20,7 +20,7 @@
 // With COPY_OUT or COPY_IN: peers reach it only by loads and stores through their mapping of this PE's
 // memory (a call-free kernel), so the handler may hand the kernel XLA's own buffer instead (zero-copy:
 // no copies), when the buffer lies in an allocation every peer has mapped (TsPeerAlloc). Each launch
-// then tells its peers where the buffer is (TS_CTL_PUB_*; docs/calling_convention.md, "Zero-copy").
+// then tells its peers where the buffer is (TS_CTL_PUB; docs/calling_convention.md, "Zero-copy").
 #define TS_STAGE_P2P 4
 // With COPY_OUT, in a kernel with NVSHMEM's calls: the kernel copies the symmetric copy out to XLA's
 // buffer itself, one window each time a signal announces that the window landed (codegen/stage_out.py),
@@ -58,17 +58,18 @@
 // for the entry barrier and one for the end-of-call barrier: the word of PE w holds the `seq` of the
 // last launch in which w arrived. Launch numbers only grow, so the words are never cleared
 // (docs/calling_convention.md, "End of a call").
-// Then, for each NVSHMEM PE w and param b, two words that w writes into its kernel peers' copies at
-// the start of a launch of a kernel with TS_STAGE_P2P params: the address of its buffer b (bit 0 set:
-// a staged copy in the symmetric workspace; clear: XLA's buffer, in an allocation the reader has
-// mapped), then `seq` (a release store), which the reader waits for before reading the address.
+// Then, for each NVSHMEM PE w and param b, a 16-byte aligned pair of words that w writes into its
+// kernel peers' copies at the start of a launch of a kernel with TS_STAGE_P2P params, with one release
+// store: the address of its buffer b (bit 0 set: a staged copy in the symmetric workspace; clear: XLA's
+// buffer, in an allocation the reader has mapped), its low 32 bits in the first word and its high 32
+// bits in the second, each under a 32-bit tag of `seq` that the reader waits for in both
+// (codegen/tilescale_call.cuh, ts_pub_words). Only kernels read and write these words.
 #define TS_CTL_BLOCKS_DONE 0
 #define TS_CTL_ENDED 1
 #define TS_CTL_SCRATCH(h) (2 + (h))
 #define TS_CTL_ENTRY(w) (4 + (w))
 #define TS_CTL_EXIT(w, W) (4 + (W) + (w))
-#define TS_CTL_PUB_ADDR(w, b, W) (4 + 2 * (W) + 2 * ((w) * TS_MAX_BUFFERS + (b)))
-#define TS_CTL_PUB_SEQ(w, b, W) (TS_CTL_PUB_ADDR(w, b, W) + 1)
+#define TS_CTL_PUB(w, b, W) (4 + 2 * (W) + 2 * ((w) * TS_MAX_BUFFERS + (b)))
 #define TS_CTL_WORDS(W) (4 + 2 * (W) + 2 * (W) * TS_MAX_BUFFERS)
 
 // One allocation of a peer that this process has mapped: the peer's address range [base, base + size)

@@ -62,5 +62,5 @@ def handler_flags(k: KernelIR, call_free: bool, kernel_in: tuple[int, ...] = (),
 def zero_copy_params(k: KernelIR, flags: tuple[int, ...]) -> dict[Buffer, int]:
     """The params `flags` (handler_flags) marks TS_STAGE_P2P, each with its param index. The generated
     code addresses a peer's copy of such a buffer through what the peer publishes at the start of each
-    launch (TS_CTL_PUB_*)."""
+    launch (TS_CTL_PUB)."""
     return {b: i for i, (b, flag) in enumerate(zip(k.params, flags)) if flag & abi.STAGE_P2P}

@@ -125,29 +125,7 @@ __device__ TS_HELPER void ts_call_start(const TsLaunchArgs& args, uint64_t seq, 
 
 #if TS_CALL_FREE
 // ---- zero-copy (docs/calling_convention.md, "Zero-copy") ----
-// A published address is two words (TS_CTL_PUB_ADDR(w, b) and the next, 16-byte aligned): the address's low
-// 32 bits, then its high 32 bits, each under the low 32 bits of the publishing launch's number (its tag). The
-// publisher writes both words with one 16-byte store; each 8-byte word is single-copy atomic, so a reader that
-// sees the tag in both has the whole address of that launch, with one load. (Before: the address, then the
-// launch number in a second word with a release store that waited for the first store's acknowledgement, and
-// the reader loaded the address after its wait: two dependent trips more per call; benchmarks/NOTES.md,
-// fifteenth session.) A tag is compared for equality: a word from a later launch is never accepted, one from
-// 2^32 - 1 launches earlier would need the slot unwritten for exactly that many launches, and no tag is 0, the
-// words' value before any publish.
-__device__ __forceinline__ uint32_t ts_pub_tag(uint64_t seq) { return static_cast<uint32_t>(seq % 0xffffffffull) + 1u; }
-
-__device__ __forceinline__ void ts_pub_words(uint64_t at, uint64_t seq, uint64_t& w0, uint64_t& w1) {
-  const uint64_t tag = static_cast<uint64_t>(ts_pub_tag(seq)) << 32;
-  w0 = tag | (at & 0xffffffffull);
-  w1 = tag | (at >> 32);
-}
-
-__device__ __forceinline__ bool ts_pub_read(uint64_t w0, uint64_t w1, uint64_t seq, uint64_t& at) {
-  at = (w1 << 32) | (w0 & 0xffffffffull);
-  const uint32_t tag = ts_pub_tag(seq);
-  return static_cast<uint32_t>(w0 >> 32) == tag && static_cast<uint32_t>(w1 >> 32) == tag;
-}
-
+// Published addresses: ts_pub_words and ts_pub_read (tilescale_device.cuh) give the pair's encoding.
 template <bool ACQUIRE>
 __device__ __forceinline__ void ts_pub_load(const uint64_t* pair, uint64_t& w0, uint64_t& w1) {
   if (ACQUIRE) asm volatile("ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(w0), "=l"(w1) : "l"(pair) : "memory");
@@ -174,7 +152,7 @@ __device__ TS_HELPER void ts_publish_params(const TsLaunchArgs& args, uint64_t s
                  w0, w1);
     for (int32_t k = 0; k < args.npes; ++k) {
       if (k == args.pe) continue;
-      uint64_t* pair = ts_peer_word(args.ctl + TS_CTL_PUB_ADDR(me, b, W), args.pe_map[k], k, where,
+      uint64_t* pair = ts_peer_word(args.ctl + TS_CTL_PUB(me, b, W), args.pe_map[k], k, where,
                                     "publishing a buffer's address");
       asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(pair), "l"(w0), "l"(w1) : "memory");
     }
@@ -218,7 +196,7 @@ __device__ TS_HELPER unsigned char* ts_peer_param_ptr(const TsLaunchArgs& args, 
                                                       int64_t kernel_pe, const char* where, const char* op) {
   // This PE's own copy (a put or get to itself): its pointer, whatever it is; nothing is published to self.
   if (kernel_pe == args.pe) return static_cast<unsigned char*>(const_cast<void*>(local));
-  const uint64_t at = ts_wait_published(ts_wait_ctx(args), args.ctl + TS_CTL_PUB_ADDR(nvshmem_pe, b, args.ctl_slots),
+  const uint64_t at = ts_wait_published(ts_wait_ctx(args), args.ctl + TS_CTL_PUB(nvshmem_pe, b, args.ctl_slots),
                                         seq, kernel_pe, where, op);
   if (at == 0) return static_cast<unsigned char*>(const_cast<void*>(local));  // the wait gave up
   const uint64_t off = static_cast<uint64_t>(static_cast<const unsigned char*>(local) -

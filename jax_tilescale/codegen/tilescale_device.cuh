@@ -71,6 +71,33 @@ __device__ __forceinline__ uint64_t ts_launch_seq(const TsLaunchArgs& args) {
 #endif
 }
 
+// ---- a zero-copy buffer's published address (ts_abi.h, TS_CTL_PUB; tilescale_call.cuh publishes and waits) ----
+// Host and device (tests/codegen/test_publish_words.py runs the encoding on the host). A published address is
+// two words (TS_CTL_PUB(w, b), 16-byte aligned): the address's low 32 bits, then its high 32 bits, each under a
+// 32-bit tag of the publishing launch's number (ts_pub_tag), never 0. The publisher writes
+// both words with one 16-byte store; each 8-byte word is single-copy atomic, so a reader that sees the tag in
+// both has the whole address of that launch, from one load. (Before: the address, then the launch number in a
+// second word with a release store that waited for the first store's acknowledgement, and the reader loaded
+// the address after its wait, two dependent trips: the two-PE 4 KiB shift ~1 us slower per call;
+// benchmarks/NOTES.md, fifteenth session.) A tag is compared for equality: a word of a later launch is never
+// accepted, one of 2^32 - 1 launches earlier would need the slot unwritten for exactly that many launches, and
+// no tag is 0, the words' value before any publish.
+__host__ __device__ __forceinline__ uint32_t ts_pub_tag(uint64_t seq) {
+  return static_cast<uint32_t>(seq % 0xffffffffull) + 1u;
+}
+
+__host__ __device__ __forceinline__ void ts_pub_words(uint64_t at, uint64_t seq, uint64_t& w0, uint64_t& w1) {
+  const uint64_t tag = static_cast<uint64_t>(ts_pub_tag(seq)) << 32;
+  w0 = tag | (at & 0xffffffffull);
+  w1 = tag | (at >> 32);
+}
+
+__host__ __device__ __forceinline__ bool ts_pub_read(uint64_t w0, uint64_t w1, uint64_t seq, uint64_t& at) {
+  at = (w1 << 32) | (w0 & 0xffffffffull);
+  const uint32_t tag = ts_pub_tag(seq);
+  return static_cast<uint32_t>(w0 >> 32) == tag && static_cast<uint32_t>(w1 >> 32) == tag;
+}
+
 // Unique per launch of a call site and never 0 (wait and check records): the handler's number for a plain
 // launch, the launch number for one that communicates.
 __device__ __forceinline__ uint64_t ts_launch_id(const TsLaunchArgs& args) {
