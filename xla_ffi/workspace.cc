@@ -145,6 +145,9 @@ std::string SymmetricWorkspace::EnsureControl(CUstream stream, const DriverApi& 
     return "kernel `" + entry + "`: nvshmem_malloc(" + std::to_string(kAgreeBytes + ctl_bytes + table_room) +
            ") failed";
   }
+  // nvshmem_malloc's blocks are aligned far beyond 16 bytes; the launch-control words must be 16-byte aligned
+  // because kernels write each TS_CTL_PUB pair with one 16-byte store (codegen/tilescale_call.cuh).
+  static_assert(kAgreeBytes % 16 == 0, "the launch-control words start 16-byte aligned");
   control_ = reinterpret_cast<uint64_t*>(agree_ + kAgreeBytes);
   if (CUresult r = cu.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(control_), 0, ctl_bytes + table_room, stream);
       r != CUDA_SUCCESS) {

@@ -63,7 +63,8 @@
 // store: the address of its buffer b (bit 0 set: a staged copy in the symmetric workspace; clear: XLA's
 // buffer, in an allocation the reader has mapped), its low 32 bits in the first word and its high 32
 // bits in the second, each under a 32-bit tag of `seq` that the reader waits for in both
-// (codegen/tilescale_call.cuh, ts_pub_words). Only kernels read and write these words.
+// (codegen/tilescale_device.cuh, ts_pub_words). Only kernels read and write these words; `ctl` is
+// 16-byte aligned (xla_ffi/workspace.cc) so that every pair is.
 #define TS_CTL_BLOCKS_DONE 0
 #define TS_CTL_ENDED 1
 #define TS_CTL_SCRATCH(h) (2 + (h))
