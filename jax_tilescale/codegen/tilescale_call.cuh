@@ -278,8 +278,8 @@ __device__ TS_HELPER void ts_call_end(const TsLaunchArgs& args, uint64_t seq, ui
 #elif TS_CALL_FREE
     // Every remote write of this block was a P2P store: fenced, complete. A grid of one block leaves that to its
     // meeting, whose signals are release stores at system scope made after the block barrier above: they
-    // publish every write of the block before them (a fence of its own cost the two-PE 4 KiB shift ~0.3 us:
-    // benchmarks/NOTES.md, fifteenth session).
+    // publish every write of the block before them (a fence of its own cost the two-PE 4 KiB shift ~0.3 us in
+    // one A/B round: benchmarks/NOTES.md, fifteenth session).
     if (peers && nblocks != 1u) __threadfence_system();
 #endif
     // A grid of one block is its own last block: no count, no fences between blocks.
