@@ -253,7 +253,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
                  f"ts_publish_params(args, {SEQ_NAME}, {mask:#x}u, {c_string(str(kernel.loc))});", *start]
     if free.on:  # before any check can fail: where a failed check reports (the header's ts_fail_record)
         start = ["ts_fault_sink_set(args);", *start]
-    if uses_nvshmem or layout.scratch_bytes > 0:  # its end of call, its scratch (a plain kernel's: 0)
+    if end:  # a kernel with an end of call (it communicates or has scratch) reads its number (a plain one's: 0)
         start = [f"const uint64_t {SEQ_NAME} = ts_launch_seq(args);  {comment('this launch: read once, first thing')}",
                  *start]
     out += [
