@@ -51,10 +51,22 @@ def missing_tool(message: str) -> None:
 
 
 # Tests that lower a kernel for CUDA on a machine without a GPU: they need the FFI extension (the handler's
-# target) and nvcc with NVSHMEM's headers (the kernel is compiled while it is lowered).
-needs_extension = pytest.mark.skipif(importlib.util.find_spec("jax_tilescale._ffi") is None,
-                                     reason="GPU extension not built")
-needs_toolchain = pytest.mark.skipif(not _have_toolchain(), reason="no nvcc / NVSHMEM headers")
+# target) and nvcc with NVSHMEM's headers (the kernel is compiled while it is lowered). Marks, not skipif, so
+# that a missing one goes through `missing_tool`: skipped here, failed in CI.
+needs_extension = pytest.mark.usefixtures("ffi_extension")
+needs_toolchain = pytest.mark.usefixtures("cuda_toolchain")
+
+
+@pytest.fixture(scope="session")
+def ffi_extension() -> None:
+    if importlib.util.find_spec("jax_tilescale._ffi") is None:
+        missing_tool("the FFI extension jax_tilescale._ffi is not built (pip install -e .)")
+
+
+@pytest.fixture(scope="session")
+def cuda_toolchain() -> None:
+    if not _have_toolchain():
+        missing_tool("nvcc with NVSHMEM's headers is not available")
 
 os.environ.setdefault("JAX_TILESCALE_TESTING", "1")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jax_tilescale.errors import CompileError
+from tests.conftest import missing_tool
 
 
 def _nvcc_reason() -> str | None:
@@ -35,14 +36,14 @@ def _nvshmem_reason() -> str | None:
 def require_nvcc() -> None:
     reason = _nvcc_reason()
     if reason:
-        pytest.skip(f"nvcc is not available: {reason}")
+        missing_tool(f"nvcc is not available: {reason}")
 
 
 @pytest.fixture(scope="session")
 def require_nvshmem(require_nvcc) -> None:
     reason = _nvshmem_reason()
     if reason:
-        pytest.skip(f"NVSHMEM headers/library are not available: {reason}")
+        missing_tool(f"NVSHMEM headers/library are not available: {reason}")
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.common import COPY_BATCH
 from tests.codegen import emulator
+from tests.conftest import missing_tool
 
 S = jax.ShapeDtypeStruct
 
@@ -45,7 +46,7 @@ CASES = {
 def test_a_copy_in_memory_moves_every_element_once(name):
     reason = emulator.available()
     if reason:
-        pytest.skip(f"the CPU emulator cannot run: {reason}")
+        missing_tool(f"the CPU emulator cannot run: {reason}")
     shape, window, at, threads = CASES[name]
     mod = generate_cuda(_window_copy(shape, window, at, threads), "sm_80")
     body = mod.source.split("__global__", 1)[1]

@@ -27,7 +27,7 @@ from jax_tilescale.compiler import compile_cubin, ptxas_report
 from jax_tilescale.errors import KernelTraceError
 from tests.codegen import emulator
 from tests.codegen.kernels import serial_allgather_gemm
-from tests.conftest import load_example
+from tests.conftest import load_example, missing_tool
 
 gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
@@ -320,7 +320,7 @@ def emulated() -> dict[str, tuple]:
     """Every case's module and its emulated output (built and run in parallel)."""
     reason = emulator.available()
     if reason:
-        pytest.skip(f"the CPU emulator cannot run: {reason}")
+        missing_tool(f"the CPU emulator cannot run: {reason}")
 
     def run(name):
         case = EMULATED[name]()

@@ -22,6 +22,7 @@ from jax_tilescale.ir import KernelIR, verify_kernel
 from jax_tilescale.language.tracing import trace_kernel
 from tests.compute.test_cumsum import BLOCKS, M, N, cumsum_slice, cumsum_tiles
 from tests.compute.test_cumsum import CASES as CUMSUM_CASES
+from tests.conftest import missing_tool
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16}
@@ -283,7 +284,7 @@ def built(session_cache, require_nvcc) -> dict[str, tuple[CudaModule, Future]]:
 def test_tile_kernel_builds_to_a_cubin(built, name):
     module, future = built[name]
     if future is None:
-        pytest.skip("needs NVSHMEM's headers (barrier_all), which this machine does not have")
+        missing_tool("needs NVSHMEM's headers (barrier_all), which this machine does not have")
     data = future.result().read_bytes()
     assert data[:4] == b"\x7fELF" and module.entry.encode() + b"\0" in data
 

@@ -4,7 +4,6 @@ side disagrees or starts repeating it."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -18,11 +17,17 @@ from jax_tilescale.codegen import LAUNCH_ARGS_BYTES, TS_ABI_VERSION, generate_cu
 from jax_tilescale.codegen.comm import TS_CMP_NAMES
 from jax_tilescale.codegen.cuda import TS_MAX_BUFFERS
 from jax_tilescale.runtime.wait_timeout import CMP_SYMBOLS
+from tests.conftest import missing_tool, needs_extension
 
 ROOT = Path(__file__).resolve().parents[2]
-needs_extension = pytest.mark.skipif(importlib.util.find_spec("jax_tilescale._ffi") is None,
-                                     reason="GPU extension not built")
-needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on the PATH")
+
+
+@pytest.fixture
+def gxx() -> str:
+    path = shutil.which("g++")
+    if path is None:
+        missing_tool("g++ is not on the PATH")
+    return path
 
 
 def test_python_reads_the_header() -> None:
@@ -66,7 +71,7 @@ def _compile(tmp_path: Path, header: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
-@needs_gxx
+@pytest.mark.usefixtures("gxx")
 def test_header_layout_static_asserts_hold_and_catch_a_disagreement(tmp_path: Path) -> None:
     assert _compile(tmp_path, abi.header_text()).returncode == 0
     wrong = abi.header_text().replace(f"#define TS_LAUNCH_ARGS_BYTES {abi.LAUNCH_ARGS_BYTES}",
