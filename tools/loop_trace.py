@@ -29,13 +29,13 @@ from profile_gemm import bench_config, gemm  # noqa: E402
 
 
 def gpu_kernels(trace_dir: pathlib.Path) -> list[dict]:
-    """The GPU's kernel events of the newest trace in `trace_dir` (name, ts, dur in us), by start time."""
+    """The GPU's kernels, copies and memsets in the newest trace of `trace_dir` (name, ts, dur: us), by start."""
     runs = sorted((trace_dir / "plugins" / "profile").iterdir(), key=os.path.getmtime)
     (path,) = runs[-1].glob("perfetto_trace.json.gz")
     events = json.load(gzip.open(path))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     gpu = {pid for pid, name in names.items() if "GPU" in name or "gpu" in name}
-    # a stream's kernels (XLA names its device threads "Stream #N(...)"; memcpy/memset and the per-op
+    # a stream's kernels, copies and memsets (XLA names its device threads "Stream #N(...)"; the per-op
     # summary lines of other threads are left out)
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                if e.get("ph") == "M" and e.get("name") == "thread_name" and e["pid"] in gpu}
@@ -43,8 +43,7 @@ def gpu_kernels(trace_dir: pathlib.Path) -> list[dict]:
     if not streams:  # another naming: every device thread, and say which
         streams = set(threads)
         print(f"  (no thread named Stream*: taking {sorted(set(threads.values()))[:8]})")
-    out = [e for e in events if e.get("ph") == "X" and (e["pid"], e.get("tid")) in streams
-           and "memcpy" not in e["name"].lower() and "memset" not in e["name"].lower()]
+    out = [e for e in events if e.get("ph") == "X" and (e["pid"], e.get("tid")) in streams]
     return sorted(out, key=lambda e: e["ts"])
 
 
