@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import os
 import pathlib
@@ -67,6 +68,13 @@ def summarize(label: str, kernels: list[dict], products: int) -> None:
         g = gaps.get(name, [])
         gap = f"{statistics.median(g):7.2f}" if g else "      -"
         print(f"  {len(d):4d} x {statistics.median(d):8.2f} us, gap before {gap} us  {name[:90]}")
+    main = max(durs, key=lambda name: sum(durs[name]))  # the product's kernel: most of the GPU time
+    starts = [e["ts"] for e in kernels if e["name"] == main]
+    steps = [b - a for a, b in itertools.pairwise(starts)]
+    if steps:
+        tail = steps[len(steps) // 2:]
+        print(f"  {main[:60]}: start to start, median {statistics.median(steps):.2f} us, over the second half "
+              f"{statistics.median(tail):.2f} us (min {min(tail):.2f}, max {max(tail):.2f})")
     print("  first kernels (start us from the first, duration, gap):")
     t0, end = kernels[0]["ts"], None
     for e in kernels[:12]:
