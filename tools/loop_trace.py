@@ -7,7 +7,8 @@ to one element). Traced with `jax.profiler` (CUPTI; no other tool needed on the 
 
 Prints, per loop, the median duration of each kernel and of the gap before it, the loop's time per product
 on the GPU (first kernel start to last kernel end, over the products), and the first iterations' kernels in
-order. The raw trace stays in DIR (default $OUT or /tmp) for a closer look.
+order. Each loop first runs untraced for `--heat` seconds (the GPU at its power cap, as in the bench).
+The raw trace stays in DIR (default $OUT or /tmp) for a closer look.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import pathlib
 import statistics
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +90,7 @@ def main() -> None:
     ap.add_argument("shape", help="MxNxK")
     ap.add_argument("--config", default="", help="a bench_gemm.py --configs entry (default: the table's pick)")
     ap.add_argument("--reps", type=int, default=20, help="products per loop")
+    ap.add_argument("--heat", type=float, default=1.0, help="seconds each loop runs untraced before its trace")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"), help="where the traces are written")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
@@ -99,7 +102,13 @@ def main() -> None:
     for label, product in products.items():
         loop = jax.jit(lambda x, y, product=product: jax.lax.fori_loop(
             0, args.reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
-        for _ in range(3):  # compiled, autotuned, warm
+        for _ in range(3):  # compiled, autotuned
+            loop(a, b).block_until_ready()
+        # then the same loop for `--heat` seconds: the H200 reaches its 700 W cap within half a second of GEMM,
+        # so without this the first runner traced runs at boost clocks and the second at the cap
+        # (bench_gemm.py's --heat, the same reason)
+        t_end = time.perf_counter() + args.heat
+        while time.perf_counter() < t_end:
             loop(a, b).block_until_ready()
         trace_dir = pathlib.Path(args.out) / f"loop_trace_{label.split()[0].lower()}"
         with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
