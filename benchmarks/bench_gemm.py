@@ -60,6 +60,8 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _gpu_trace import product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
@@ -282,6 +284,9 @@ def main() -> None:
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
+    ap.add_argument("--trace", action="store_true",
+                    help="after the rounds, trace each loop once (jax.profiler) and report the GPU's own time per "
+                         "product: kernel duration and start-to-start interval (benchmarks/_gpu_trace.py)")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -292,7 +297,7 @@ def main() -> None:
     torch = None if args.no_torch else torch_cuda()
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; "
           f"cuBLAS through torch: {torch.__version__ if torch else 'not available'}")
-    rows = []
+    rows, trace_rows = [], []
     all_configs: dict[str, tuple] = {}
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
@@ -317,6 +322,11 @@ def main() -> None:
             for how, run in cublas_runners(torch, a, b, reps).items():
                 runners["cuBLAS torch", how] = run
         times = interleaved_times(runners, a, b, reps, rounds=args.rounds, heat_s=args.heat)
+        if args.trace:  # XLA's and ours (torch's loop is Python, not one jitted loop)
+            for name in ["XLA jnp.dot", *(key[0] for key in kernels)]:
+                where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "bench_gemm_traces" / re.sub(r"\W+", "_", name)
+                trace_rows.append((shape, name, product_step(traced(runners[name, "loop"], (a, b), where,
+                                                                      args.heat))))
         t = {key: median(v) for key, v in times.items()}
         spread = {name: round_ratios(times, ("XLA jnp.dot", "loop"), (name, "loop")) for name, how in times
                   if how == "loop"}
@@ -331,6 +341,8 @@ def main() -> None:
             rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
                              err <= 2e-2 * scale, spread))
     _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
+    if trace_rows:
+        _print_traced(trace_rows)
     fp8_rows = []
     for shape in filter(None, args.fp8_shapes.split(",")):
         # `--configs table`: our bf16 side is the table's pick (gemm() without tile arguments)
@@ -402,6 +414,22 @@ def _print(rows) -> None:
         fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
         print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {lo:4.2f}-{hi:4.2f} {fmt(bl)} "
               f"{tc * 1e3:8.3f} {f / tc:6.1f} {rc:5.2f} {fmt(bc)}  {'yes' if ok else 'NO'}  {res}")
+
+
+def _print_traced(rows) -> None:
+    """`--trace`: the GPU's time per product in each loop (no host in it), ratio to XLA's at the same shape."""
+    print("\nGPU time per product in the loop (jax.profiler trace, medians): the product kernel's duration, its "
+          "start-to-start interval (gaps included) and the idle gap before it")
+    print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7}  kernel")
+    xla = {shape: step for shape, what, step in rows if what == "XLA jnp.dot"}
+    for shape, what, step in rows:
+        if step is None:
+            print(f"{shape:>22} {what:>34}  no GPU kernels traced")
+            continue
+        ref = xla.get(shape)
+        ratio = f"{ref.interval_us / step.interval_us:5.2f}" if ref is not None else "    -"
+        print(f"{shape:>22} {what:>34} {step.duration_us:10.2f} {step.interval_us:12.2f} {ratio} {step.gap_us:7.2f}"
+              f"  {step.kernel[:60]}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""The GPU's own time per product in a jitted loop, from a `jax.profiler` trace (CUPTI: no other tool needed).
+
+A loop's wall time per product (what `bench_gemm.py`'s "loop" column measures) also holds what the host does
+between iterations: XLA runs a `fori_loop` from the host unless its flags record loops as graphs, and a
+product whose host side is slower (our FFI handler's few microseconds, the loop's bookkeeping) can leave the
+GPU idle between kernels at small and memory-bound shapes. The trace separates the two: each kernel's
+duration, the idle gap before it, and the start-to-start interval of the product's kernel (the GPU's time
+per product). Used by `bench_gemm.py --trace` and `tools/loop_trace.py`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import pathlib
+import statistics
+import time
+from dataclasses import dataclass
+
+import jax
+
+
+@dataclass(frozen=True)
+class Step:
+    """The product's kernel in a traced loop: the one with the most GPU time."""
+
+    kernel: str
+    duration_us: float  # median over the loop
+    interval_us: float  # median start-to-start: the GPU's time per product, gaps included
+    gap_us: float  # median idle time before it
+
+
+def gpu_events(trace_dir: pathlib.Path) -> list[dict]:
+    """The GPU streams' kernels, copies and memsets of the newest trace in `trace_dir` (name, ts and dur in
+    microseconds), by start time; [] when the trace has no GPU (a CPU run)."""
+    runs = sorted((trace_dir / "plugins" / "profile").iterdir(), key=os.path.getmtime)
+    (path,) = runs[-1].glob("perfetto_trace.json.gz")
+    events = json.load(gzip.open(path))["traceEvents"]
+    meta = [e for e in events if e.get("ph") == "M"]
+    gpu = {e["pid"] for e in meta if e.get("name") == "process_name" and "GPU" in e["args"]["name"]}
+    # XLA names a device's streams "Stream #N(...)"; its other device threads summarise ops (not kept)
+    streams = {(e["pid"], e["tid"]) for e in meta
+               if e.get("name") == "thread_name" and e["pid"] in gpu and e["args"]["name"].startswith("Stream")}
+    return sorted((e for e in events if e.get("ph") == "X" and (e["pid"], e.get("tid")) in streams),
+                  key=lambda e: e["ts"])
+
+
+def gaps_before(events: list[dict]) -> list[float]:
+    """The idle time before each event after the first (negative where the GPU overlapped them)."""
+    return [b["ts"] - (a["ts"] + a["dur"]) for a, b in itertools.pairwise(events)]
+
+
+def product_step(events: list[dict]) -> Step | None:
+    """The loop's product kernel (the most GPU time) and its medians; None without GPU events."""
+    if not events:
+        return None
+    total: dict[str, float] = {}
+    for e in events:
+        total[e["name"]] = total.get(e["name"], 0.0) + e["dur"]
+    name = max(total, key=total.__getitem__)
+    gaps = dict(zip((id(e) for e in events[1:]), gaps_before(events)))
+    mine = [e for e in events if e["name"] == name]
+    starts = [e["ts"] for e in mine]
+    intervals = [b - a for a, b in itertools.pairwise(starts)]
+    mine_gaps = [gaps[id(e)] for e in mine if id(e) in gaps]
+    return Step(name, statistics.median(e["dur"] for e in mine),
+                statistics.median(intervals) if intervals else float("nan"),
+                statistics.median(mine_gaps) if mine_gaps else float("nan"))
+
+
+def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dict]:
+    """`run(*args)` for `heat_s` seconds untraced (the H200 reaches its power cap within half a second of
+    GEMM: without this the first runner traced would run at boost clocks), then once traced; its GPU events."""
+    until = time.perf_counter() + heat_s
+    jax.block_until_ready(run(*args))
+    while time.perf_counter() < until:
+        jax.block_until_ready(run(*args))
+    with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        jax.block_until_ready(run(*args))
+    return gpu_events(trace_dir)

@@ -1,0 +1,77 @@
+"""benchmarks/_gpu_trace.py on traces written here in the layout `jax.profiler` writes (perfetto JSON under
+plugins/profile/<run>/): only a GPU's streams count, the product kernel is the one with the most GPU time,
+and its medians (duration, start-to-start interval, idle gap before it) come out of fresh random timings."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+from tests.benchmarks import load_bench
+
+
+def _write(tmp_path, events, run="2026_12_03_00_00_00"):
+    folder = tmp_path / "plugins" / "profile" / run
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "perfetto_trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    return tmp_path
+
+
+def _meta(pid, tid, process, thread):
+    return [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": process}},
+            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": thread}}]
+
+
+def test_the_product_kernel_and_its_medians_come_from_the_gpu_streams_only(tmp_path):
+    trace = load_bench("_gpu_trace")
+    rng = np.random.default_rng()
+    n = int(rng.integers(20, 40))
+    durs = rng.uniform(30.0, 45.0, n)  # the product kernel
+    gaps = rng.uniform(0.5, 3.0, n)  # idle before it
+    events = [*_meta(1, 10, "/host:CPU", "python"), *_meta(2, 20, "/device:GPU:0", "Stream #14(Compute)"),
+              {"ph": "M", "pid": 2, "tid": 21, "name": "thread_name", "args": {"name": "XLA Ops"}}]
+    t = 100.0
+    starts = []
+    for d, g in zip(durs, gaps):
+        t += g
+        starts.append(t)
+        events.append({"ph": "X", "pid": 2, "tid": 20, "ts": t, "dur": float(d), "name": "ts_gemm_kernel"})
+        events.append({"ph": "X", "pid": 2, "tid": 21, "ts": t, "dur": 5 * float(d), "name": "op summary"})
+        t += d
+        events.append({"ph": "X", "pid": 2, "tid": 20, "ts": t, "dur": 1.0, "name": "loop_add_fusion"})
+        t += 1.0
+    events.append({"ph": "X", "pid": 1, "tid": 10, "ts": 0.0, "dur": 1e6, "name": "PjitFunction(loop)"})
+    rng.shuffle(events)  # the reader sorts by start
+    got = trace.gpu_events(_write(tmp_path, events))
+    assert [e["ts"] for e in got] == sorted(e["ts"] for e in got) and len(got) == 2 * n  # streams only
+    step = trace.product_step(got)
+    assert step.kernel == "ts_gemm_kernel"
+    assert np.isclose(step.duration_us, statistics.median(durs))
+    assert np.isclose(step.interval_us, statistics.median(np.diff(starts)))
+    assert np.isclose(step.gap_us, statistics.median(gaps[1:]))  # the first has nothing before it
+
+
+def test_a_trace_without_a_gpu_has_no_step(tmp_path):
+    trace = load_bench("_gpu_trace")
+    events = [*_meta(1, 10, "/host:CPU", "python"),
+              {"ph": "X", "pid": 1, "tid": 10, "ts": 0.0, "dur": 5.0, "name": "PjitFunction(loop)"}]
+    got = trace.gpu_events(_write(tmp_path, events))
+    assert got == [] and trace.product_step(got) is None
+
+
+def test_the_newest_run_is_read(tmp_path):
+    trace = load_bench("_gpu_trace")
+    old = [*_meta(2, 20, "/device:GPU:0", "Stream #1"),
+           {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 9.0, "name": "old_kernel"}]
+    _write(tmp_path, old, run="a_old")
+    os.utime(tmp_path / "plugins" / "profile" / "a_old", (time.time() - 100, time.time() - 100))
+    new = [*_meta(2, 20, "/device:GPU:0", "Stream #1"),
+           {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 4.0, "name": "new_kernel"}]
+    _write(tmp_path, new, run="b_new")
+    assert [e["name"] for e in trace.gpu_events(tmp_path)] == ["new_kernel"]
