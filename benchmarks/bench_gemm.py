@@ -20,7 +20,9 @@ ratio to XLA of a single round in the loop ("rounds": the pair timed in the same
 holds 1.0 says the median's distance from it is the run's drift), the lowering the loop took and ptxas's
 registers/spills. `--rounds N` (default 5) times more rounds. `--lowerings auto,mma` times each config through each
 GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async +
-ldmatrix + mma.sync, portable), in the same interleaved rounds.
+ldmatrix + mma.sync, portable), in the same interleaved rounds. `--trace`: the loop's wall time also holds the
+host's pacing of XLA's fori_loop (run from the host by default); after the rounds each jitted loop runs once
+under jax.profiler and a second table gives the GPU's own time per product (benchmarks/_gpu_trace.py).
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
