@@ -48,6 +48,8 @@ _KNOCK_ON = re.compile(
     r"(?P<hit>connection closed by peer|connection reset by peer|remote process exited"
     r"|stopped sending heartbeats|tasks are unhealthy|another task died|detected fatal errors"
     r"|failed to send rpc to coordination service|leader task was preempted"
+    # the coordination service's socket closed under a call: the process that hosted it (rank 0) is gone
+    r"|unavailable: socket closed"
     r"|because rank \d+ failed)",
     re.IGNORECASE,
 )

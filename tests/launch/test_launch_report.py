@@ -45,6 +45,11 @@ def test_describe_status(code, text):
      "tasks are unhealthy"),
     (Outcome(1, -signal.SIGABRT, tail=("UNAVAILABLE: Failed to send RPC to coordination service.",)),
      "Failed to send RPC to coordination service"),
+    # rank 1 still in its key-value wait of jax_tilescale's initialize when rank 0 (the coordinator) died: seen
+    # in CI, 2026-12-03, where it was blamed instead of rank 0's SIGKILL
+    (Outcome(1, 1, messages=("jax.errors.JaxRuntimeError: UNAVAILABLE: Socket closed\nAdditional GRPC error "
+                             "information from remote target coordination_service while calling /xla.coordination."
+                             "CoordinationService/GetKeyValueDir",)), "UNAVAILABLE: Socket closed"),
     (Outcome(0, PEER_FAILED_STATUS), "stopped by the watchdog because another rank failed"),
     (Outcome(0, 1, tail=("[jax_tilescale] stopping rank 0 (exit status 79) because rank 1 failed",)),
      "because rank 1 failed"),
