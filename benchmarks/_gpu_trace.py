@@ -47,9 +47,9 @@ def gpu_events(trace_dir: pathlib.Path) -> list[dict]:
                   key=lambda e: e["ts"])
 
 
-def gaps_before(events: list[dict]) -> list[float]:
-    """The idle time before each event after the first (negative where the GPU overlapped them)."""
-    return [b["ts"] - (a["ts"] + a["dur"]) for a, b in itertools.pairwise(events)]
+def with_gaps(events: list[dict]) -> list[tuple[dict, float | None]]:
+    """Each event with the idle time before it (None for the first; negative where the GPU overlapped them)."""
+    return list(zip(events, [None, *(b["ts"] - (a["ts"] + a["dur"]) for a, b in itertools.pairwise(events))]))
 
 
 def product_step(events: list[dict]) -> Step | None:
@@ -60,12 +60,10 @@ def product_step(events: list[dict]) -> Step | None:
     for e in events:
         total[e["name"]] = total.get(e["name"], 0.0) + e["dur"]
     name = max(total, key=total.__getitem__)
-    gaps = dict(zip((id(e) for e in events[1:]), gaps_before(events)))
-    mine = [e for e in events if e["name"] == name]
-    starts = [e["ts"] for e in mine]
-    intervals = [b - a for a, b in itertools.pairwise(starts)]
-    mine_gaps = [gaps[id(e)] for e in mine if id(e) in gaps]
-    return Step(name, statistics.median(e["dur"] for e in mine),
+    mine = [(e, gap) for e, gap in with_gaps(events) if e["name"] == name]
+    intervals = [b["ts"] - a["ts"] for (a, _), (b, _) in itertools.pairwise(mine)]
+    mine_gaps = [gap for _, gap in mine if gap is not None]
+    return Step(name, statistics.median(e["dur"] for e, _ in mine),
                 statistics.median(intervals) if intervals else float("nan"),
                 statistics.median(mine_gaps) if mine_gaps else float("nan"))
 

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _gpu_trace import gaps_before, product_step, traced  # noqa: E402
+from _gpu_trace import product_step, traced, with_gaps  # noqa: E402
+from bench_gemm import loop_and_calls  # noqa: E402
 from profile_gemm import bench_config, gemm  # noqa: E402
 
 
@@ -36,7 +37,7 @@ def summarize(label: str, events: list[dict]) -> None:
         return
     durs: dict[str, list[float]] = {}
     gaps: dict[str, list[float]] = {}
-    for e, gap in zip(events, [None, *gaps_before(events)]):
+    for e, gap in with_gaps(events):
         durs.setdefault(e["name"], []).append(e["dur"])
         if gap is not None:
             gaps.setdefault(e["name"], []).append(gap)
@@ -48,7 +49,7 @@ def summarize(label: str, events: list[dict]) -> None:
         print(f"  {len(d):4d} x {statistics.median(d):8.2f} us, gap before {gap} us  {name[:90]}")
     print("  first kernels (start us from the first, duration, gap):")
     t0 = events[0]["ts"]
-    for e, gap in list(zip(events, [None, *gaps_before(events)]))[:12]:
+    for e, gap in with_gaps(events)[:12]:
         print(f"    {e['ts'] - t0:9.2f} {e['dur']:8.2f} {'' if gap is None else f'{gap:6.2f}':>6}  {e['name'][:80]}")
 
 
@@ -66,8 +67,7 @@ def main() -> None:
     b = jax.random.normal(kb, (k, n), jnp.bfloat16)
     ours = gemm(m, n, k, jnp.bfloat16, **(bench_config(args.config) if args.config else {}))
     for label, product in {"XLA jnp.dot": lambda x, y: x @ y, "ours": ours}.items():
-        loop = jax.jit(lambda x, y, product=product: jax.lax.fori_loop(
-            0, args.reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
+        loop, _ = loop_and_calls(product, args.reps)  # the very loop bench_gemm.py times
         trace_dir = pathlib.Path(args.out) / f"loop_trace_{label.split()[0].lower()}"
         summarize(f"{args.shape} {label}", traced(loop, (a, b), trace_dir, args.heat))
 
