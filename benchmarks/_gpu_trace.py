@@ -30,6 +30,8 @@ class Step:
     duration_us: float  # median over the loop
     interval_us: float  # median start-to-start: the GPU's time per product, gaps included
     gap_us: float  # median idle time before it
+    mean_interval_us: float  # first start to last start over the intervals: what a wall clock sees, stalls included
+    max_gap_us: float  # the longest idle time before it (a host stall shows here, not in the medians)
 
 
 def gpu_events(trace_dir: pathlib.Path) -> list[dict]:
@@ -63,9 +65,12 @@ def product_step(events: list[dict]) -> Step | None:
     mine = [(e, gap) for e, gap in with_gaps(events) if e["name"] == name]
     intervals = [b["ts"] - a["ts"] for (a, _), (b, _) in itertools.pairwise(mine)]
     mine_gaps = [gap for _, gap in mine if gap is not None]
+    nan = float("nan")
     return Step(name, statistics.median(e["dur"] for e, _ in mine),
-                statistics.median(intervals) if intervals else float("nan"),
-                statistics.median(mine_gaps) if mine_gaps else float("nan"))
+                statistics.median(intervals) if intervals else nan,
+                statistics.median(mine_gaps) if mine_gaps else nan,
+                statistics.fmean(intervals) if intervals else nan,
+                max(mine_gaps) if mine_gaps else nan)
 
 
 def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dict]:

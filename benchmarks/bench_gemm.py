@@ -64,6 +64,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _gpu_power import Sampler, open_nvml
 from _gpu_trace import product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
@@ -187,25 +188,35 @@ def reps_for(a, b, reps: int, min_run_ms: float) -> int:
     return max(reps, min(4000, math.ceil(min_run_ms * 1e-3 / per_product)))
 
 
-def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int = 5,
-                      heat_s: float = 0.5) -> dict[str, list[float]]:
+def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int = 5, heat_s: float = 0.5,
+                      sampler: Sampler | None = None, readings: dict | None = None) -> dict[str, list[float]]:
     """Seconds per product of each runner, one figure per round: `rounds` rounds in which every runner runs
     once, in turn (clocks and temperature drift alike for all of them). Before each timed run the
     runner runs untimed for `heat_s` seconds: an H200 doing GEMMs reaches its power cap within
     about half a second and its SM clock then depends on the kernel's energy per FLOP, so each
     runner is timed in its own steady state, not in the cool-down left by the one before it (a
-    slow runner followed by a fast one flattered the fast one by up to ~15%: benchmarks/NOTES.md)."""
+    slow runner followed by a fast one flattered the fast one by up to ~15%: benchmarks/NOTES.md).
+    With a `sampler` (benchmarks/_gpu_power.py), the SM clock and power are sampled from the second half
+    of each heat through the timed run, one reading per runner and round appended to `readings[name]`."""
     for run in runners.values():
         jax.block_until_ready(run(a, b))
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
-            until = time.perf_counter() + heat_s
-            while time.perf_counter() < until:
+            start = time.perf_counter()
+            sampling = False
+            while (now := time.perf_counter()) < start + heat_s:
+                if sampler is not None and not sampling and now >= start + heat_s / 2:
+                    sampler.start()
+                    sampling = True
                 jax.block_until_ready(run(a, b))
+            if sampler is not None and not sampling:
+                sampler.start()
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             times[name].append((time.perf_counter() - t0) / reps)
+            if sampler is not None and (reading := sampler.stop()) is not None and readings is not None:
+                readings.setdefault(name, []).append(reading)
     return times
 
 
@@ -291,6 +302,9 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop once (jax.profiler) and report the GPU's own time per "
                          "product: kernel duration and start-to-start interval (benchmarks/_gpu_trace.py)")
+    ap.add_argument("--power", action="store_true",
+                    help="sample the SM clock and power (NVML) while each runner runs; a third table gives them "
+                         "and the energy per product (benchmarks/_gpu_power.py)")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
@@ -301,7 +315,14 @@ def main() -> None:
     torch = None if args.no_torch else torch_cuda()
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; "
           f"cuBLAS through torch: {torch.__version__ if torch else 'not available'}")
-    rows, trace_rows = [], []
+    rows, trace_rows, power_rows = [], [], []
+    sampler = None
+    if args.power:
+        nvml = open_nvml()
+        if nvml is None:
+            ap.error("--power: no NVIDIA driver (libnvidia-ml.so.1) on this machine")
+        sampler = Sampler(nvml)
+        print(f"power: NVML's {'instantaneous' if nvml.instant else 'averaged (about 1 s)'} reading")
     all_configs: dict[str, tuple] = {}
     for shape in args.shapes.split(","):
         m, n, k = map(int, shape.split("x"))
@@ -325,7 +346,11 @@ def main() -> None:
         if torch is not None:
             for how, run in cublas_runners(torch, a, b, reps).items():
                 runners["cuBLAS torch", how] = run
-        times = interleaved_times(runners, a, b, reps, rounds=args.rounds, heat_s=args.heat)
+        readings: dict[tuple, list] = {}
+        times = interleaved_times(runners, a, b, reps, rounds=args.rounds, heat_s=args.heat, sampler=sampler,
+                                  readings=readings)
+        power_rows += [(shape, name, how, readings[name, how], median(times[name, how]))
+                       for name, how in runners if (name, how) in readings]
         if args.trace:  # XLA's and ours (torch's loop is Python, not one jitted loop)
             # XLA's loop traced first and again last, so that the order (the GPU's heat, its clocks) is not
             # mistaken for the kernels' difference: ratios are to the mean of its two intervals
@@ -351,6 +376,8 @@ def main() -> None:
     _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
     if trace_rows:
         _print_traced(trace_rows)
+    if power_rows:
+        _print_power(power_rows)
     fp8_rows = []
     for shape in filter(None, args.fp8_shapes.split(",")):
         # `--configs table`: our bf16 side is the table's pick (gemm() without tile arguments)
@@ -424,12 +451,29 @@ def _print(rows) -> None:
               f"{tc * 1e3:8.3f} {f / tc:6.1f} {rc:5.2f} {fmt(bc)}  {'yes' if ok else 'NO'}  {res}")
 
 
+def _print_power(rows) -> None:
+    """`--power`: each runner's SM clock and power (medians over its rounds) and energy per product, the
+    latter's ratio to XLA's in the same form (loop or calls; above 1.0: less energy than XLA's)."""
+    print("\nSM clock and power while each runner ran (NVML, medians over the rounds) and the energy per product "
+          "(power x time per product); xXLA: XLA's energy / this one's")
+    print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5}")
+    energy = {(shape, name, how): statistics.median(r.watts for r in got) * t * 1e3
+              for shape, name, how, got, t in rows}
+    for shape, name, how, got, _ in rows:
+        ref = energy.get((shape, XLA, how))
+        ratio = f"{ref / energy[shape, name, how]:5.2f}" if ref else "    -"
+        print(f"{shape:>22} {name:>34} {how:>5} {statistics.median(r.sm_mhz for r in got):7.0f} "
+              f"{statistics.median(r.watts for r in got):6.1f} {energy[shape, name, how]:8.3f} {ratio}")
+
+
 def _print_traced(rows) -> None:
     """`--trace`: the GPU's time per product in each loop (no host in it), ratio to XLA's at the same shape."""
     print("\nGPU time per product in the loop (jax.profiler trace, medians): the product kernel's duration, its "
-          "start-to-start interval (gaps included) and the idle gap before it; xXLA: to the mean of XLA's two traces "
+          "start-to-start interval (gaps included) and the idle gap before it, the mean interval (a wall clock's view: "
+          "host stalls included) and the longest gap; xXLA: to the mean of XLA's two traces "
           "(first and last)")
-    print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7}  kernel")
+    print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7} "
+          f"{'mean us':>8} {'max gap':>8}  kernel")
     xla: dict[str, list[float]] = {}
     for shape, what, step in rows:
         if what.startswith(XLA) and step is not None:
@@ -441,7 +485,7 @@ def _print_traced(rows) -> None:
         ref = statistics.fmean(xla[shape]) if shape in xla else None
         ratio = f"{ref / step.interval_us:5.2f}" if ref is not None else "    -"
         print(f"{shape:>22} {what:>34} {step.duration_us:10.2f} {step.interval_us:12.2f} {ratio} {step.gap_us:7.2f}"
-              f"  {step.kernel[:60]}")
+              f" {step.mean_interval_us:8.2f} {step.max_gap_us:8.2f}  {step.kernel[:60]}")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ The three levers, and when each pays:
 - the tile shape: 256x192 reads the fewest L2 bytes per FLOP (fastest at 8192-sized shapes
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
   plan take it; 128x256 is the portable default;
-- narrow tiles: a problem with fewer 128x256 tiles than half the SMs whose 128x64 tiles make about
-  one wave (128 x 8192 x 8192: 32 tiles of 128x256, 128 of 128x64 on 132 SMs) takes 128x64 tiles, one
-  consumer warpgroup and 8 stages, with no split and so no partials to sum (measured 0.96x XLA in a loop
-  and 1.30x in calls, against 0.89x / 1.06x for split-K 4: benchmarks/NOTES.md, 2026-12-02);
+- narrow tiles: a problem with fewer 128x256 tiles than half the SMs whose 64x128 tiles make about
+  one wave (128 x 8192 x 8192: 32 tiles of 128x256, 128 of 64x128 on 132 SMs) takes 64x128 tiles, one
+  consumer warpgroup and 8 stages, with no split and so no partials to sum, the two blocks of a tile
+  column next to each other (group_m 2: B's column read once from HBM for both, in rows of 256 bytes).
+  Measured (benchmarks/NOTES.md, 2026-12-03): the kernel level with XLA's in a trace at 128 x 8192 x 8192
+  (128x64 tiles, the pick before: 0.93-0.97x). Half a wave of them is not enough in general: a block's
+  64 x 128 x K product takes as long as it takes, so fewer blocks are only as fast when B's bytes from HBM
+  take as long (64 x 8192 x 8192: 64 blocks 1.01x XLA; 128 x 4096 x 8192: 64 blocks 0.74x, split-K 4 0.89x);
 - split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
   float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
   than the tile's last split summing them inside the kernel);
@@ -68,8 +72,9 @@ PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=Tru
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)
-# skinny: 128x64 tiles, one consumer warpgroup (two m64n64 slabs), 8 stages of 24 KiB
-NARROW = GemmConfig(block_m=128, block_n=64, num_stages=8, threads=128)
+# skinny: 64x128 tiles, one consumer warpgroup (m64n128), 8 stages of 24 KiB, a tile column's two blocks
+# adjacent (they share B's column)
+NARROW = GemmConfig(block_m=64, block_n=128, num_stages=8, threads=128, group_m=2)
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
 MAX_SPLIT_K = 8
 

@@ -34,6 +34,7 @@ def test_the_product_kernel_and_its_medians_come_from_the_gpu_streams_only(tmp_p
     n = int(rng.integers(20, 40))
     durs = rng.uniform(30.0, 45.0, n)  # the product kernel
     gaps = rng.uniform(0.5, 3.0, n)  # idle before it
+    gaps[rng.integers(1, n)] = rng.uniform(60.0, 90.0)  # one host stall: in the mean and the maximum, not the medians
     events = [*_meta(1, 10, "/host:CPU", "python"), *_meta(2, 20, "/device:GPU:0", "Stream #14(Compute)"),
               {"ph": "M", "pid": 2, "tid": 21, "name": "thread_name", "args": {"name": "XLA Ops"}}]
     t = 100.0
@@ -55,6 +56,8 @@ def test_the_product_kernel_and_its_medians_come_from_the_gpu_streams_only(tmp_p
     assert np.isclose(step.duration_us, statistics.median(durs))
     assert np.isclose(step.interval_us, statistics.median(np.diff(starts)))
     assert np.isclose(step.gap_us, statistics.median(gaps[1:]))  # the first has nothing before it
+    assert np.isclose(step.mean_interval_us, (starts[-1] - starts[0]) / (n - 1))
+    assert np.isclose(step.max_gap_us, max(gaps[1:]))
 
 
 def test_a_trace_without_a_gpu_has_no_step(tmp_path):

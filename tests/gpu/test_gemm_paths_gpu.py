@@ -26,7 +26,9 @@ CONFIGS = {
     "64x128/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=128),
     # two blocks per SM (ts.kernel's blocks_per_sm; codegen/gemm_table.PAIRED)
     "128x128/t128/b2": dict(block_m=128, block_n=128, block_k=64, num_stages=3, threads=128, blocks_per_sm=2),
-    # the skinny shapes' pick (codegen/gemm_table.NARROW): 128x64 tiles, 8 stages
+    # the skinny shapes' pick (codegen/gemm_table.NARROW): 64x128 tiles, 8 stages, a tile column's blocks adjacent
+    "64x128/8/g2/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=8, threads=128, group_m=2),
+    # the pick before it (2026-12-02 to 12-03): 128x64 tiles, 8 stages
     "128x64/8/t128": dict(block_m=128, block_n=64, block_k=64, num_stages=8, threads=128),
 }
 
