@@ -54,14 +54,27 @@ def with_gaps(events: list[dict]) -> list[tuple[dict, float | None]]:
     return list(zip(events, [None, *(b["ts"] - (a["ts"] + a["dur"]) for a, b in itertools.pairwise(events))]))
 
 
+def product_kernel(events: list[dict]) -> str:
+    """The name of the kernel with the most GPU time (the loop's product)."""
+    total: dict[str, float] = {}
+    for e in events:
+        total[e["name"]] = total.get(e["name"], 0.0) + e["dur"]
+    return max(total, key=total.__getitem__)
+
+
+def last_run(events: list[dict], reps: int) -> list[dict]:
+    """The events from the first of the last `reps` product kernels on: the measured loop's, where `traced` ran
+    the same loop before it to heat the GPU."""
+    name = product_kernel(events) if events else ""
+    starts = [i for i, e in enumerate(events) if e["name"] == name]
+    return events[starts[-reps]:] if len(starts) > reps else events
+
+
 def product_step(events: list[dict]) -> Step | None:
     """The loop's product kernel (the most GPU time) and its medians; None without GPU events."""
     if not events:
         return None
-    total: dict[str, float] = {}
-    for e in events:
-        total[e["name"]] = total.get(e["name"], 0.0) + e["dur"]
-    name = max(total, key=total.__getitem__)
+    name = product_kernel(events)
     mine = [(e, gap) for e, gap in with_gaps(events) if e["name"] == name]
     intervals = [b["ts"] - a["ts"] for (a, _), (b, _) in itertools.pairwise(mine)]
     mine_gaps = [gap for _, gap in mine if gap is not None]
@@ -74,12 +87,15 @@ def product_step(events: list[dict]) -> Step | None:
 
 
 def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dict]:
-    """`run(*args)` for `heat_s` seconds untraced (the H200 reaches its power cap within half a second of
-    GEMM: without this the first runner traced would run at boost clocks), then once traced; its GPU events."""
-    until = time.perf_counter() + heat_s
+    """`run(*args)` once untraced (compilation), then traced: for `heat_s` seconds and once more; the GPU
+    events of all of it (`last_run(events, reps)` keeps the last run's). The heat runs inside the
+    trace because the H200 reaches its power cap within half a second of GEMM and the profiler's start idles
+    the GPU: heated before the trace, the traced loop ran its first products at boost clocks, up to 10%
+    faster than the same loop timed at the cap (benchmarks/NOTES.md, 2026-12-03, seventeenth session)."""
     jax.block_until_ready(run(*args))
-    while time.perf_counter() < until:
-        jax.block_until_ready(run(*args))
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
+        until = time.perf_counter() + heat_s
+        while time.perf_counter() < until:
+            jax.block_until_ready(run(*args))
         jax.block_until_ready(run(*args))
     return gpu_events(trace_dir)

@@ -21,8 +21,11 @@ holds 1.0 says the median's distance from it is the run's drift), the lowering t
 registers/spills. `--rounds N` (default 5) times more rounds. `--lowerings auto,mma` times each config through each
 GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async +
 ldmatrix + mma.sync, portable), in the same interleaved rounds. `--trace`: the loop's wall time also holds the
-host's pacing of XLA's fori_loop (run from the host by default); after the rounds each jitted loop runs once
-under jax.profiler and a second table gives the GPU's own time per product (benchmarks/_gpu_trace.py).
+host's pacing of XLA's fori_loop (run from the host by default); after the rounds each jitted loop runs under
+jax.profiler (`--heat` seconds, then once more: that last loop is read) and a second table gives the GPU's own
+time per product (benchmarks/_gpu_trace.py). `--power`: the SM clock and power (NVML) sampled while each runner
+runs, and the energy per product (benchmarks/_gpu_power.py): under the 700 W cap the clock says whether a slower
+runner needs more cycles or ran at a lower clock.
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
@@ -65,7 +68,7 @@ import jax.numpy as jnp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _gpu_power import Sampler, open_nvml
-from _gpu_trace import product_step, traced
+from _gpu_trace import last_run, product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
@@ -358,8 +361,8 @@ def main() -> None:
             for i, name in enumerate(order):
                 label = f"{XLA} (again)" if i == len(order) - 1 else name
                 where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "bench_gemm_traces" / re.sub(r"\W+", "_", label)
-                trace_rows.append((shape, label, product_step(traced(runners[name, "loop"], (a, b), where,
-                                                                       args.heat))))
+                events = last_run(traced(runners[name, "loop"], (a, b), where, args.heat), reps)
+                trace_rows.append((shape, label, product_step(events)))
         t = {key: median(v) for key, v in times.items()}
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times
                   if how == "loop"}

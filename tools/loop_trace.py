@@ -2,7 +2,8 @@
 before it, for XLA's `jnp.dot` and for our kernel (`examples/gemm.py`'s `gemm()`, the table's pick unless
 `--config` names one), in the loop `benchmarks/bench_gemm.py` times (a `fori_loop` of products, each reduced
 to one element). Traced with `jax.profiler` (CUPTI; no other tool needed on the GPU machine), each loop after
-`--heat` seconds of itself untraced (the GPU at its power cap, as in the bench): benchmarks/_gpu_trace.py.
+`--heat` seconds of itself in the same trace (the GPU at its power cap, as in the bench), only the last
+loop's kernels read: benchmarks/_gpu_trace.py.
 
     python tools/loop_trace.py 128x8192x8192 [--config 128x64x64/8/g8/t128] [--reps 20] [--out DIR]
 
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _gpu_trace import product_step, traced, with_gaps  # noqa: E402
+from _gpu_trace import last_run, product_step, traced, with_gaps  # noqa: E402
 from bench_gemm import loop_and_calls  # noqa: E402
 from profile_gemm import bench_config, gemm  # noqa: E402
 
@@ -58,7 +59,7 @@ def main() -> None:
     ap.add_argument("shape", help="MxNxK")
     ap.add_argument("--config", default="", help="a bench_gemm.py --configs entry (default: the table's pick)")
     ap.add_argument("--reps", type=int, default=20, help="products per loop")
-    ap.add_argument("--heat", type=float, default=1.0, help="seconds each loop runs untraced before its trace")
+    ap.add_argument("--heat", type=float, default=1.0, help="seconds each loop runs in its trace before the loop that is read")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"), help="where the traces are written")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
@@ -69,7 +70,7 @@ def main() -> None:
     for label, product in {"XLA jnp.dot": lambda x, y: x @ y, "ours": ours}.items():
         loop, _ = loop_and_calls(product, args.reps)  # the very loop bench_gemm.py times
         trace_dir = pathlib.Path(args.out) / f"loop_trace_{label.split()[0].lower()}"
-        summarize(f"{args.shape} {label}", traced(loop, (a, b), trace_dir, args.heat))
+        summarize(f"{args.shape} {label}", last_run(traced(loop, (a, b), trace_dir, args.heat), args.reps))
 
 
 if __name__ == "__main__":

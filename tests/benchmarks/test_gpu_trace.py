@@ -78,3 +78,29 @@ def test_the_newest_run_is_read(tmp_path):
            {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 4.0, "name": "new_kernel"}]
     _write(tmp_path, new, run="b_new")
     assert [e["name"] for e in trace.gpu_events(tmp_path)] == ["new_kernel"]
+
+
+def test_only_the_last_loop_is_read_after_the_heat_in_the_same_trace():
+    """`traced` runs the loop for a while and then once more inside one trace: the heat's products (random
+    durations of their own, several loops of them) must not enter the figures of the last loop."""
+    trace = load_bench("_gpu_trace")
+    rng = np.random.default_rng()
+    reps, heat_loops = int(rng.integers(5, 15)), int(rng.integers(2, 6))
+    t, events, last = 0.0, [], []
+    for loop in range(heat_loops + 1):
+        for _ in range(reps):
+            dur = float(rng.uniform(20.0, 30.0) if loop < heat_loops else rng.uniform(40.0, 50.0))
+            t += float(rng.uniform(0.5, 2.0))
+            events.append({"ts": t, "dur": dur, "name": "ts_gemm_kernel"})
+            if loop == heat_loops:
+                last.append((t, dur))
+            t += dur
+            events.append({"ts": t, "dur": 1.0, "name": "loop_add_fusion"})
+            t += 1.0
+        t += float(rng.uniform(50.0, 100.0))  # the host between loops
+    got = trace.last_run(events, reps)
+    assert got[0]["ts"] == last[0][0] and len(got) == 2 * reps
+    step = trace.product_step(got)
+    assert np.isclose(step.duration_us, statistics.median(d for _, d in last))
+    assert np.isclose(step.mean_interval_us, (last[-1][0] - last[0][0]) / (reps - 1))
+    assert trace.last_run(events[: 2 * reps], reps) == events[: 2 * reps]  # no heat: everything
