@@ -59,7 +59,8 @@ def main() -> None:
     ap.add_argument("shape", help="MxNxK")
     ap.add_argument("--config", default="", help="a bench_gemm.py --configs entry (default: the table's pick)")
     ap.add_argument("--reps", type=int, default=20, help="products per loop")
-    ap.add_argument("--heat", type=float, default=1.0, help="seconds each loop runs in its trace before the loop that is read")
+    ap.add_argument("--heat", type=float, default=1.0,
+                    help="seconds each loop runs in its trace before the loop that is read")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"), help="where the traces are written")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))

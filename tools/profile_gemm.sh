@@ -5,12 +5,23 @@
 # (or: python3 -m pip install -q --no-build-isolation --no-deps -e .):
 #
 #   bash tools/profile_gemm.sh 16384x8192x1024 [--config 128x256x64/3/g8/p]
+#   SECTIONS="SpeedOfLight ComputeWorkloadAnalysis" bash tools/profile_gemm.sh 8192x8192x8192
+#
+# SECTIONS (default: the list below) names fewer ncu sections for fewer replay passes. The clocks stay as the
+# card sets them (--clock-control none; device/METHOD.md forbids pinning them): to compare two kernels whose
+# clocks differ under the power cap, compare their "Elapsed Cycles", not their durations.
 #
 # Writes $OUT/profile_gemm.txt (or /tmp), prints the kernels' names, durations, throughputs, shared-memory and
 # issue figures (the whole report is in the file).
 set -uo pipefail
 LOG=${OUT:-/tmp}
 export TILESCALE_CACHE_DIR=${TILESCALE_CACHE_DIR:-/tmp/ts_cache}
+# XLA reserves 75% of the GPU's memory by default, and ncu saves and restores all of it around every replay
+# pass ("Backing up device memory in system memory"): the seventeenth session's runs spent their 80 s there.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+SECTIONS=${SECTIONS:-SpeedOfLight ComputeWorkloadAnalysis MemoryWorkloadAnalysis WarpStateStats SchedulerStats InstructionStats}
+declare -a SECTION_ARGS=()
+for section in $SECTIONS; do SECTION_ARGS+=(--section "$section"); done
 # Only the profiler range the workload marks (one product each, after compilation and XLA's autotuning,
 # whose candidate kernels would otherwise be profiled one by one: a first run spent its 200 s on them).
 # Sections: throughput (SpeedOfLight), pipe use (ComputeWorkloadAnalysis: the tensor pipe's share), shared memory
@@ -18,12 +29,11 @@ export TILESCALE_CACHE_DIR=${TILESCALE_CACHE_DIR:-/tmp/ts_cache}
 # SchedulerStats), what they execute (InstructionStats: instructions per kernel) and each stall reason's cycles
 # per issued instruction (the stall metrics: WarpStateStats prints only their sum). About twenty replay passes per
 # kernel, two kernels: about a minute after the warm-up.
-ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section WarpStateStats --section SchedulerStats --section InstructionStats \
+ncu --clock-control none "${SECTION_ARGS[@]}" \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" --profile-from-start off \
   python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
 rc=$?
-grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
+grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Elapsed Cycles|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
 Max Bandwidth|Mem Pipes Busy|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Active Warps Per|\
 Eligible Warps Per|Executed Instructions  " \
   "$LOG/profile_gemm.txt"
