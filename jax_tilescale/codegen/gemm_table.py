@@ -11,9 +11,11 @@ The three levers, and when each pays:
   consumer warpgroup and 8 stages, with no split and so no partials to sum, the two blocks of a tile
   column next to each other (group_m 2: B's column read once from HBM for both, in rows of 256 bytes).
   Measured (benchmarks/NOTES.md, 2026-12-03): the kernel level with XLA's in a trace at 128 x 8192 x 8192
-  (128x64 tiles, the pick before: 0.93-0.97x). Half a wave of them is not enough in general: a block's
-  64 x 128 x K product takes as long as it takes, so fewer blocks are only as fast when B's bytes from HBM
-  take as long (64 x 8192 x 8192: 64 blocks 1.01x XLA; 128 x 4096 x 8192: 64 blocks 0.74x, split-K 4 0.89x);
+  (128x64 tiles, the pick before: 0.93-0.97x). Under half a wave of them the product must also be
+  memory-bound: a block's 64 x 128 x K product takes as long as it takes (NARROW_BLOCK_S_PER_K), so
+  fewer blocks keep up only where B's and A's bytes from HBM take as long (`narrow_keeps_up`: 64 x 8192 x 8192,
+  64 blocks, 1.01x XLA where split-K 4 gave 0.83x; 128 x 4096 x 8192, 64 blocks, 0.74x against split-K 4's
+  0.89x);
 - split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
   float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
   than the tile's last split summing them inside the kernel);
@@ -75,6 +77,10 @@ PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_
 # skinny: 64x128 tiles, one consumer warpgroup (m64n128), 8 stages of 24 KiB, a tile column's two blocks
 # adjacent (they share B's column)
 NARROW = GemmConfig(block_m=64, block_n=128, num_stages=8, threads=128, group_m=2)
+# one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
+# read rate skinny products reach (XLA's and ours, ~3.3-3.5 TB/s at 128 x 8192 x 8192): benchmarks/NOTES.md
+NARROW_BLOCK_S_PER_K = 36e-6 / 8192
+HBM_BYTES_PER_S = 3.5e12
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
 MAX_SPLIT_K = 8
 
@@ -112,7 +118,8 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if dt.itemsize != 2 or dt.kind not in "fV":  # bf16 is kind 'V' to numpy
         return DEFAULT
     tiles = tiles_of(m, n, DEFAULT)
-    if 2 * tiles <= sm_count and sm_count // 2 <= tiles_of(m, n, NARROW) <= sm_count:
+    narrow = tiles_of(m, n, NARROW)
+    if 2 * tiles <= sm_count and narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
         return NARROW  # too few wide tiles, about one wave of narrow ones: no split, no partials
     split = split_for(m, n, k, DEFAULT, sm_count)
     if split > 1:
@@ -122,6 +129,13 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:
         return WIDE  # large, and its last wave not much emptier: the fewest L2 bytes per FLOP
     return DEFAULT
+
+
+def narrow_keeps_up(m: int, n: int, sm_count: int) -> bool:
+    """Whether fewer than half the SMs' worth of NARROW blocks (but at least a third) finish as soon as HBM
+    delivers the operands: each element of K costs a block NARROW_BLOCK_S_PER_K and brings (m + n) two-byte
+    elements from HBM, whatever the number of blocks."""
+    return 3 * tiles_of(m, n, NARROW) >= sm_count and (m + n) * 2 / HBM_BYTES_PER_S >= NARROW_BLOCK_S_PER_K
 
 
 def idle(m: int, n: int, cfg: GemmConfig, sm_count: int) -> float:

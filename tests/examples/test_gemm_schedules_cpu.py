@@ -96,6 +96,8 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 128 tiles of 64x128: one wave
     assert pick_config(256, 4096, 8192, jnp.bfloat16, 132) == NARROW  # 128 of them (4 rows of 32)
     assert pick_config(128, 4096, 8192, jnp.bfloat16, 132).split_k > 1  # 64 of them: too few, split K
+    assert pick_config(64, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 64 too, but memory-bound: they keep up
+    assert pick_config(64, 2048, 8192, jnp.bfloat16, 132).split_k > 1  # 16: under a third of the SMs
     assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == GemmConfig(split_k=8)  # 32 narrow tiles: split
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     assert pick_config(8192, 8192, 8192, jnp.bfloat16, 132).block_m == 256  # the widest tiles when they fill waves
