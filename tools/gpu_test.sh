@@ -226,6 +226,20 @@ if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   # shellcheck disable=SC2086
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
 fi
+if [[ " ${STEPS:-} " == *" profile_gemm "* ]]; then  # only when asked for: Nsight Compute of XLA's GEMM and ours
+  # PROFILE_SHAPES (comma-separated), each shape's report in $LOG/profile_<shape>/; SECTIONS as profile_gemm.sh reads it
+  profile_shapes() {
+    local shape rc=0
+    local shapes=${PROFILE_SHAPES:-8192x8192x8192,16384x8192x1024}
+    for shape in ${shapes//,/ }; do
+      mkdir -p "$LOG/profile_$shape"
+      OUT="$LOG/profile_$shape" CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${PROFILE_TIMEOUT:-150}" \
+        bash tools/profile_gemm.sh "$shape" || rc=1
+    done
+    return "$rc"
+  }
+  step profile_gemm profile_shapes
+fi
 if [[ " ${STEPS:-} " == *" probe_zero_copy "* ]]; then  # only when asked for: issue 14's zero-copy probe
   if [ "$NGPU" -ge 2 ]; then
     step probe_zero_copy python3 -m jax_tilescale.launch -n 2 --timeout 120 tools/proto/zero_copy_probe.py
