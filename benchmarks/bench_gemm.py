@@ -303,8 +303,9 @@ def main() -> None:
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     ap.add_argument("--trace", action="store_true",
-                    help="after the rounds, trace each loop once (jax.profiler) and report the GPU's own time per "
-                         "product: kernel duration and start-to-start interval (benchmarks/_gpu_trace.py)")
+                    help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "
+                         "is read; XLA's first and last) and report the GPU's own time per product: kernel duration "
+                         "and start-to-start interval (benchmarks/_gpu_trace.py)")
     ap.add_argument("--power", action="store_true",
                     help="sample the SM clock and power (NVML) while each runner runs; a third table gives them "
                          "and the energy per product (benchmarks/_gpu_power.py)")
