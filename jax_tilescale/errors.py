@@ -69,6 +69,15 @@ class CompileError(TileScaleError):
     """nvcc failed on generated code; names the generated source file."""
 
 
+class PerformanceWarning(UserWarning):
+    """A kernel compiled for the GPU in a slower form than its code asks for or than the GPU allows: a GEMM
+    loop took the mma.sync or the portable lowering instead of the Hopper one, a ring got fewer stages to
+    fit in shared memory, `pingpong=True` was not taken. The message names the kernel, each loop's source
+    line and the reason (the same lines head the generated source). Issued when the kernel is compiled for
+    the GPU (Python shows each distinct message once by default);
+    `warnings.filterwarnings("ignore", category=jax_tilescale.PerformanceWarning)` silences it."""
+
+
 def raisable_without_arguments(err: BaseException) -> type[BaseException]:
     """A subclass of `type(err)` whose instances, made without arguments, carry `err`'s message and
     attributes: what `PyThreadState_SetAsyncExc` needs (it raises a class, instantiated with no

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -13,11 +14,11 @@ import numpy as np
 
 from .. import _jax_compat, abi
 from ..codegen.staging import staged_flags
-from ..errors import LaunchError
+from ..errors import LaunchError, PerformanceWarning
 from ..ir import KernelIR
 from .primitive import CallSpec
 
-__all__ = ["aliased_tensor_maps", "cuda_arch", "lower_cuda", "mesh_attributes", "staged_flags"]
+__all__ = ["aliased_tensor_maps", "cuda_arch", "lower_cuda", "mesh_attributes", "staged_flags", "warn_slower_paths"]
 
 
 def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
@@ -42,6 +43,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         ensure_initialized()
     pe_table, mesh_shape, kernel_axes = mesh_attributes(mesh, k.mesh_axes)
     module = generate_cuda(k, arch=cuda_arch(), p2p_peers=not k.uses_nvshmem() or _one_machine())
+    warn_slower_paths(k, module.notes)
     cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
     # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs): see
@@ -73,6 +75,15 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
         tensor_maps=np.asarray(aliased_tensor_maps(k, module.tensor_maps), np.int64),
     )
+
+
+def warn_slower_paths(kernel: KernelIR, notes: tuple[str, ...]) -> None:
+    """A PerformanceWarning naming the kernel and each GEMM loop the code generator lowered in a slower form
+    than asked or possible (`CudaModule.notes`); nothing when there are none."""
+    if notes:
+        lines = "\n".join(f"  - {note}" for note in notes)
+        warnings.warn(PerformanceWarning(f"kernel {kernel.name} ({kernel.loc}) runs in a slower form on the GPU:\n"
+                                         f"{lines}"), stacklevel=2)
 
 
 def mesh_attributes(
