@@ -8,12 +8,13 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jax_tilescale as ts
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.lowering.cuda import warn_slower_paths
-from tests.conftest import load_example
+from tests.conftest import load_example, needs_extension, needs_toolchain
 
 gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
@@ -57,3 +58,20 @@ def test_the_warning_can_be_silenced_by_category():
         warnings.filterwarnings("ignore", category=ts.PerformanceWarning)
         warn_slower_paths(ir, mod.notes)
     assert seen == []
+
+
+@needs_extension
+@needs_toolchain
+def test_lowering_a_float32_gemm_for_cuda_warns(tmp_path, monkeypatch):
+    """Through the CUDA lowering itself (compiles the kernel with nvcc; no GPU needed): the warning reaches the
+    user who jits the kernel."""
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path / "cache"))
+    m, n, k = 256, 128, 64
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), block_m=64, block_n=32, block_k=16, num_stages=2,
+                             threads=128)
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    with pytest.warns(ts.PerformanceWarning, match=r"portable path.*float32"):
+        text = jax.jit(kern).trace(a, b).lower(lowering_platforms=("cuda",)).as_text()
+    assert "jax_tilescale" in text  # the custom call of the launch handler was emitted
