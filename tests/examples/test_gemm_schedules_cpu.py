@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT, NARROW, GemmConfig, pick_config
 from tests.conftest import load_example
 
@@ -121,3 +122,17 @@ def test_two_blocks_per_sm_matches_dot_at_a_ragged_shape(dtype):
     assert kern.trace(jax.ShapeDtypeStruct((130, 96), dtype), jax.ShapeDtypeStruct((96, 70), dtype)).blocks_per_sm == 2
     got, want = _product(130, 70, 96, dtype, 17, blocks_per_sm=2, **SMALL_TILES)
     _assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("m,n,k", [
+    (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192), (16384, 8192, 1024),
+    (128, 8192, 8192), (64, 8192, 8192), (256, 4096, 8192), (128, 4096, 8192), (32, 8192, 8192),
+    (1000, 3000, 777), (4000, 5000, 300), (96, 8192, 4096), (520, 1000, 4096),
+])
+def test_every_table_pick_takes_the_hopper_plan_as_asked(m, n, k):
+    """Whatever the table picks for a bf16 product on an H100/H200 (132 SMs), the Hopper plan takes as it is:
+    no loop off wgmma, no ring shortened, no ping-pong refused (the notes a PerformanceWarning would carry)."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), num_sms=132)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
+    assert mod.arch == "sm_90a" and mod.notes == (), (pick_config(m, n, k, jnp.bfloat16, 132).describe(), mod.notes)
