@@ -92,10 +92,11 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     """The --configs entries to time at one shape, the table's pick first ("table" marks it);
-    `--configs table`: the pick alone (what `gemm()` without tile arguments runs)."""
-    if text not in ("auto", "table"):
-        return text.split(",")
+    `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
+    stands for the pick there."""
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
+    if text not in ("auto", "table"):
+        return [pick.describe() + "/table" if entry == "table" else entry for entry in text.split(",")]
     out = [pick.describe() + "/table"]
     if text == "table":
         return out
@@ -298,7 +299,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds per shape (medians reported)")
     ap.add_argument("--heat", type=float, default=0.5, help="seconds each runner runs untimed before each timed run")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
-    ap.add_argument("--configs", default=CONFIGS, help="tiles/stages/group[/tTHREADS], comma-separated")
+    ap.add_argument("--configs", default=CONFIGS,
+                    help="tiles/stages/group[/tTHREADS], comma-separated (`table`: the table's pick)")
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")

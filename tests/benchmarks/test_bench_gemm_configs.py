@@ -30,6 +30,14 @@ def test_auto_puts_the_pick_first_then_other_candidates(shape):
         assert {"block_m", "block_n", "block_k", "num_stages", "group_m"} <= set(cfg)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_table_in_a_list_stands_for_the_pick_there(shape):
+    bench = load_bench("bench_gemm")
+    got = bench.shape_configs("256x192x64/3/g8/p,table,128x64x64/8/g8/t128", *shape)
+    assert got == ["256x192x64/3/g8/p", bench.shape_configs("table", *shape)[0], "128x64x64/8/g8/t128"]
+    assert all(bench.parse_config(entry) is not None for entry in got)
+
+
 def test_named_configs_parse_with_their_suffixes():
     bench = load_bench("bench_gemm")
     cfg, switches = bench.parse_config("128x256x64/3/g8/p/s2/kernel/t256/b1/mc")
