@@ -46,9 +46,9 @@ class Nvml:
     def _instant_watts(self) -> float | None:
         field = _FieldValue(fieldId=NVML_FI_DEV_POWER_INSTANT)
         rc = self.lib.nvmlDeviceGetFieldValues(self.handle, 1, ctypes.byref(field))
-        if rc != 0 or field.nvmlReturn != 0:
+        if rc != 0 or field.nvmlReturn != 0 or field.valueType != NVML_VALUE_TYPE_UNSIGNED_INT:
             return None
-        return field.value / 1e3 if field.valueType == NVML_VALUE_TYPE_UNSIGNED_INT else float(field.value) / 1e3
+        return (field.value & 0xFFFFFFFF) / 1e3  # milliwatts in the union's unsigned-int member (its low 4 bytes)
 
     def sample(self) -> tuple[float, float]:
         """(SM clock in MHz, power in W) now."""

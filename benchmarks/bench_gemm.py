@@ -207,21 +207,23 @@ def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int =
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
-            start = time.perf_counter()
-            sampling = False
-            while (now := time.perf_counter()) < start + heat_s:
-                if sampler is not None and not sampling and now >= start + heat_s / 2:
-                    sampler.start()
-                    sampling = True
-                jax.block_until_ready(run(a, b))
-            if sampler is not None and not sampling:
+            _run_for(run, a, b, heat_s / 2)
+            if sampler is not None:
                 sampler.start()
+            _run_for(run, a, b, heat_s / 2)
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             times[name].append((time.perf_counter() - t0) / reps)
             if sampler is not None and (reading := sampler.stop()) is not None and readings is not None:
                 readings.setdefault(name, []).append(reading)
     return times
+
+
+def _run_for(run, a, b, seconds: float) -> None:
+    """`run(a, b)` again and again, each blocked on, until `seconds` have passed (none for 0)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        jax.block_until_ready(run(a, b))
 
 
 def median(values: list[float]) -> float:
@@ -463,13 +465,13 @@ def _print_power(rows) -> None:
     print("\nSM clock and power while each runner ran (NVML, medians over the rounds) and the energy per product "
           "(power x time per product); xXLA: XLA's energy / this one's")
     print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5}")
-    energy = {(shape, name, how): statistics.median(r.watts for r in got) * t * 1e3
-              for shape, name, how, got, t in rows}
+    watts = {(shape, name, how): statistics.median(r.watts for r in got) for shape, name, how, got, _ in rows}
+    energy = {(shape, name, how): watts[shape, name, how] * t * 1e3 for shape, name, how, _, t in rows}
     for shape, name, how, got, _ in rows:
         ref = energy.get((shape, XLA, how))
         ratio = f"{ref / energy[shape, name, how]:5.2f}" if ref else "    -"
         print(f"{shape:>22} {name:>34} {how:>5} {statistics.median(r.sm_mhz for r in got):7.0f} "
-              f"{statistics.median(r.watts for r in got):6.1f} {energy[shape, name, how]:8.3f} {ratio}")
+              f"{watts[shape, name, how]:6.1f} {energy[shape, name, how]:8.3f} {ratio}")
 
 
 def _print_traced(rows) -> None:
