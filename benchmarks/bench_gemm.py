@@ -47,7 +47,9 @@ afterwards), `/kernel` with it: summed by the tile's last split inside the kerne
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong).
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong). `/mc` on a
+persistent kernel does not multicast (the pair check cannot follow the tile loop): the code column says
+"cluster 2" only where a pair was built.
 """
 
 from __future__ import annotations
@@ -244,6 +246,7 @@ def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, bool] | 
     regs = re.search(r"Used (\d+) registers", report)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     path = "wgmma" if module.arch == "sm_90a" else "mma.sync" if "ts_mma_16816_" in module.source else "portable"
+    path += ", cluster 2" if "__cluster_dims__(2" in module.source else ""  # a pair built (/mc may not build one)
     return (f"{path}, {regs.group(1) if regs else '?'} regs, "
             f"spills {spill.group(1) + '/' + spill.group(2) if spill else '?'} B")
 

@@ -7,7 +7,8 @@
 #   bash tools/profile_gemm.sh 16384x8192x1024 [--config 128x256x64/3/g8/p]
 #   SECTIONS="SpeedOfLight ComputeWorkloadAnalysis" bash tools/profile_gemm.sh 8192x8192x8192
 #
-# SECTIONS (default: the list below) names fewer ncu sections for fewer replay passes. The clocks stay as the
+# SECTIONS (default: the list below) names fewer ncu sections for fewer replay passes; METRICS (comma-separated
+# ncu metric names, e.g. sm__cycles_active.min,sm__cycles_active.max) adds metrics to the stall reasons'. The clocks stay as the
 # card sets them (--clock-control none; device/METHOD.md forbids pinning them): to compare two kernels whose
 # clocks differ under the power cap, compare their "Elapsed Cycles", not their durations.
 #
@@ -29,13 +30,17 @@ for section in $SECTIONS; do SECTION_ARGS+=(--section "$section"); done
 # SchedulerStats), what they execute (InstructionStats: instructions per kernel) and each stall reason's cycles
 # per issued instruction (the stall metrics: WarpStateStats prints only their sum). About twenty replay passes per
 # kernel, two kernels: about a minute after the warm-up.
-ncu --clock-control none "${SECTION_ARGS[@]}" \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" --profile-from-start off \
+# (ncu takes --metrics once: one comma-separated list, each entry with its own regex: prefix or none)
+ncu --clock-control none "${SECTION_ARGS[@]}" --profile-from-start off \
+  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio${METRICS:+,$METRICS}" \
   python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
 rc=$?
 grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Elapsed Cycles|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
 Max Bandwidth|Mem Pipes Busy|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Active Warps Per|\
 Eligible Warps Per|Executed Instructions  " \
+  "$LOG/profile_gemm.txt"
+# the added metrics, per kernel
+[ -n "${METRICS:-}" ] && awk -v m="${METRICS//,/|}" '/^  [a-zA-Z_].*\(/ {print "  " $1} $1 ~ "^(" m ")$" {print "    " $0}' \
   "$LOG/profile_gemm.txt"
 # the stall reasons that cost at least half a cycle per issued instruction, per kernel
 awk '/^  [a-zA-Z_].*\(/ {print "  " $1} /issue_stalled_.*_per_issue_active.ratio/ && $NF + 0 >= 0.5 {print "    " $1, $NF}' \

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.benchmarks import load_bench
+from tests.conftest import needs_toolchain
 
 SHAPES = [(2048, 2048, 2048), (16384, 8192, 1024), (128, 8192, 8192)]
 
@@ -93,3 +94,28 @@ def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
     assert "rounds" in lines[0].split()
     ours = lines[-1].split()
     assert ours[:2] == ["1024x1024x1024", "ts"] and ours[5:7] == ["1.00", "0.95-1.10"] and ours[7] == "-"
+
+
+@needs_toolchain
+def test_the_code_column_says_where_a_multicast_pair_was_built():
+    """`/mc` builds a two-block cluster only where the pair check can prove the shared tile: a plain tile grid
+    with an even x (4096^3 in 128x256 tiles: 16 blocks along x share A's tile), not a persistent tile loop. The
+    column says which, so a `/mc` row that did not multicast cannot pass for one that did (it did, until
+    2026-12-03)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_tilescale.codegen import gemm_sm90
+
+    bench = load_bench("bench_gemm")
+    m = n = k = 4096
+    a = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+    switch = {(gemm_sm90, "MULTICAST"): True}
+    plain = bench.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=256, block_k=64, num_stages=4)
+    persistent = bench.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=256, block_k=64, num_stages=4,
+                            persistent=True)
+    assert "cluster 2" in bench.resources(plain, a, b, "auto", switch)
+    assert "cluster 2" not in bench.resources(persistent, a, b, "auto", switch)
+    assert "cluster 2" not in bench.resources(plain, a, b, "auto", {})
+    assert gemm_sm90.MULTICAST is False  # the switch was set for the lowering only

@@ -147,6 +147,7 @@ def test_persistent_matches_dot(m, n, k, cfg):
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),
     (1000, 3000, 777, dict(block_m=128, block_n=192, num_stages=4, num_sms=5)),
     (16384, 8192, 1024, dict(block_m=128, block_n=128, num_stages=6)),
+    (2048, 3000, 8192, dict(block_m=128, block_n=192, num_stages=4, group_m=16)),  # 128 k-steps a tile, ragged N
 ])
 def test_pingpong_persistent_matches_dot(m, n, k, cfg):
     """Ping-pong consumers (codegen/gemm_sm90_pingpong.py, asked for): each warpgroup's tiles land
@@ -196,3 +197,21 @@ def test_paired_blocks_match_dot_and_two_fit_on_an_sm():
     finally:
         driver.cuCtxPopCurrent()
         driver.cuDevicePrimaryCtxRelease(dev)
+
+
+# ---- a slower form than asked for says so when jit compiles it on the GPU (jax_tilescale.PerformanceWarning) ----
+
+def test_float32_gemm_warns_on_the_gpu_and_is_still_right():
+    """A float32 GEMM takes the portable path on Hopper (no tensor-core lowering takes float32 tiles): the CUDA
+    lowering warns once, naming the kernel and the loop, and the product is still the host's."""
+    import jax_tilescale as ts
+
+    m, n, k = 256, 192, 128
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("float32"), block_m=64, block_n=32, block_k=16, num_stages=2,
+                             threads=128)
+    a, b = _inputs((m, k), (k, n), "float32", 5)
+    with pytest.warns(ts.PerformanceWarning, match="portable path") as seen:
+        got = jax.jit(kern)(a, b)
+    assert any("float32" in str(w.message) for w in seen)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    assert float(np.max(np.abs(np.asarray(got, np.float64) - want))) <= 1e-4 * float(np.max(np.abs(want)))
