@@ -31,10 +31,19 @@ for section in $SECTIONS; do SECTION_ARGS+=(--section "$section"); done
 # per issued instruction (the stall metrics: WarpStateStats prints only their sum). About twenty replay passes per
 # kernel, two kernels: about a minute after the warm-up.
 # (ncu takes --metrics once: one comma-separated list, each entry with its own regex: prefix or none)
-ncu --clock-control none "${SECTION_ARGS[@]}" --profile-from-start off \
-  --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio${METRICS:+,$METRICS}" \
-  python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
+profile() {
+  ncu --clock-control none "${SECTION_ARGS[@]}" --profile-from-start off \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio${METRICS:+,$METRICS}" \
+    python3 tools/profile_gemm.py "$@" > "$LOG/profile_gemm.txt" 2>&1
+}
+profile "$@"
 rc=$?
+# ncu's first run on a freshly started GPU machine crashed as it connected, twice on 2026-12-03 (the rerun worked)
+if [ "$rc" != 0 ] && grep -q "Segmentation fault" "$LOG/profile_gemm.txt" && ! grep -q "==PROF== Profiling" "$LOG/profile_gemm.txt"; then
+  echo "ncu crashed before it profiled anything: once more" >&2
+  profile "$@"
+  rc=$?
+fi
 grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Elapsed Cycles|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|max \|ours|\
 Max Bandwidth|Mem Pipes Busy|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Active Warps Per|\
 Eligible Warps Per|Executed Instructions  " \
