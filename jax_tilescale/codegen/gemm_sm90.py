@@ -57,8 +57,9 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..ir.control import If
 from ..ir.evaluate import evaluate_array
-from ..ir.expr import Var, VarKind
+from ..ir.expr import Expr, Var, VarKind
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
 from .common import INDENT, indent
@@ -332,7 +333,7 @@ class Sm90Plan(TensorCorePlan):
             *(self.pingpong.turn_lines() if self.pingpong is not None else []),
             "ts_wgmma_wait<0>();",
             *fence,
-            *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent) if gl.nest else []),
+            *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent, bool(gl.multicast)) if gl.nest else []),
         ]
 
 
@@ -491,20 +492,32 @@ MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check eva
 MULTICAST = False  # measured slower on H200 (benchmarks/NOTES.md); tests and gen_harness.py turn it on
 
 
-def _pair_shares(copy: Copy, loop: Loop, grid: tuple[int, ...]) -> bool:
+def _pair_shares(copy: Copy, gl: GemmLoop, grid: tuple[int, ...]) -> bool:
     """Whether blocks (2c, y, z) and (2c + 1, y, z) copy the same source tile at every iteration:
-    checked by evaluating the tile's start on every such pair and iteration (exact, not a guess)."""
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    if gx % 2 or (gx // 2) * gy * gz * loop.extent > MAX_CHECKED_POINTS:
+    checked by evaluating the tile's start on every such pair and iteration (exact, not a guess). In a
+    tile loop (persistent kernels) every iteration of the loops around it counts too, and the ifs between
+    must take the same branch in both blocks: a block that skips a tile would leave its peer's stage
+    waiting for the half it multicasts."""
+    loops = [s for s in gl.nest if isinstance(s, Loop)]
+    if len(loops) != sum(1 for s in gl.nest if not isinstance(s, If)) or not all(
+            isinstance(s.extent, int) for s in loops):
         return False
-    xs, ys, zs, ks = np.meshgrid(np.arange(0, gx, 2, dtype=np.int64), np.arange(gy, dtype=np.int64),
-                                 np.arange(gz, dtype=np.int64), np.arange(loop.extent, dtype=np.int64),
-                                 indexing="ij", sparse=True)
+    gx, gy, gz = (*grid, 1, 1)[:3]
+    extents = [s.extent for s in loops] + [gl.loop.extent]
+    if gx % 2 or (gx // 2) * gy * gz * int(np.prod(extents)) > MAX_CHECKED_POINTS:
+        return False
+    axes = np.meshgrid(np.arange(0, gx, 2, dtype=np.int64), np.arange(gy, dtype=np.int64),
+                       np.arange(gz, dtype=np.int64), *(np.arange(e, dtype=np.int64) for e in extents),
+                       indexing="ij", sparse=True)
     pid = [Var(VarKind.PROGRAM_ID, a) for a in range(3)]
-    even = {pid[0]: xs, pid[1]: ys, pid[2]: zs, loop.var: ks}
-    odd = {**even, pid[0]: xs + 1}
-    for start in copy.src.starts:
-        a, b = evaluate_array(start, even), evaluate_array(start, odd)
+    even = {pid[0]: axes[0], pid[1]: axes[1], pid[2]: axes[2],
+            **{s.var: axis for s, axis in zip([*loops, gl.loop], axes[3:])}}
+    odd = {**even, pid[0]: axes[0] + 1}
+    guards = [s.cond for s in gl.nest if isinstance(s, If)]
+    for e in [*copy.src.starts, *guards]:
+        if not isinstance(e, Expr):  # an element value (reads memory): not decidable here
+            return False
+        a, b = evaluate_array(e, even), evaluate_array(e, odd)
         if a is None or b is None or not np.array_equal(*np.broadcast_arrays(a, b)):
             return False
     return True
@@ -515,6 +528,6 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     if not MULTICAST or gl.by_threads:  # a multicast stage's barriers count TMA bytes only
         return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
-        if _pair_shares(op.copy, gl.loop, kernel.grid):
+        if _pair_shares(op.copy, gl, kernel.grid):
             return dataclasses.replace(gl, multicast=role)
     return gl

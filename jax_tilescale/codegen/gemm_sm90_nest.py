@@ -108,11 +108,14 @@ def producer_skeleton(nest: Nest, program: list[str], index: int, extent: int, c
     return [f"uint32_t {counter(index)} = 0;  // iterations of the loop so far (stage and phase)", *body]
 
 
-def consumer_tail(index: int, empty: str, stages: int, extent: int) -> list[str]:
+def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: bool = False) -> list[str]:
     """After a run of the loop (every wgmma done): release its last stage, which the top-level
-    form never does (the kernel ends), and advance the count."""
+    form never does (the kernel ends), and advance the count; with a multicast tile, in the cluster
+    peer's barrier too (its producer sends half of the stage into ours)."""
     last = f"({counter(index)} + {extent - 1}) % {stages}"
-    return [f"if (ts_lane == 0) ts_mbar_arrive(&{empty}[{last}]);  // the producer may refill it for the next run",
+    peer = f" ts_mbar_arrive_cluster(&{empty}[{last}], ts_crank ^ 1);" if multicast else ""
+    return [f"if (ts_lane == 0) {{ ts_mbar_arrive(&{empty}[{last}]);{peer} }}"
+            "  // the producer may refill it for the next run",
             f"{counter(index)} += {extent};"]
 
 

@@ -75,11 +75,69 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     (128, 8192, 8192, dict(split_k=4, split_reduce="kernel")),
     (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),
     (200, 3000, 4096, dict(split_k=2, split_reduce="kernel")),  # ragged M and N: the last split's store of C is guarded
+    (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, mc=True)),
 ])
-def test_schedules_build_without_spills(session_cache, require_nvcc, m, n, k, cfg):
+def test_schedules_build_without_spills(session_cache, require_nvcc, monkeypatch, m, n, k, cfg):
+    from jax_tilescale.codegen import gemm_sm90
+
+    cfg = dict(cfg)
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", cfg.pop("mc", False))  # a two-block cluster of the ping-pong pick
     mod = _module(m, n, k, num_sms=132, **cfg)
     report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
     assert "C7510" not in report, report  # no call between the wgmma instructions
+
+
+@pytest.mark.parametrize("m,n,k,cfg,pair", [
+    # the pick at 16384 x 8192 x 1024 (ping-pong): blocks 2c and 2c + 1 take tiles t and t + 1 of every wave, one
+    # tile column (B shared), and the last wave's 92 tiles leave no pair half-empty
+    (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4), True),
+    (4096, 4096, 1024, dict(persistent=True, block_m=128, block_n=256, num_stages=4), True),  # cooperative
+    (2048, 3000, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, num_sms=6), True),
+])
+def test_persistent_tile_loops_multicast_only_where_both_blocks_of_a_pair_take_the_tile(monkeypatch, m, n, k, cfg,
+                                                                                        pair):
+    """With gemm_sm90.MULTICAST a persistent kernel's block pair shares a tile only where the check over every
+    wave (the tile loop's iterations and its guard) proves both blocks load it; then each tile's last stage is
+    released in both blocks' barriers (a missing remote release would hang the peer's producer)."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    mod = _module(m, n, k, **{"num_sms": 132, **cfg})
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    assert ("__cluster_dims__(2, 1, 1)" in mod.source) == pair
+    if pair:
+        consumer = mod.source.split("consumer warpgroups", 1)[1]
+        tail = consumer.split("the producer may refill it for the next run", 1)[0].rsplit("\n", 1)[1]
+        assert "ts_mbar_arrive_cluster(" in tail and "ts_crank ^ 1" in tail
+
+
+@pytest.mark.parametrize("tiles,pair", [(4, True), (3, False)])
+def test_a_pair_that_the_tile_loops_guard_splits_is_not_a_cluster(monkeypatch, tiles, pair):
+    """Two blocks, each wave's two tiles in one tile row (A shared at every wave). With 3 tiles the second wave
+    has one: block 1 skips the tile block 0 would multicast half of into it, so no cluster is built."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    m, n, k = 256, 256, 256
+
+    @ts.kernel(out_shape=S((m, n), jnp.float32), grid=(2,), threads=256)
+    def kern(A, B, C):
+        A_s = T.alloc_shared((128, 64), BF16)
+        B_s = T.alloc_shared((64, 128), BF16)
+        C_f = T.alloc_fragment((128, 128), jnp.float32)
+        for w in T.serial(2):
+            tile = w * 2 + T.program_id(0)
+            if tile < tiles:
+                T.clear(C_f)
+                for ko in T.Pipelined(k // 64, num_stages=3):
+                    T.copy(A[T.ds(w * 128, 128), T.ds(ko * 64, 64)], A_s)
+                    T.copy(B[T.ds(ko * 64, 64), T.ds(T.program_id(0) * 128, 128)], B_s)
+                    T.gemm(A_s, B_s, C_f)
+                T.copy(C_f, C[T.ds(w * 128, 128), T.ds(T.program_id(0) * 128, 128)])
+
+    mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    assert ("__cluster_dims__(2, 1, 1)" in mod.source) == pair
 
 
 def _clear_then_loop(fill_value: float, between: bool):

@@ -215,3 +215,23 @@ def test_float32_gemm_warns_on_the_gpu_and_is_still_right():
     assert any("float32" in str(w.message) for w in seen)
     want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     assert float(np.max(np.abs(np.asarray(got, np.float64) - want))) <= 1e-4 * float(np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4, pingpong=True)),  # the pick's form, B shared
+    (2048, 3000, 1024, dict(block_m=128, block_n=192, num_stages=4, pingpong=True, num_sms=6)),  # ragged N, 43 waves
+    (4096, 4096, 1024, dict(block_m=128, block_n=256, num_stages=4)),  # cooperative consumers
+])
+def test_persistent_multicast_pairs_match_dot(monkeypatch, m, n, k, cfg):
+    """Persistent kernels in two-block clusters (gemm_sm90.MULTICAST, off by default): each block loads half of
+    the shared tile into both, every stage released in both blocks' barriers, each tile's last one included."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
+    assert "__cluster_dims__(2, 1, 1)" in generate_cuda(kern.trace(a, b), "sm_90").source
+    first = jax.jit(kern)(a, b)
+    _close(first, a, b, "bfloat16")
+    again = jax.jit(kern)(a, b)
+    assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(again.astype(jnp.float32)))
