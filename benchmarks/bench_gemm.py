@@ -47,9 +47,9 @@ afterwards), `/kernel` with it: summed by the tile's last split inside the kerne
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong). `/mc` on a
-persistent kernel does not multicast (the pair check cannot follow the tile loop): the code column says
-"cluster 2" only where a pair was built.
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong). `/mc` builds
+a pair only where neighbouring blocks provably load the same tile (an even grid x; in a persistent kernel,
+at every wave): the code column says "cluster 2" where it did.
 """
 
 from __future__ import annotations

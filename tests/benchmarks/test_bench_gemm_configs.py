@@ -98,24 +98,24 @@ def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
 
 @needs_toolchain
 def test_the_code_column_says_where_a_multicast_pair_was_built():
-    """`/mc` builds a two-block cluster only where the pair check can prove the shared tile: a plain tile grid
-    with an even x (4096^3 in 128x256 tiles: 16 blocks along x share A's tile), not a persistent tile loop. The
-    column says which, so a `/mc` row that did not multicast cannot pass for one that did (it did, until
-    2026-12-03)."""
+    """`/mc` builds a two-block cluster only where the pair check proves the shared tile (4096^3 in 128x256 tiles:
+    16 blocks along x share A's tile), not where the grid's x is odd (8192^3 in 256x192 tiles: 43). The column
+    says which, so a `/mc` row that did not multicast cannot pass for one that did (persistent `/mc` rows did
+    not, until 2026-12-03)."""
     import jax
     import jax.numpy as jnp
 
     from jax_tilescale.codegen import gemm_sm90
 
     bench = load_bench("bench_gemm")
-    m = n = k = 4096
-    a = jax.ShapeDtypeStruct((m, k), jnp.bfloat16)
-    b = jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
     switch = {(gemm_sm90, "MULTICAST"): True}
-    plain = bench.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=256, block_k=64, num_stages=4)
-    persistent = bench.gemm(m, n, k, jnp.bfloat16, block_m=128, block_n=256, block_k=64, num_stages=4,
-                            persistent=True)
-    assert "cluster 2" in bench.resources(plain, a, b, "auto", switch)
-    assert "cluster 2" not in bench.resources(persistent, a, b, "auto", switch)
-    assert "cluster 2" not in bench.resources(plain, a, b, "auto", {})
+
+    def column(m, n, k, switches, **cfg):
+        a, b = jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+        return bench.resources(bench.gemm(m, n, k, jnp.bfloat16, block_k=64, num_stages=4, **cfg), a, b, "auto",
+                               switches)
+
+    assert "cluster 2" in column(4096, 4096, 4096, switch, block_m=128, block_n=256)
+    assert "cluster 2" not in column(8192, 8192, 8192, switch, block_m=256, block_n=192)
+    assert "cluster 2" not in column(4096, 4096, 4096, {}, block_m=128, block_n=256)
     assert gemm_sm90.MULTICAST is False  # the switch was set for the lowering only
