@@ -489,7 +489,7 @@ def _with_folded_clear(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
 
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
-MULTICAST = False  # measured slower on H200 (benchmarks/NOTES.md); tests and gen_harness.py turn it on
+MULTICAST = False  # measured slower on H200, persistent kernels too (benchmarks/NOTES.md); tests turn it on
 
 
 def _pair_shares(copy: Copy, gl: GemmLoop, grid: tuple[int, ...]) -> bool:
