@@ -113,9 +113,10 @@ def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: b
     form never does (the kernel ends), and advance the count; with a multicast tile, in the cluster
     peer's barrier too (its producer sends half of the stage into ours)."""
     last = f"({counter(index)} + {extent - 1}) % {stages}"
-    peer = f" ts_mbar_arrive_cluster(&{empty}[{last}], ts_crank ^ 1);" if multicast else ""
-    return [f"if (ts_lane == 0) {{ ts_mbar_arrive(&{empty}[{last}]);{peer} }}"
-            "  // the producer may refill it for the next run",
+    release = f"ts_mbar_arrive(&{empty}[{last}]);"
+    if multicast:
+        release = f"{{ {release} ts_mbar_arrive_cluster(&{empty}[{last}], ts_crank ^ 1); }}"
+    return [f"if (ts_lane == 0) {release}  // the producer may refill it for the next run",
             f"{counter(index)} += {extent};"]
 
 
