@@ -8,8 +8,8 @@
 #   SECTIONS="SpeedOfLight ComputeWorkloadAnalysis" bash tools/profile_gemm.sh 8192x8192x8192
 #
 # SECTIONS (default: the list below) names fewer ncu sections for fewer replay passes; METRICS (comma-separated
-# ncu metric names, e.g. sm__cycles_active.min,sm__cycles_active.max) adds metrics to the stall reasons'. The clocks stay as the
-# card sets them (--clock-control none; device/METHOD.md forbids pinning them): to compare two kernels whose
+# ncu metric names, e.g. sm__cycles_active.min,sm__cycles_active.max) adds metrics to the stall reasons, printed
+# per kernel after the summary. The clocks stay as the card sets them (--clock-control none; device/METHOD.md forbids pinning them): to compare two kernels whose
 # clocks differ under the power cap, compare their "Elapsed Cycles", not their durations.
 #
 # Writes $OUT/profile_gemm.txt (or /tmp), prints the kernels' names, durations, throughputs, shared-memory and
