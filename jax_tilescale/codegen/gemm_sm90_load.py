@@ -219,8 +219,9 @@ def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[s
         dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * 128}"
         xa = x if a == 0 else f"{x} + {a * atom}"
         where = f"&ts_maps.m[{op.map_index}], &{gl.full()}[{s}], (int32_t)({xa}), (int32_t)({y})"
-        if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both
-            owner = a % 2 if op.atoms > 1 else 0
+        if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both; the split turns
+            # with the stage, so that over two k-steps both blocks issue as many (one box or three: uneven)
+            owner = f"(({a} + {s}) & 1)"
             out.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
         else:
             out.append(f"ts_tma_load_2d({dst}, {where});")
