@@ -62,6 +62,7 @@ from ..ir.evaluate import evaluate_array
 from ..ir.expr import Expr, Var, VarKind
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
+from . import gemm_sm90_trace as trace
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
@@ -306,14 +307,18 @@ class Sm90Plan(TensorCorePlan):
                 descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         assert a.stage_bytes % 16 == 0 and b.stage_bytes % 16 == 0
+        traced = STAGE_TRACE  # the diagnostic of gemm_sm90_trace: it writes over the product
         return [
+            *(trace.loop_start() if traced else []),
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
             f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, 1024u);",
             f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, 1024u);",
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",
+            *indent(trace.before_stage_wait() if traced else [], 1),
             f"{INDENT}ts_mbar_wait(&{gl.full()}[ts_s], (uint32_t)(({it} / {gl.stages}) & 1));",
+            *indent(trace.after_stage_wait(i) if traced else [], 1),
             f"{INDENT}const uint64_t ts_da = ts_da_ring + (uint32_t)(ts_s * {a.stage_bytes // 16});",
             f"{INDENT}const uint64_t ts_db = ts_db_ring + (uint32_t)(ts_s * {b.stage_bytes // 16});",
             *indent(fence, 1),
@@ -321,7 +326,9 @@ class Sm90Plan(TensorCorePlan):
             *indent(descs, 1),
             f"{INDENT}ts_wgmma_commit();",
             *indent(fence, 1),
+            *indent(trace.before_products_wait() if traced else [], 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
+            *indent(trace.after_products_wait(i) if traced else [], 1),
             *indent(fence, 1),
             f"{INDENT}if ({i} > 0 && ts_lane == 0) {{",
             f"{INDENT * 2}ts_mbar_arrive(&{gl.empty()}[({it} - 1) % {gl.stages}]);",
@@ -333,6 +340,7 @@ class Sm90Plan(TensorCorePlan):
             *(self.pingpong.turn_lines() if self.pingpong is not None else []),
             "ts_wgmma_wait<0>();",
             *fence,
+            *(trace.loop_end(acc, gl.n) if traced else []),
             *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent, bool(gl.multicast)) if gl.nest else []),
         ]
 
@@ -489,6 +497,7 @@ def _with_folded_clear(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
 # ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
 
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
+STAGE_TRACE = False  # the consumers' stage waits written over the product (gemm_sm90_trace; tools/stage_trace.py)
 MULTICAST = False  # measured slower on H200, persistent kernels too (benchmarks/NOTES.md); tests turn it on
 
 

@@ -1,0 +1,100 @@
+"""A diagnostic of the Hopper GEMM's consumers: where they wait (gemm_sm90.STAGE_TRACE, off;
+`tools/stage_trace.py` turns it on and reads the result).
+
+Per run of a pipelined loop and consumer warpgroup, the warpgroup's first thread counts the cycles
+it waited for each stage's operands (the "full" barrier), the k-steps where the previous stage's
+products were already done when it came to wait for them (the tensor pipe ran dry: nothing of this
+warpgroup was queued), the loop's cycles, its start (%globaltimer) and the SM. After the loop it
+writes them over its first accumulators, in place of the product, as base-256 digits so that a
+bfloat16 or float16 output holds them exactly. The layout is `FIELDS`, read by both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DRY_CYCLES = 40  # a wait for the previous stage's products this short: they were done already
+
+
+@dataclass(frozen=True)
+class TraceField:
+    name: str
+    value: str  # a C expression of an unsigned integer
+    digits: int  # base-256 digits written (low first), one accumulator each
+
+
+FIELDS: tuple[TraceField, ...] = (
+    TraceField("wait", "ts_dg_wait", 3),  # cycles waiting for stages, all k-steps
+    TraceField("longest", "ts_dg_longest", 2),  # the longest wait of one k-step
+    TraceField("waited", "ts_dg_waited", 1),  # k-steps that waited more than 64 cycles
+    TraceField("first", "ts_dg_first", 2),  # the wait at k-step 0 (the pipeline's fill)
+    TraceField("mask", "ts_dg_mask", 4),  # which k-steps (% 32) waited more than 64 cycles
+    TraceField("dry", "ts_dg_dry", 1),  # k-steps where the previous products were done before this one issued
+    TraceField("start", "(uint32_t)ts_dg_g0", 4),  # %globaltimer (ns) at the loop's start, low 32 bits
+    TraceField("cycles", "ts_dg_cyc", 3),  # the loop's cycles, from before its first wait to after its last products
+    TraceField("sm", "ts_dg_sm", 1),
+)
+SLOTS = sum(f.digits for f in FIELDS)
+
+
+def slot_position(r: int) -> tuple[int, int]:
+    """(row, column) within the warpgroup's first 64-row slab of its first thread's accumulator `r`
+    (wgmma's m64nN layout: four registers per 8-column group, rows 0 and 8, columns 0 and 1)."""
+    return 8 * ((r // 2) % 2), (r // 4) * 8 + r % 2
+
+
+def min_columns() -> int:
+    return slot_position(SLOTS - 1)[1] + 1
+
+
+def loop_start() -> list[str]:
+    return ["uint32_t ts_dg_wait = 0, ts_dg_longest = 0, ts_dg_waited = 0, ts_dg_mask = 0, ts_dg_first = 0, "
+            "ts_dg_dry = 0;",
+            "uint64_t ts_dg_g0; asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(ts_dg_g0));",
+            "const long long ts_dg_c0 = clock64();"]
+
+
+def before_stage_wait() -> list[str]:
+    return ["const long long ts_dg_t0 = clock64();"]
+
+
+def after_stage_wait(i: str) -> list[str]:
+    return [f"{{ const uint32_t ts_dw = (uint32_t)(clock64() - ts_dg_t0); ts_dg_wait += ts_dw; "
+            "if (ts_dw > ts_dg_longest) ts_dg_longest = ts_dw; "
+            f"if (ts_dw > 64) {{ ++ts_dg_waited; ts_dg_mask |= 1u << ({i} & 31); }} "
+            f"if ({i} == 0) ts_dg_first = ts_dw; }}"]
+
+
+def before_products_wait() -> list[str]:
+    return ["const long long ts_dg_t1 = clock64();"]
+
+
+def after_products_wait(i: str) -> list[str]:
+    return [f"if ({i} > 0 && clock64() - ts_dg_t1 < {DRY_CYCLES}) ++ts_dg_dry;"]
+
+
+def loop_end(acc: str, columns: int) -> list[str]:
+    """The fields over accumulators 0.. of slab 0 of the warpgroup's first thread."""
+    if columns < min_columns():
+        raise ValueError(f"the stage trace needs tiles of at least {min_columns()} columns, not {columns}")
+    out = ["if ((threadIdx.x & 127) == 0) {",
+           "  const uint32_t ts_dg_cyc = (uint32_t)(clock64() - ts_dg_c0);",
+           "  uint32_t ts_dg_sm; asm volatile(\"mov.u32 %0, %smid;\" : \"=r\"(ts_dg_sm));"]
+    r = 0
+    for f in FIELDS:
+        for d in range(f.digits):
+            out.append(f"  {acc}[0][{r}] = (float)(({f.value} >> {8 * d}) & 255u);")
+            r += 1
+    return [*out, "}"]
+
+
+def decode_slab(get) -> dict[str, int]:
+    """The fields of one warpgroup's trace; `get(row, column)` reads the output within its slab."""
+    out, r = {}, 0
+    for f in FIELDS:
+        value = 0
+        for d in range(f.digits):
+            value |= round(float(get(*slot_position(r)))) << (8 * d)
+            r += 1
+        out[f.name] = value
+    return out

@@ -1,0 +1,47 @@
+"""The stage-wait trace of the Hopper GEMM (codegen/gemm_sm90_trace.py, a diagnostic behind
+gemm_sm90.STAGE_TRACE): nothing of it is generated when the switch is off; on, the traced kernels write
+every slot of the layout once and build without spills or serialised wgmma; tiles too narrow for the
+layout are refused (tests/gpu/test_stage_trace_gpu.py runs the traced kernels)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jax_tilescale.codegen import gemm_sm90, generate_cuda
+from jax_tilescale.codegen import gemm_sm90_trace as trace
+from jax_tilescale.compiler import compile_cubin
+from tests.codegen.test_compute_codegen import _no_spills
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+BF16 = jnp.bfloat16
+PINGPONG = dict(block_m=128, block_n=192, block_k=64, num_stages=4, persistent=True, pingpong=True)
+COOPERATIVE = dict(block_m=256, block_n=192, block_k=64, num_stages=4)
+
+
+def _source(m, n, k, cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(BF16), num_sms=132, **cfg)
+    S = jax.ShapeDtypeStruct
+    return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+
+
+@pytest.mark.parametrize("cfg", [PINGPONG, COOPERATIVE], ids=["pingpong", "cooperative"])
+def test_traced_kernels_build_without_spills_and_only_when_asked(session_cache, require_nvcc, monkeypatch, cfg):
+    plain = _source(2048, 2048, 1024, cfg).source
+    assert "ts_dg_" not in plain
+    monkeypatch.setattr(gemm_sm90, "STAGE_TRACE", True)
+    mod = _source(2048, 2048, 1024, cfg)
+    # every slot of the layout written once by the warpgroup's first thread, after its last products
+    writes = [line for line in mod.source.splitlines() if "= (float)((" in line and "ts_dg" in line]
+    assert len(writes) == len({w.split("=")[0].strip() for w in writes}) == trace.SLOTS
+    report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+    assert "C7510" not in report, report
+
+
+def test_tiles_too_narrow_for_the_trace_are_refused():
+    with pytest.raises(ValueError, match=f"at least {trace.min_columns()} columns"):
+        trace.loop_end("ts_acc", trace.min_columns() - 8)
+
+

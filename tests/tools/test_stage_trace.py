@@ -1,0 +1,67 @@
+"""tools/stage_trace.py where no GPU is: the decoder reads back values written in the layout of
+codegen/gemm_sm90_trace.py by an encoder of the test's own, through a bfloat16 output, and the summary
+counts what the records hold (tests/codegen/test_gemm_sm90_trace.py builds the traced kernels;
+tests/gpu/test_stage_trace_gpu.py runs them)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from jax_tilescale.codegen import gemm_sm90_trace as trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("stage_trace", ROOT / "tools" / "stage_trace.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _encode(out, row0, col0, values):
+    """The layout written the generated code's way (digits low first, registers in wgmma's m64nN order:
+    register r of thread 0 at row 8 * ((r // 2) % 2), column (r // 4) * 8 + r % 2), by hand."""
+    r = 0
+    for f in trace.FIELDS:
+        for d in range(f.digits):
+            row, col = 8 * ((r // 2) % 2), (r // 4) * 8 + r % 2
+            out[row0 + row, col0 + col] = (values[f.name] >> (8 * d)) & 255
+            r += 1
+
+
+def test_decode_reads_back_every_field_of_every_tile_and_warpgroup():
+    tool = _tool()
+    rng = np.random.default_rng()
+    m, n, bm, bn = 512, 400, 256, 192  # the last tile column (384..575) is clipped: no trace there
+    c = rng.normal(size=(m, n)).astype(np.float32) * 1000  # a product where no trace is
+    truth = {}
+    for tm in range(2):
+        for tn in range(2):
+            for wg, r0 in enumerate((0, 128)):
+                values = {f.name: int(rng.integers(0, 256 ** f.digits)) for f in trace.FIELDS}
+                _encode(c, tm * bm + r0, tn * bn, values)
+                truth[(tm, tn, wg)] = values
+    c = np.asarray(jnp.asarray(c, jnp.bfloat16).astype(jnp.float32))  # through the output's bfloat16: digits are exact
+    recs = tool.decode(c, m, n, bm, bn, [0, 128])
+    assert {(r["tm"], r["tn"], r["wg"]) for r in recs} == set(truth)
+    for r in recs:
+        assert {f.name: r[f.name] for f in trace.FIELDS} == truth[(r["tm"], r["tn"], r["wg"])]
+
+
+def test_summary_counts_what_the_records_hold():
+    tool = _tool()
+    recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10, mask=0b101,
+                 dry=1 if j == 3 else 0, start=1000 * j, cycles=1000, sm=j % 2) for j in range(4)]
+    lines = tool.summarize(recs, ksteps=4, ideal=200, persistent=True)
+    text = "\n".join(lines)
+    assert "x1.250" in text  # 1000 cycles against 4 x 200
+    assert "mean 250" in text  # the waits 100..400
+    assert "mean 0.25 a run, runs with any 25.0%" in text  # one dry k-step in four runs
+    assert "k-step j % 32: 0:4 1:0 2:4 3:0" in text
+    assert "by wave (mean wait / mean loop cycles): 0:150/1000 1:350/1000" in text
+    assert "wait per SM: min 400, median 500, max 600 (2 SMs)" in text

@@ -1,0 +1,136 @@
+"""Where the consumers of a Hopper GEMM wait for their operands, per tile (a GPU diagnostic).
+
+    python tools/stage_trace.py 16384x8192x1024 128x192x64/4/g8/p/pp [--heat 3]
+
+Builds `examples/gemm.py`'s kernel for that shape and `bench_gemm.py`-style config with
+`gemm_sm90.STAGE_TRACE` on (jax_tilescale/codegen/gemm_sm90_trace.py: each consumer warpgroup writes,
+per tile, its stage-wait cycles, the k-steps where the tensor pipe ran dry, the loop's cycles, its
+start and its SM over the product), runs it --heat seconds (the power cap's steady state), decodes the
+last product and prints where the waits go. Findings: benchmarks/NOTES.md, nineteenth session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+
+import numpy as np
+
+from jax_tilescale.codegen.gemm_sm90_trace import SLOTS, decode_slab, slot_position
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+
+
+def decode(c: np.ndarray, m: int, n: int, bm: int, bn: int, slab_rows: list[int]) -> list[dict]:
+    """One record per tile and consumer warpgroup (slab_rows: each warpgroup's first row in the
+    tile); tiles whose trace the output's edge clipped are left out."""
+    rows, cols = (max(slot_position(r)[i] for r in range(SLOTS)) + 1 for i in (0, 1))
+    out = []
+    for tm in range(-(-m // bm)):
+        for tn in range(-(-n // bn)):
+            if tm * bm + max(slab_rows) + rows > m or tn * bn + cols > n:
+                continue
+            for wg, r0 in enumerate(slab_rows):
+                rec = decode_slab(lambda i, j, r0=r0, tm=tm, tn=tn: c[tm * bm + r0 + i, tn * bn + j])
+                out.append({"tm": tm, "tn": tn, "wg": wg, **rec})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape")
+    ap.add_argument("config")
+    ap.add_argument("--heat", type=float, default=2.0)
+    ap.add_argument("--sms", type=int, default=132, help="the persistent grid's blocks (the GPU's SM count)")
+    args = ap.parse_args()
+    import jax
+    import jax.numpy as jnp
+    from bench_gemm import parse_config
+    from gemm import gemm, group_of, grouped_tile
+
+    from jax_tilescale.codegen import gemm_sm90
+    from jax_tilescale.codegen.gemm_table import GemmConfig
+
+    gemm_sm90.STAGE_TRACE = True  # the product is overwritten: this build is for the trace only
+
+    m, n, k = map(int, args.shape.split("x"))
+    kw, flags = parse_config(args.config)
+    if flags:
+        sys.exit(f"module switches {flags} are not handled here")
+    f = jax.jit(gemm(m, n, k, jnp.bfloat16, **kw))
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
+    b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
+    c = f(a, b).block_until_ready()
+    t0, calls = time.perf_counter(), 0
+    while time.perf_counter() - t0 < args.heat:
+        for _ in range(20):
+            c = f(a, b)
+        c.block_until_ready()
+        calls += 20
+    per = (time.perf_counter() - t0) / calls * 1e3
+    print(f"{args.shape} {args.config}: {calls} products, {per:.3f} ms each ({2 * m * n * k / per / 1e9:.0f} TFLOP/s,"
+          " traced build)")
+    c = np.asarray(f(a, b).astype(jnp.float32))
+    bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
+    pp, persistent = kw.get("pingpong", False), kw.get("persistent", False)
+    recs = decode(c, m, n, bm, bn, [0] if pp else [0, bm // 2])
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
+    order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
+    blocks = min(args.sms, tiles_m * tiles_n)
+    for r in recs:
+        r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
+    # a stage of the tile at the SM's dense 16-bit rate, 2048 multiply-adds a cycle (in the cooperative
+    # form both warpgroups' halves share the tensor pipe: the loop of either takes the whole tile's time)
+    ideal = bm * bn * bk // 2048
+    print("\n".join(summarize(recs, -(-k // bk), ideal, persistent)))
+    out = os.path.join(os.environ.get("OUT", "/tmp"), f"stage_trace_{args.shape}_{args.config.replace('/', '_')}.npy")
+    np.save(out, np.array([[r[f] for f in COLUMNS] for r in recs], np.int64))
+    print(f"records ({', '.join(COLUMNS)}): {out}")
+
+
+COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "dry", "start", "cycles", "sm")
+
+
+def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> list[str]:
+    """The trace's findings, one line each: loop cycles against `ideal` cycles a k-step, waits by
+    k-step, wave, time and SM, the k-steps that ran the tensor pipe dry."""
+    col = {name: np.array([r[name] for r in recs], float) for name in COLUMNS if name != "wave"}
+    wait, cyc = col["wait"], col["cycles"]
+    lines = [f"runs of the loop: {len(recs)} of {ksteps} k-steps; loop cycles median {np.median(cyc):.0f} "
+             f"(p10 {np.percentile(cyc, 10):.0f}, p90 {np.percentile(cyc, 90):.0f}); the tensor pipe's share "
+             f"{ksteps * ideal} ({ideal} a k-step): median x{np.median(cyc) / (ksteps * ideal):.3f}",
+             f"stage-wait cycles a run: mean {wait.mean():.0f}, p90 {np.percentile(wait, 90):.0f}, max "
+             f"{wait.max():.0f} ({wait.sum() / cyc.sum():.1%} of loop cycles; a wait under the products in flight "
+             "costs nothing)",
+             f"wait at k-step 0 (the fill): mean {col['first'].mean():.0f}; k-steps that waited > 64 cycles: mean "
+             f"{col['waited'].mean():.2f}; longest wait median {np.median(col['longest']):.0f}",
+             f"k-steps where the tensor pipe ran dry (the previous products done before this stage issued): "
+             f"mean {col['dry'].mean():.2f} a run, runs with any {(col['dry'] > 0).mean():.1%}"]
+    hist = [sum((int(r["mask"]) >> j) & 1 for r in recs) for j in range(min(32, ksteps))]
+    lines.append("runs that waited > 64 cycles at k-step j % 32: " + " ".join(f"{j}:{h}" for j, h in enumerate(hist)))
+    if persistent:
+        waves = sorted({r["wave"] for r in recs})
+        lines.append("by wave (mean wait / mean loop cycles): " + " ".join(
+            f"{w}:{np.mean([r['wait'] for r in recs if r['wave'] == w]):.0f}/"
+            f"{np.mean([r['cycles'] for r in recs if r['wave'] == w]):.0f}" for w in waves))
+    t = (col["start"].astype(np.int64) - int(col["start"].min())) % (1 << 32) / 1e3
+    edges = np.linspace(0, t.max() + 1e-9, 11)
+    parts = []
+    for lo, hi in itertools.pairwise(edges):
+        sel = (t >= lo) & (t < hi)
+        parts.append(f"{lo:.0f}:{int(sel.sum())}/{wait[sel].mean() if sel.any() else 0:.0f}")
+    lines.append("by start (us from the first: runs / mean wait): " + " ".join(parts))
+    per_sm = np.array([wait[col["sm"] == s].sum() for s in np.unique(col["sm"])])
+    lines.append(f"wait per SM: min {per_sm.min():.0f}, median {np.median(per_sm):.0f}, max {per_sm.max():.0f} "
+                 f"({len(per_sm)} SMs)")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
