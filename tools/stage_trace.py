@@ -4,9 +4,9 @@
 
 Builds `examples/gemm.py`'s kernel for that shape and `bench_gemm.py`-style config with
 `gemm_sm90.STAGE_TRACE` on (jax_tilescale/codegen/gemm_sm90_trace.py: each consumer warpgroup writes,
-per tile, its stage-wait cycles, the k-steps where the tensor pipe ran dry, the loop's cycles, its
-start and its SM over the product), runs it --heat seconds (the power cap's steady state), decodes the
-last product and prints where the waits go. Findings: benchmarks/NOTES.md, nineteenth session.
+per tile, its stage-wait cycles, the loop's cycles, its start and its SM over the product), runs it
+--heat seconds (the power cap's steady state), decodes the last product and prints where the waits go.
+Findings: benchmarks/NOTES.md, nineteenth session.
 """
 
 from __future__ import annotations
@@ -94,12 +94,12 @@ def main() -> None:
     print(f"records ({', '.join(COLUMNS)}): {out}")
 
 
-COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "dry", "start", "cycles", "sm")
+COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "sm")
 
 
 def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> list[str]:
     """The trace's findings, one line each: loop cycles against `ideal` cycles a k-step, waits by
-    k-step, wave, time and SM, the k-steps that ran the tensor pipe dry."""
+    k-step, wave, time and SM."""
     col = {name: np.array([r[name] for r in recs], float) for name in COLUMNS if name != "wave"}
     wait, cyc = col["wait"], col["cycles"]
     lines = [f"runs of the loop: {len(recs)} of {ksteps} k-steps; loop cycles median {np.median(cyc):.0f} "
@@ -109,9 +109,7 @@ def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> li
              f"{wait.max():.0f} ({wait.sum() / cyc.sum():.1%} of loop cycles; a wait under the products in flight "
              "costs nothing)",
              f"wait at k-step 0 (the fill): mean {col['first'].mean():.0f}; k-steps that waited > 64 cycles: mean "
-             f"{col['waited'].mean():.2f}; longest wait median {np.median(col['longest']):.0f}",
-             f"k-steps where the tensor pipe ran dry (the previous products done before this stage issued): "
-             f"mean {col['dry'].mean():.2f} a run, runs with any {(col['dry'] > 0).mean():.1%}"]
+             f"{col['waited'].mean():.2f}; longest wait median {np.median(col['longest']):.0f}"]
     hist = [sum((int(r["mask"]) >> j) & 1 for r in recs) for j in range(min(32, ksteps))]
     lines.append("runs that waited > 64 cycles at k-step j % 32: " + " ".join(f"{j}:{h}" for j, h in enumerate(hist)))
     if persistent:

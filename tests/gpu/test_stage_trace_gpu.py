@@ -50,9 +50,9 @@ def test_every_tile_has_a_consistent_trace(monkeypatch, cfg, wgs):
     for r in recs:
         assert 0.9 * ksteps * ideal <= r["cycles"] < 1000 * ksteps * ideal, r
         assert r["first"] <= r["longest"] <= r["wait"] <= r["cycles"], r
-        assert r["waited"] <= ksteps and r["dry"] <= ksteps - 1, r
+        assert r["waited"] <= ksteps, r
         assert r["mask"] >> ksteps == 0 and bin(r["mask"]).count("1") == r["waited"], r
         assert r["sm"] < sms, r
     assert len({r["sm"] for r in recs}) > 1
     starts = np.array([r["start"] for r in recs], np.int64)
-    assert (starts - starts.min()) % (1 << 32) < 10_000_000  # one product: within 10 ms
+    assert ((starts - starts.min()) % (1 << 32)).max() < 10_000_000  # one product: within 10 ms

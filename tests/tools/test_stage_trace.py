@@ -55,13 +55,12 @@ def test_decode_reads_back_every_field_of_every_tile_and_warpgroup():
 
 def test_summary_counts_what_the_records_hold():
     tool = _tool()
-    recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10, mask=0b101,
-                 dry=1 if j == 3 else 0, start=1000 * j, cycles=1000, sm=j % 2) for j in range(4)]
+    recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10,
+                 mask=0b101, start=1000 * j, cycles=1000, sm=j % 2) for j in range(4)]
     lines = tool.summarize(recs, ksteps=4, ideal=200, persistent=True)
     text = "\n".join(lines)
     assert "x1.250" in text  # 1000 cycles against 4 x 200
     assert "mean 250" in text  # the waits 100..400
-    assert "mean 0.25 a run, runs with any 25.0%" in text  # one dry k-step in four runs
     assert "k-step j % 32: 0:4 1:0 2:4 3:0" in text
     assert "by wave (mean wait / mean loop cycles): 0:150/1000 1:350/1000" in text
     assert "wait per SM: min 400, median 500, max 600 (2 SMs)" in text
