@@ -94,7 +94,37 @@ def main() -> None:
     print(f"records ({', '.join(COLUMNS)}): {out}")
 
 
-COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "sm")
+COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "clock", "sm")
+
+
+def between_loops(recs: list[dict]) -> list[str]:
+    """Per SM, the loops in the order they started (warpgroup 0's where two share each tile): the
+    SM's clock (clock64 over %globaltimer from its first loop's start to its last's) and the cycles
+    from each loop's end to the next one's start (negative where they overlap: in ping-pong the next
+    warpgroup starts while the last products of the other are in the tensor pipe)."""
+    clocks, gaps, busy = [], [], []
+    for sm in sorted({r["sm"] for r in recs}):
+        own = sorted((r for r in recs if r["sm"] == sm and r["wg"] == 0),
+                     key=lambda r: (r["start"] - recs[0]["start"]) % (1 << 32))  # %globaltimer: one for all SMs
+        if len(own) < 2:
+            continue
+        c0 = own[0]["clock"]
+        start = [(r["clock"] - c0) % (1 << 32) for r in own]
+        ns = (own[-1]["start"] - own[0]["start"]) % (1 << 32)
+        if ns > 0:
+            clocks.append(start[-1] / ns)
+        gaps += [start[j + 1] - (start[j] + own[j]["cycles"]) for j in range(len(own) - 1)]
+        span = start[-1] + own[-1]["cycles"]
+        busy.append(sum(r["cycles"] for r in own) / span)
+    if not gaps:
+        return ["between loops: fewer than two loops on every SM"]
+    g = np.array(gaps, float)
+    return [f"SM clock (clock64 / globaltimer): median {np.median(clocks):.3f} GHz (min {min(clocks):.3f}, max "
+            f"{max(clocks):.3f})",
+            f"cycles from a loop's end to the next's start on its SM: median {np.median(g):.0f}, p10 "
+            f"{np.percentile(g, 10):.0f}, p90 {np.percentile(g, 90):.0f}, max {g.max():.0f} ({len(g)} gaps)",
+            f"loops' cycles over the SM's span from its first loop's start to its last's end: median "
+            f"{np.median(busy):.3f}, min {min(busy):.3f} (above 1 where loops overlap)"]
 
 
 def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> list[str]:
@@ -124,6 +154,7 @@ def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> li
         sel = (t >= lo) & (t < hi)
         parts.append(f"{lo:.0f}:{int(sel.sum())}/{wait[sel].mean() if sel.any() else 0:.0f}")
     lines.append("by start (us from the first: runs / mean wait): " + " ".join(parts))
+    lines += between_loops(recs)
     per_sm = np.array([wait[col["sm"] == s].sum() for s in np.unique(col["sm"])])
     lines.append(f"wait per SM: min {per_sm.min():.0f}, median {np.median(per_sm):.0f}, max {per_sm.max():.0f} "
                  f"({len(per_sm)} SMs)")

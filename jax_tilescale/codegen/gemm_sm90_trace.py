@@ -2,12 +2,13 @@
 `tools/stage_trace.py` turns it on and reads the result).
 
 Per run of a pipelined loop and consumer warpgroup, the warpgroup's first thread counts the cycles
-it waited for each stage's operands (the "full" barrier), the loop's cycles, its start
-(%globaltimer) and the SM. (A count of k-steps whose `wgmma.wait_group 1` returned at once, meant to
-show the tensor pipe running dry, read 15 of 16 in loops running at the pipe's rate: ptxas does not
-wait where the instruction stands. Left out.) After the loop it
-writes them over its first accumulators, in place of the product, as base-256 digits so that a
-bfloat16 or float16 output holds them exactly. The layout is `FIELDS`, read by both sides.
+it waited for each stage's operands (the "full" barrier), the loop's cycles, its start (%globaltimer
+and the SM's clock64: their ratio is the SM's clock, and the cycles from one loop's end to the next's
+start on an SM are what the loops leave idle) and the SM. After the loop it writes them over its first
+accumulators, in place of the product, as base-256 digits so that a bfloat16 or float16 output holds
+them exactly. The layout is `FIELDS`, read by both sides. (A count of k-steps whose
+`wgmma.wait_group 1` returned at once, meant to show the tensor pipe running dry, read 15 of 16 in
+loops running at the pipe's rate: ptxas does not wait where the instruction stands. Left out.)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ FIELDS: tuple[TraceField, ...] = (
     TraceField("mask", "ts_dg_mask", 4),  # which k-steps (% 32) waited more than 64 cycles
     TraceField("start", "(uint32_t)ts_dg_g0", 4),  # %globaltimer (ns) at the loop's start, low 32 bits
     TraceField("cycles", "ts_dg_cyc", 3),  # the loop's cycles, from before its first wait to after its last products
+    TraceField("clock", "(uint32_t)ts_dg_c0", 4),  # the SM's clock64 at the loop's start, low 32 bits
     TraceField("sm", "ts_dg_sm", 1),
 )
 SLOTS = sum(f.digits for f in FIELDS)
