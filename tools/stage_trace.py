@@ -59,8 +59,8 @@ def main() -> None:
 
     m, n, k = map(int, args.shape.split("x"))
     kw, flags = parse_config(args.config)
-    if flags:
-        sys.exit(f"module switches {flags} are not handled here")
+    for (module, name), value in flags.items():  # the config's code generator switches (/mc, /direct, ...)
+        setattr(module, name, value)
     f = jax.jit(gemm(m, n, k, jnp.bfloat16, **kw))
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
