@@ -20,14 +20,23 @@ request_cpu_devices(8)
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_example(name: str):
-    """Imports examples/<name>.py as a module (examples are scripts, not a package)."""
-    path = ROOT / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"examples_{name}", path)
+def _load_script(folder: str, name: str):
+    path = ROOT / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_example(name: str):
+    """Imports examples/<name>.py as a module (examples are scripts, not a package)."""
+    return _load_script("examples", name)
+
+
+def load_tool(name: str):
+    """Imports tools/<name>.py as a module (tools are scripts, not a package)."""
+    return _load_script("tools", name)
 
 
 def _have_toolchain() -> bool:

@@ -45,12 +45,12 @@ def main() -> None:
     ap.add_argument("shape")
     ap.add_argument("config")
     ap.add_argument("--heat", type=float, default=2.0)
-    ap.add_argument("--sms", type=int, default=132, help="the persistent grid's blocks (the GPU's SM count)")
+
     args = ap.parse_args()
     import jax
     import jax.numpy as jnp
     from bench_gemm import parse_config
-    from gemm import gemm, group_of, grouped_tile
+    from gemm import device_sm_count, gemm, group_of, grouped_tile
 
     from jax_tilescale.codegen import gemm_sm90
     from jax_tilescale.codegen.gemm_table import GemmConfig
@@ -82,7 +82,7 @@ def main() -> None:
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
     order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
-    blocks = min(args.sms, tiles_m * tiles_n)
+    blocks = min(device_sm_count(), tiles_m * tiles_n)  # the persistent grid, as gemm() builds it
     for r in recs:
         r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
     # a stage of the tile at the SM's dense 16-bit rate, 2048 multiply-adds a cycle (in the cooperative

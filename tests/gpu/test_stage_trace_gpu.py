@@ -7,26 +7,16 @@ ping-pong and the cooperative forms.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jax_tilescale.codegen import gemm_sm90
-from tests.conftest import load_example
+from tests.conftest import load_example, load_tool
 
-ROOT = Path(__file__).resolve().parents[2]
 gemm_example = load_example("gemm")
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("stage_trace", ROOT / "tools" / "stage_trace.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+stage_trace = load_tool("stage_trace")
 
 
 @pytest.mark.parametrize("cfg,wgs", [
@@ -42,11 +32,11 @@ def test_every_tile_has_a_consistent_trace(monkeypatch, cfg, wgs):
     b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
     c = np.asarray(kern(a, b).astype(jnp.float32))
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
-    recs = _tool().decode(c, m, n, bm, bn, [0] if wgs == 1 else [0, bm // 2])
+    recs = stage_trace.decode(c, m, n, bm, bn, [0] if wgs == 1 else [0, bm // 2])
     tiles = (m // bm) * -(-n // bn)
     assert len(recs) == tiles * wgs
     ksteps, ideal = k // bk, bm * bn * bk // 2048
-    sms = jax.devices()[0].core_count if hasattr(jax.devices()[0], "core_count") else 132
+    sms = gemm_example.device_sm_count()
     for r in recs:
         assert 0.9 * ksteps * ideal <= r["cycles"] < 1000 * ksteps * ideal, r
         assert r["first"] <= r["longest"] <= r["wait"] <= r["cycles"], r

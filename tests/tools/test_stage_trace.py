@@ -5,22 +5,13 @@ tests/gpu/test_stage_trace_gpu.py runs them)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax.numpy as jnp
 import numpy as np
 
 from jax_tilescale.codegen import gemm_sm90_trace as trace
+from tests.conftest import load_tool
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("stage_trace", ROOT / "tools" / "stage_trace.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+stage_trace = load_tool("stage_trace")
 
 
 def _encode(out, row0, col0, values):
@@ -35,7 +26,7 @@ def _encode(out, row0, col0, values):
 
 
 def test_decode_reads_back_every_field_of_every_tile_and_warpgroup():
-    tool = _tool()
+    tool = stage_trace
     rng = np.random.default_rng()
     m, n, bm, bn = 512, 400, 256, 192  # the last tile column (384..575) is clipped: no trace there
     c = rng.normal(size=(m, n)).astype(np.float32) * 1000  # a product where no trace is
@@ -54,7 +45,7 @@ def test_decode_reads_back_every_field_of_every_tile_and_warpgroup():
 
 
 def test_summary_counts_what_the_records_hold():
-    tool = _tool()
+    tool = stage_trace
     # two SMs at 1.5 GHz, two loops each: SM 0's second starts 500 cycles after its first ends, SM 1's 100
     # cycles before (an overlap); the clocks wrap past 2^32 on SM 1
     recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10,
