@@ -78,10 +78,11 @@ from .gemm_sm90_load import (
     plan_operand,
     producer_lines,
 )
-from .gemm_sm90_nest import consumer_tail, inner_body, nested_counters, nesting
+from .gemm_sm90_nest import consumer_tail, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, plan_pingpong
 from .gemm_sm90_store import (
     TmaStore,
+    plan_borrowed_store,
     plan_nested_store,
     plan_tma_store,
     staging_bytes,
@@ -233,7 +234,7 @@ class Sm90Plan(TensorCorePlan):
         """A tile loop's epilogue leaves its last TMA stores in flight (tma_store_lines): the shared
         memory they read must outlive them, and a tail that tells peers the output is written must
         come after the writes themselves."""
-        if not any(st.offset for st in self.stores.values()):
+        if not any(st.in_flight for st in self.stores.values()):
             return []
         if self.regions is not None and self.regions.tail:
             return ["if (threadIdx.x == 0) ts_bulk_wait();  // the last tile's stores are written: the tail follows"]
@@ -246,6 +247,26 @@ class Sm90Plan(TensorCorePlan):
         if self.pingpong is not None and stmt is self.pingpong.tile_loop:
             return self.pingpong.tile_loop_lines(ctx)
         return super().lines(stmt, ctx)
+
+    def _held(self, gl: GemmLoop) -> int:
+        """How many of the loop's last stages its epilogue borrows as staging slots (0: none)."""
+        st = self.stores.get(last_statement(gl.nest)) if gl.nest else None
+        return st.borrowed if st is not None else 0
+
+    def _held_release(self, gl: GemmLoop, i: str) -> list[str]:
+        """At the first k-step of every tile but the first, with its products issued: the store leader
+        waits until the previous tile's stores have read the borrowed stages and releases them for
+        every consumer warp at once."""
+        held = self._held(gl)
+        if not held:
+            return []
+        c = f"ts_it{gl.index}"
+        arrivals = self.consumers * 4
+        return [f"if ({i} == 0 && {c} > 0 && threadIdx.x == 0) {{  // the previous tile's staging stages",
+                f"{INDENT}ts_bulk_wait_read();",
+                *(f"{INDENT}ts_mbar_arrive_count(&{gl.empty()}[({c} - {j + 1}u) % {gl.stages}u], {arrivals}u);"
+                  for j in range(held)),
+                "}"]
 
     def _slab(self, buf: Buffer, m: str) -> str:
         """The fragment's row slab (64 rows) of this warpgroup's slab `m`: all of them are its own in ping-pong."""
@@ -308,6 +329,8 @@ class Sm90Plan(TensorCorePlan):
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         assert a.stage_bytes % 16 == 0 and b.stage_bytes % 16 == 0
         traced = STAGE_TRACE  # the diagnostic of gemm_sm90_trace: it writes over the product
+        held = self._held(gl)
+        bound = f" && {i} <= {gl.loop.extent - held}" if held else ""  # the last `held` stages: the epilogue's
         return [
             *(trace.loop_start() if traced else []),
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
@@ -328,7 +351,8 @@ class Sm90Plan(TensorCorePlan):
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
             *indent(fence, 1),
-            f"{INDENT}if ({i} > 0 && ts_lane == 0) {{",
+            *indent(self._held_release(gl, i), 1),
+            f"{INDENT}if ({i} > 0{bound} && ts_lane == 0) {{",
             f"{INDENT * 2}ts_mbar_arrive(&{gl.empty()}[({it} - 1) % {gl.stages}]);",
             *([f"{INDENT * 2}ts_mbar_arrive_cluster(&{gl.empty()}[({it} - 1) % {gl.stages}], ts_crank ^ 1);"]
               if gl.multicast else []),
@@ -339,7 +363,8 @@ class Sm90Plan(TensorCorePlan):
             "ts_wgmma_wait<0>();",
             *fence,
             *(trace.loop_end(acc, gl.n) if traced else []),
-            *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent, bool(gl.multicast)) if gl.nest else []),
+            *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent, bool(gl.multicast), held=bool(held))
+              if gl.nest else []),
         ]
 
 
@@ -455,6 +480,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
 
 # ---- the epilogue: the accumulator's store through shared memory and TMA ----------------------------
 
+BORROW_RING = False  # a cooperative tile loop's epilogue stages through its last stages (plan_borrowed_store); A/B
 TMA_STORE = True  # False: every accumulator copy stores from registers (bench_gemm.py's "/direct" configs)
 
 
@@ -467,7 +493,10 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
         used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
         used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
         room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
-        stores |= plan_nested_store(kernel, loops, maps, room, staging_copies)
+        borrowed = plan_borrowed_store(kernel, loops, maps) if BORROW_RING and staging_copies == 1 else {}
+        stores |= borrowed
+        rest = [gl for gl in loops if last_statement(gl.nest) not in borrowed]
+        stores |= plan_nested_store(kernel, rest, maps, room, staging_copies)
     return stores
 
 

@@ -108,10 +108,14 @@ def producer_skeleton(nest: Nest, program: list[str], index: int, extent: int, c
     return [f"uint32_t {counter(index)} = 0;  // iterations of the loop so far (stage and phase)", *body]
 
 
-def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: bool = False) -> list[str]:
+def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: bool = False,
+                  held: bool = False) -> list[str]:
     """After a run of the loop (every wgmma done): release its last stage, which the top-level
     form never does (the kernel ends), and advance the count; with a multicast tile, in the cluster
-    peer's barrier too (its producer sends half of the stage into ours)."""
+    peer's barrier too (its producer sends half of the stage into ours). `held`: the epilogue
+    stages through the last stages' A tiles (gemm_sm90_store.plan_borrowed_store) and releases them."""
+    if held:
+        return [f"{counter(index)} += {extent};  // the last stages stay held: the epilogue stages through them"]
     last = f"({counter(index)} + {extent - 1}) % {stages}"
     release = f"ts_mbar_arrive(&{empty}[{last}]);"
     if multicast:

@@ -52,6 +52,17 @@ class TmaStore:
     # then go out in rounds through this ring of box slots (`_round_lines`), which leaves room for a
     # pipeline stage more (benchmarks/NOTES.md: 128x192 tiles 3 -> 4 stages, +8%).
     slots: int = 0
+    # > 0: the slots are the A tiles of the loop's last `borrowed` stages (plan_borrowed_store), found at
+    # run time from the loop's count `ring_counter`, its `ring_stages` stages of `stage_bytes`.
+    borrowed: int = 0
+    ring_counter: str = ""
+    ring_stages: int = 0
+    stage_bytes: int = 0
+
+    @property
+    def in_flight(self) -> bool:
+        """A tile loop's epilogue: its stores stay in flight while the next tile's products run."""
+        return bool(self.offset or self.borrowed)
 
     @property
     def tile_bytes(self) -> int:
@@ -140,6 +151,34 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
     return out
 
 
+def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
+    """The epilogue of each cooperative tile loop staged through the A tiles of its own last stages
+    (one box each) instead of a staging tile beside the rings: the consumers hold those stages past
+    the loop, store through them, and release them to the producer at the next tile's first k-step,
+    once the stores have read them; meanwhile the producer fills the other stages. Leaves at least two
+    stages to the producer; not for multicast tiles (the peer releases too) or 32-bit outputs wider
+    than a stage."""
+    out: dict[Copy, TmaStore] = {}
+    for gl in loops:
+        s = last_statement(gl.nest)
+        if s is None or s.src.buffer is not gl.acc or gl.multicast:
+            continue
+        if any(o is not gl and o.acc is gl.acc for o in loops):
+            continue
+        got = _storable(s)
+        if got is None:
+            continue
+        rows, cols, elem, pair = got
+        boxes = rows * cols * elem // (rows * 128)
+        held = min(boxes, gl.stages - 2)
+        if held < 1 or rows * 128 > gl.a.stage_bytes or gl.a.stage_bytes % 1024 or gl.loop.extent <= held:
+            continue
+        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
+                          slots=held, borrowed=held, ring_counter=f"ts_it{gl.index}", ring_stages=gl.stages,
+                          stage_bytes=gl.a.stage_bytes)
+    return out
+
+
 def _box_slots(rows: int, boxes: int, room: int) -> int | None:
     """0 when the whole tile's `boxes` fit in `room` bytes, else the most box slots that fit (the
     boxes then go out in rounds), None when not even one fits."""
@@ -178,7 +217,7 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     # wgmmas start at once, and the wait for the boxes' reads moves to before the next epilogue's
     # writes (the kernel's end: Sm90Plan.consumer_exit). The top-level form is the kernel's last
     # statement: it waits at once.
-    in_flight = bool(st.offset)
+    in_flight = st.in_flight
     leader = store_leader(per_warpgroup)
     # Ping-pong (gemm_sm90_pingpong): each consumer warpgroup stores whole tiles of its own, through a
     # staging tile of its own, meeting only its own threads.
@@ -197,9 +236,13 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     else:
         thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
+    if st.borrowed:  # slot j: the A tile of the stage of the loop's (j + 1)-th last iteration
+        box_at = "0"
     head = [
         f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
         f"{f' + {box_at}' if box_at != '0' else ''});",
+        *(f"char* const ts_slot{j} = ts_box + (({st.ring_counter} - {j + 1}u) % {st.ring_stages}u) * "
+          f"{st.stage_bytes}u;" for j in range(st.borrowed)),
         f"const uint32_t ts_r = {first_row} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",
@@ -262,14 +305,18 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
         slot = b % st.slots
         if b >= st.slots:
             later, whose = st.slots - 1, f"box {b - st.slots}"
+        elif st.borrowed:  # a stage this tile's products just read: the previous tile's stores read others
+            later, whose = None, ""
         else:  # the previous tile's last box in this slot, then that tile's later boxes and this tile's first b
             last = max(p for p in range(st.boxes) if p % st.slots == slot)
             later, whose = st.boxes - 1 - last + b, f"the previous tile's box {last}"
-        at = (f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {slot * st.box_bytes}u + {m} * {64 * 128}u "
-              f"+ ts_h * {8 * 128}u")
+        base = f"ts_slot{slot}" if st.borrowed else "ts_box"
+        at = (f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {0 if st.borrowed else slot * st.box_bytes}u + "
+              f"{m} * {64 * 128}u + ts_h * {8 * 128}u")
         lines += [
             f"{{  // box {b} of {st.boxes}, through slot {slot} of {st.slots}",
-            f"{INDENT}if ({leader}) ts_bulk_wait_read_all_but<{later}>();  // {whose} has read the slot",
+            *([f"{INDENT}if ({leader}) ts_bulk_wait_read_all_but<{later}>();  // {whose} has read the slot"]
+              if later is not None else []),
             *indent(sync),
             f"{INDENT}#pragma unroll",
             f"{INDENT}for (int {m} = 0; {m} < {slabs}; ++{m}) {{",
@@ -277,7 +324,7 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             f"{INDENT * 2}for (int ts_q = 0; ts_q < {groups}; ++ts_q) {{",
             f"{INDENT * 3}#pragma unroll",
             f"{INDENT * 3}for (int ts_h = 0; ts_h < 2; ++ts_h) {{",
-            f"{INDENT * 4}*reinterpret_cast<{ctype}*>(ts_box + ({at})) = {make}(",
+            f"{INDENT * 4}*reinterpret_cast<{ctype}*>({base} + ({at})) = {make}(",
             f"{INDENT * 5}{name}[{m}][{b * groups * 4} + ts_q * 4 + ts_h * 2], "
             f"{name}[{m}][{b * groups * 4} + ts_q * 4 + ts_h * 2 + 1]);",
             f"{INDENT * 3}}}",
@@ -286,7 +333,8 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             f"{INDENT}ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
             *indent(sync),
             f"{INDENT}if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
-            f"{INDENT * 2}ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {slot * st.box_bytes}, "
+            f"{INDENT * 2}ts_tma_store_2d(&ts_maps.m[{st.map_index}], "
+            f"{base if st.borrowed else f'ts_box + {slot * st.box_bytes}'}, "
             f"(int32_t)({x}) + {b * box_cols}, (int32_t)({y}));",
             f"{INDENT * 2}ts_bulk_commit();",
             f"{INDENT}}}",

@@ -76,6 +76,11 @@ __device__ __forceinline__ void ts_mbar_init_fence() { asm volatile("fence.mbarr
 __device__ __forceinline__ void ts_mbar_arrive(uint64_t* bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(ts_smem_addr(bar)) : "memory");
 }
+// `count` arrivals at once: one thread releasing a stage for every consumer warp (gemm_sm90_store's
+// borrowed staging slots, released when the epilogue's stores have read them).
+__device__ __forceinline__ void ts_mbar_arrive_count(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(ts_smem_addr(bar)), "r"(count) : "memory");
+}
 // Waits until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void ts_mbar_wait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = ts_smem_addr(bar);
