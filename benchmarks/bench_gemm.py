@@ -90,7 +90,7 @@ CONFIGS = "auto"
 CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
 # config suffix -> (module, switch, value) of the code generator
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
-            "ring": (gemm_sm90, "BORROW_RING", True)}
+            "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

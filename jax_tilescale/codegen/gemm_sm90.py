@@ -480,7 +480,10 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
 
 # ---- the epilogue: the accumulator's store through shared memory and TMA ----------------------------
 
-BORROW_RING = False  # a cooperative tile loop's epilogue stages through its last stages (plan_borrowed_store); A/B
+# A cooperative tile loop's epilogue stages through its last stages' A tiles (plan_borrowed_store), not a staging
+# tile beside the rings: 256x192/4 persistent 0.93 -> 1.01x XLA at 8192^3 (benchmarks/NOTES.md, 2026-12-04).
+# False: the staging tile (bench_gemm.py's "/noring" configs)
+BORROW_RING = True
 TMA_STORE = True  # False: every accumulator copy stores from registers (bench_gemm.py's "/direct" configs)
 
 
@@ -493,7 +496,7 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
         used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
         used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
         room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
-        borrowed = plan_borrowed_store(kernel, loops, maps) if BORROW_RING and staging_copies == 1 else {}
+        borrowed = plan_borrowed_store(kernel, loops, maps, room) if BORROW_RING and staging_copies == 1 else {}
         stores |= borrowed
         rest = [gl for gl in loops if last_statement(gl.nest) not in borrowed]
         stores |= plan_nested_store(kernel, rest, maps, room, staging_copies)

@@ -151,13 +151,16 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
     return out
 
 
-def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec]) -> dict[Copy, TmaStore]:
+def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpec],
+                        room: int) -> dict[Copy, TmaStore]:
     """The epilogue of each cooperative tile loop staged through the A tiles of its own last stages
     (one box each) instead of a staging tile beside the rings: the consumers hold those stages past
     the loop, store through them, and release them to the producer at the next tile's first k-step,
     once the stores have read them; meanwhile the producer fills the other stages. Leaves at least two
     stages to the producer; not for multicast tiles (the peer releases too) or 32-bit outputs wider
-    than a stage."""
+    than a stage; and only where it gives more box slots than a staging tile in the `room` bytes beside
+    the rings would (plan_nested_store): with as many, that tile costs the producer no stages
+    (128x256/4 persistent measured level either way, benchmarks/NOTES.md 2026-12-04)."""
     out: dict[Copy, TmaStore] = {}
     for gl in loops:
         s = last_statement(gl.nest)
@@ -172,6 +175,9 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
         boxes = rows * cols * elem // (rows * 128)
         held = min(boxes, gl.stages - 2)
         if held < 1 or rows * 128 > gl.a.stage_bytes or gl.a.stage_bytes % 1024 or gl.loop.extent <= held:
+            continue
+        own = _box_slots(rows, boxes, room)
+        if held <= (boxes if own == 0 else own or 0):
             continue
         out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
                           slots=held, borrowed=held, ring_counter=f"ts_it{gl.index}", ring_stages=gl.stages,

@@ -5,7 +5,8 @@
 The three levers, and when each pays:
 - the tile shape: 256x192 reads the fewest L2 bytes per FLOP (fastest at 8192-sized shapes
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
-  plan take it; 128x256 is the portable default;
+  plan take it, on a persistent grid whose epilogue borrows the ring's last stages; 128x256 is the
+  portable default;
 - narrow tiles: a problem with fewer 128x256 tiles than half the SMs whose 64x128 tiles make about
   one wave (128 x 8192 x 8192: 32 tiles of 128x256, 128 of 64x128 on 132 SMs) takes 64x128 tiles, one
   consumer warpgroup and 8 stages, with no split and so no partials to sum, the two blocks of a tile
@@ -67,7 +68,10 @@ class GemmConfig:
 
 
 DEFAULT = GemmConfig()
-WIDE = GemmConfig(block_m=256, block_n=192)  # fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6)
+# fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6), persistent: the epilogue staged through the loop's last
+# two stages while the producer fills the other two (gemm_sm90.BORROW_RING; 1.01x XLA at 8192^3 against 0.99x for
+# one block per tile, which pays ~5,400 cycles between blocks and a 1,800-cycle fill a tile: NOTES, 2026-12-04)
+WIDE = GemmConfig(block_m=256, block_n=192, persistent=True)
 # persistent: ping-pong consumers on 128x192 tiles (192 accumulators per thread, as WIDE's), 4 stages of
 # 40 KiB and two staging boxes of 16 KiB per warpgroup
 PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=True)

@@ -101,7 +101,8 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(64, 2048, 8192, jnp.bfloat16, 132).split_k > 1  # 16: under a third of the SMs
     assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == GemmConfig(split_k=8)  # 32 narrow tiles: split
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
-    assert pick_config(8192, 8192, 8192, jnp.bfloat16, 132).block_m == 256  # the widest tiles when they fill waves
+    wide = pick_config(8192, 8192, 8192, jnp.bfloat16, 132)
+    assert wide.block_m == 256 and wide.persistent  # the widest tiles when they fill waves, one block per SM
     assert pick_config(4096, 4096, 4096, jnp.bfloat16, 132) == DEFAULT  # 256x192 would leave a third of a wave idle
     assert pick_config(64, 64, 64, jnp.float32, 132) == DEFAULT  # only fp16/bf16 take the table
     # one wave of 128x256 tiles (128 at 2048^3): plain 128x256 (two 128x128 blocks per SM measured slower)

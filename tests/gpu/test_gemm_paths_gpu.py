@@ -237,18 +237,34 @@ def test_persistent_multicast_pairs_match_dot(monkeypatch, m, n, k, cfg):
 @pytest.mark.parametrize("m,n,k,cfg", [
     (4096, 4096, 4096, dict(block_m=256, block_n=192, num_stages=4)),  # 3 boxes through 2 held stages
     (1000, 3000, 777, dict(block_m=256, block_n=192, num_stages=4, num_sms=9)),  # ragged, many tiles a block
-    (999, 784, 555, dict(block_m=128, block_n=256, num_stages=4, num_sms=7)),  # 4 boxes of 128 rows, ragged
+    (999, 784, 555, dict(block_m=128, block_n=192, num_stages=5, num_sms=7)),  # 3 boxes of 128 rows, ragged
     (4096, 4096, 1024, dict(block_m=128, block_n=192, num_stages=5)),  # 3 held stages of 5
 ])
 def test_persistent_epilogue_through_its_last_stages_matches_dot(monkeypatch, m, n, k, cfg):
     """A cooperative tile loop's epilogue staged through the A tiles of its last stages (gemm_sm90.BORROW_RING,
-    off by default): the stages released to the producer only after the stores have read them."""
+    the default): the stages released to the producer only after the stores have read them."""
     from jax_tilescale.codegen import gemm_sm90
 
     monkeypatch.setattr(gemm_sm90, "BORROW_RING", True)
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 7 * n + k)
     assert "ts_slot0" in generate_cuda(kern.trace(a, b), "sm_90").source
+    _right_and_repeatable(kern, a, b)
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (1000, 3000, 777, dict(block_m=256, block_n=192, num_stages=3, num_sms=9)),  # ragged, rounds of boxes
+    (4096, 4096, 1024, dict(block_m=128, block_n=256, num_stages=4)),
+])
+def test_persistent_epilogue_through_a_staging_tile_matches_dot(monkeypatch, m, n, k, cfg):
+    """The staging tile beside the rings (BORROW_RING off: bench_gemm.py's `/noring`), still a path the code
+    generator takes where the switch is off."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "BORROW_RING", False)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 3 * n + k)
+    assert "ts_slot0" not in generate_cuda(kern.trace(a, b), "sm_90").source
     _right_and_repeatable(kern, a, b)
 
 
