@@ -33,7 +33,8 @@ runner needs more cycles or ran at a lower clock.
 `--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it);
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
-128x256 and 256x192, persistent 128x256, two 128x128 blocks per SM) and, where the shape has at
+128x256, persistent 256x192 (its epilogue through the ring's last stages), 128x256 and 128x192 ping-pong, two
+128x128 blocks per SM) and, where the shape has at
 most half as many tiles as SMs, split-K 2 and 4 (partials summed by XLA
 afterwards, gemm()'s default) and split-K 4 reduced inside the kernel (`/s4/kernel`): the fastest
 row per shape is "our best config".
@@ -87,7 +88,7 @@ FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
 CONFIGS = "auto"
-CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
+CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
 # config suffix -> (module, switch, value) of the code generator
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
             "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False)}
