@@ -225,13 +225,8 @@ def test_float32_gemm_warns_on_the_gpu_and_is_still_right():
 def test_persistent_multicast_pairs_match_dot(monkeypatch, m, n, k, cfg):
     """Persistent kernels in two-block clusters (gemm_sm90.MULTICAST, off by default): each block loads half of
     the shared tile into both, every stage released in both blocks' barriers, each tile's last one included."""
-    from jax_tilescale.codegen import gemm_sm90
-
-    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
-    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
-    a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
-    assert "__cluster_dims__(2, 1, 1)" in generate_cuda(kern.trace(a, b), "sm_90").source
-    _right_and_repeatable(kern, a, b)
+    _persistent_with(monkeypatch, "MULTICAST", True, m, n, k, cfg, seed=m + 5 * n + k,
+                     marker="__cluster_dims__(2, 1, 1)")
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [
@@ -243,13 +238,7 @@ def test_persistent_multicast_pairs_match_dot(monkeypatch, m, n, k, cfg):
 def test_persistent_epilogue_through_its_last_stages_matches_dot(monkeypatch, m, n, k, cfg):
     """A cooperative tile loop's epilogue staged through the A tiles of its last stages (gemm_sm90.BORROW_RING,
     the default): the stages released to the producer only after the stores have read them."""
-    from jax_tilescale.codegen import gemm_sm90
-
-    monkeypatch.setattr(gemm_sm90, "BORROW_RING", True)
-    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
-    a, b = _inputs((m, k), (k, n), "bfloat16", m + 7 * n + k)
-    assert "ts_slot0" in generate_cuda(kern.trace(a, b), "sm_90").source
-    _right_and_repeatable(kern, a, b)
+    _persistent_with(monkeypatch, "BORROW_RING", True, m, n, k, cfg, seed=m + 7 * n + k, marker="ts_slot0")
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [
@@ -259,12 +248,20 @@ def test_persistent_epilogue_through_its_last_stages_matches_dot(monkeypatch, m,
 def test_persistent_epilogue_through_a_staging_tile_matches_dot(monkeypatch, m, n, k, cfg):
     """The staging tile beside the rings (BORROW_RING off: bench_gemm.py's `/noring`), still a path the code
     generator takes where the switch is off."""
+    _persistent_with(monkeypatch, "BORROW_RING", False, m, n, k, cfg, seed=m + 3 * n + k, marker="ts_slot0",
+                     present=False)
+
+
+def _persistent_with(monkeypatch, switch: str, value: bool, m, n, k, cfg, seed: int, marker: str,
+                     present: bool = True):
+    """The persistent bf16 GEMM built with the code generator's `switch` set to `value` (whose form `marker`
+    in the source shows, or its absence), checked by `_right_and_repeatable`."""
     from jax_tilescale.codegen import gemm_sm90
 
-    monkeypatch.setattr(gemm_sm90, "BORROW_RING", False)
+    monkeypatch.setattr(gemm_sm90, switch, value)
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
-    a, b = _inputs((m, k), (k, n), "bfloat16", m + 3 * n + k)
-    assert "ts_slot0" not in generate_cuda(kern.trace(a, b), "sm_90").source
+    a, b = _inputs((m, k), (k, n), "bfloat16", seed)
+    assert (marker in generate_cuda(kern.trace(a, b), "sm_90").source) == present
     _right_and_repeatable(kern, a, b)
 
 
