@@ -12,6 +12,9 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 - calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
   dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
   the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
+  A calls time marked `h` was host-bound: the loop of dispatches itself took at least HOST_BOUND of the timed
+  run, so the GPU waited on the host's per-call cost (JAX's dispatch: ~40 us a call on the H200 machine, XLA's
+  product alike, where torch's eager call takes 24; NOTES, 2026-12-04) and the row compares dispatch, not kernels.
 `reps` is at least `--reps` and at small shapes as many as jnp.dot needs for `--min-run-ms` per timed
 run, so that a dispatch and the host's wake-up are not part of what a row measures.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
@@ -84,6 +87,7 @@ SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 286
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
 FP8_SHAPES = "8192x8192x8192"
 XLA = "XLA jnp.dot"  # the baseline runner's name in every table
+HOST_BOUND = 0.9  # a calls run whose dispatch loop took this share of its time is marked host-bound (`h`)
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
@@ -165,7 +169,11 @@ def with_settings(lowering: str, switches: dict[tuple, bool], fn):
     each runner's kernel takes its own lowering and switches."""
     def run(*args):
         with codegen_settings(lowering, switches):
-            return fn(*args)
+            out = fn(*args)
+        run.dispatch_s = getattr(fn, "dispatch_s", None)
+        return out
+
+    run.dispatch_s = None
     return run
 
 
@@ -176,11 +184,14 @@ def loop_and_calls(product, reps: int):
     call = jax.jit(product)
 
     def calls(a, b):
+        t0 = time.perf_counter()
         out = None
         for _ in range(reps):
             out = call(a, b)
+        calls.dispatch_s = time.perf_counter() - t0  # the host's share: see interleaved_times
         return out
 
+    calls.dispatch_s = None
     return (lambda a, b: loop(a, b)), calls
 
 
@@ -197,7 +208,8 @@ def reps_for(a, b, reps: int, min_run_ms: float) -> int:
 
 
 def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int = 5, heat_s: float = 0.5,
-                      sampler: Sampler | None = None, readings: dict | None = None) -> dict[str, list[float]]:
+                      sampler: Sampler | None = None, readings: dict | None = None,
+                      host: dict | None = None) -> dict[str, list[float]]:
     """Seconds per product of each runner, one figure per round: `rounds` rounds in which every runner runs
     once, in turn (clocks and temperature drift alike for all of them). Before each timed run the
     runner runs untimed for `heat_s` seconds: an H200 doing GEMMs reaches its power cap within
@@ -205,7 +217,9 @@ def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int =
     runner is timed in its own steady state, not in the cool-down left by the one before it (a
     slow runner followed by a fast one flattered the fast one by up to ~15%: benchmarks/NOTES.md).
     With a `sampler` (benchmarks/_gpu_power.py), the SM clock and power are sampled from the second half
-    of each heat through the timed run, one reading per runner and round appended to `readings[name]`."""
+    of each heat through the timed run, one reading per runner and round appended to `readings[name]`.
+    A runner that records `dispatch_s` (the seconds its host loop took, before the block: the calls runners)
+    gets that share of each timed run appended to `host[name]`."""
     for run in runners.values():
         jax.block_until_ready(run(a, b))
     times: dict[str, list[float]] = {name: [] for name in runners}
@@ -217,7 +231,10 @@ def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int =
             _run_for(run, a, b, heat_s / 2)
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
-            times[name].append((time.perf_counter() - t0) / reps)
+            elapsed = time.perf_counter() - t0
+            times[name].append(elapsed / reps)
+            if host is not None and getattr(run, "dispatch_s", None) is not None:
+                host.setdefault(name, []).append(run.dispatch_s / elapsed)
             if sampler is not None and (reading := sampler.stop()) is not None and readings is not None:
                 readings.setdefault(name, []).append(reading)
     return times
@@ -291,10 +308,13 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
         return jnp.float32(0)
 
     def calls(*_):
+        t0 = time.perf_counter()
         out = [product() for _ in range(reps)]
+        calls.dispatch_s = time.perf_counter() - t0
         torch.cuda.synchronize()
         return jnp.float32(len(out))
 
+    calls.dispatch_s = None
     return {"loop": loop, "calls": calls}
 
 
@@ -360,8 +380,9 @@ def main() -> None:
             for how, run in cublas_runners(torch, a, b, reps).items():
                 runners["cuBLAS torch", how] = run
         readings: dict[tuple, list] = {}
+        host: dict[tuple, list] = {}
         times = interleaved_times(runners, a, b, reps, rounds=args.rounds, heat_s=args.heat, sampler=sampler,
-                                  readings=readings)
+                                  readings=readings, host=host)
         power_rows += [(shape, name, how, readings[name, how], median(times[name, how]))
                        for name, how in runners if (name, how) in readings]
         if args.trace:  # XLA's and ours (torch's loop is Python, not one jitted loop)
@@ -374,6 +395,7 @@ def main() -> None:
                 events = last_run(traced(runners[name, "loop"], (a, b), where, args.heat), reps)
                 trace_rows.append((shape, label, product_step(events)))
         t = {key: median(v) for key, v in times.items()}
+        t.update({("host", *key): median(v) for key, v in host.items()})
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times
                   if how == "loop"}
         ref = {how: t[XLA, how] for how in ("loop", "calls")}
@@ -426,8 +448,10 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     if torch is not None and hasattr(torch, "_scaled_mm"):
         for how, run in cublas_runners(torch, None, None, args.reps, fp8=(a8, b8, sa, sb)).items():
             runners["torch._scaled_mm", how] = run
-    times = interleaved_times(runners, ja8, jb8, args.reps, rounds=args.rounds, heat_s=args.heat)
+    host: dict[tuple, list] = {}
+    times = interleaved_times(runners, ja8, jb8, args.reps, rounds=args.rounds, heat_s=args.heat, host=host)
     t = {key: median(v) for key, v in times.items()}
+    t.update({("host", *key): median(v) for key, v in host.items()})
     best = min(bf16, key=lambda name: t[name, "loop"])
     spread = {name: round_ratios(times, (best, "loop"), (name, "loop")) for name, how in times if how == "loop"}
     ref = {how: t[best, how] for how in ("loop", "calls")}
@@ -444,10 +468,13 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
 
 
 def _row(shape, what, t, name, ref, cub, res, ok, spread):
+    """One table row; `t` holds median times per (name, how) and, where measured, the calls runs' median
+    host share at ("host", name, "calls")."""
     tl, tc = t[name, "loop"], t[name, "calls"]
     ratio = {how: (cub[how] / t[name, how] if cub[how] else None) for how in ("loop", "calls")}
+    host_bound = t.get(("host", name, "calls"), 0.0) >= HOST_BOUND
     return (shape, what, tl, tc, ref["loop"] / tl, spread[name], ref["calls"] / tc, ratio["loop"], ratio["calls"],
-            res, ok)
+            res, ok, host_bound)
 
 
 def _print(rows) -> None:
@@ -456,12 +483,16 @@ def _print(rows) -> None:
     width = max(21, *(len(what) for _, what, *_ in rows))
     print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
           f"{'calls ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5}  ok  code")
-    for shape, what, tl, tc, rl, (lo, hi), rc, bl, bc, res, ok in rows:
+    for shape, what, tl, tc, rl, (lo, hi), rc, bl, bc, res, ok, host_bound in rows:
         m, n, k = map(int, shape.split()[0].split("x"))
         f = 2 * m * n * k / 1e12
         fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
         print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {lo:4.2f}-{hi:4.2f} {fmt(bl)} "
-              f"{tc * 1e3:8.3f} {f / tc:6.1f} {rc:5.2f} {fmt(bc)}  {'yes' if ok else 'NO'}  {res}")
+              f"{tc * 1e3:7.3f}{'h' if host_bound else ' '} {f / tc:6.1f} {rc:5.2f} {fmt(bc)}  "
+              f"{'yes' if ok else 'NO'}  {res}")
+    if any(row[-1] for row in rows):
+        print(f"h: host-bound calls (the loop of dispatches took at least {HOST_BOUND:.0%} of the timed run: the GPU "
+              "waited on the host's per-call cost; compare kernels in the loop column)")
 
 
 def _print_power(rows) -> None:

@@ -79,6 +79,45 @@ def test_interleaved_times_give_one_figure_per_round_and_runner():
     assert calls[2:] == ["one", "two"] * 3  # after one warm-up call each, the rounds alternate the runners
 
 
+def test_calls_runs_record_their_host_share_and_host_bound_rows_are_marked(capsys):
+    """A calls runner records how long its loop of dispatches took; interleaved_times turns that into the share
+    of each timed run, and a row whose median share reaches HOST_BOUND is marked `h` with the legend below."""
+    import time
+
+    import jax.numpy as jnp
+
+    bench = load_bench("bench_gemm")
+
+    def runner(dispatch_s: float, wait_s: float):
+        def run(a, b):
+            time.sleep(dispatch_s)
+            run.dispatch_s = dispatch_s
+            time.sleep(wait_s)  # what block_until_ready would wait for
+            return a
+
+        run.dispatch_s = None
+        return run
+
+    x = jnp.ones((4, 4))
+    host: dict = {}
+    runners = {("fed", "calls"): runner(0.002, 0.02), ("starved", "calls"): runner(0.02, 0.0),
+               ("plain", "loop"): lambda a, b: a}
+    bench.interleaved_times(runners, x, x, reps=1, rounds=3, heat_s=0.0, host=host)
+    assert set(host) == {("fed", "calls"), ("starved", "calls")}  # the loop runner records none
+    assert all(len(v) == 3 for v in host.values())
+    assert max(host["fed", "calls"]) < 0.5 and min(host["starved", "calls"]) > bench.HOST_BOUND
+
+    t = {(name, how): 1e-3 for name in ("XLA jnp.dot", "ts a", "ts b") for how in ("loop", "calls")}
+    t["host", "ts b", "calls"] = 0.97
+    t["host", "ts a", "calls"] = 0.5
+    spread = {name: (1.0, 1.0) for name in ("XLA jnp.dot", "ts a", "ts b")}
+    ref, cub = {"loop": 1e-3, "calls": 1e-3}, {"loop": None, "calls": None}
+    bench._print([bench._row("64x64x64", name, t, name, ref, cub, "-", True, spread) for name in ("ts a", "ts b")])
+    out = capsys.readouterr().out.strip().splitlines()
+    a_row, b_row = (next(line for line in out if f" {n} " in line) for n in ("a", "b"))
+    assert "1.000h" in b_row and "1.000h" not in a_row and out[-1].startswith("h: host-bound calls")
+
+
 def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
     bench = load_bench("bench_gemm")
     times = {("XLA jnp.dot", "loop"): [1.0e-3, 1.1e-3, 1.0e-3], ("XLA jnp.dot", "calls"): [1.0e-3] * 3,
