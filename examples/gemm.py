@@ -6,8 +6,9 @@ fragment, then stores the fragment (rounded to the output dtype). M, N and K nee
 of the tiles: the grid and the K loop round up (T.ceildiv) and the copies clip at the edges (a tile
 loaded past the end of A or B is zero-filled, C is written only inside). On an H100/H200 the code
 generator turns the loop into a TMA producer warpgroup and wgmma consumer warpgroups and the final
-copy into TMA stores (jax_tilescale/codegen/gemm_sm90.py; there `block_m=256, block_n=192` is the
-fastest measured: benchmarks/NOTES.md); on other GPUs since Ampere into cp.async + mma.sync
+copy into TMA stores (jax_tilescale/codegen/gemm_sm90.py; there `block_m=256, block_n=192` on a
+persistent grid, whose epilogue stages through the ring's last stages, is the fastest measured at large
+shapes: benchmarks/NOTES.md); on other GPUs since Ampere into cp.async + mma.sync
 (gemm_sm80.py); the CPU interpreter runs the kernel as written. Blocks are visited in groups of
 `group_m` rows of tiles so that neighbouring blocks share tiles of B in L2.
 
