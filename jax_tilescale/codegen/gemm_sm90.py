@@ -262,7 +262,8 @@ class Sm90Plan(TensorCorePlan):
             return []
         c = f"ts_it{gl.index}"
         arrivals = self.consumers * 4
-        return [f"if ({i} == 0 && {c} > 0 && threadIdx.x == 0) {{  // the previous tile's staging stages",
+        leader = store_leader(per_warpgroup=False)  # it committed the stores' bulk groups: only it can wait on them
+        return [f"if ({i} == 0 && {c} > 0 && {leader}) {{  // the previous tile's staging stages",
                 f"{INDENT}ts_bulk_wait_read();",
                 *(f"{INDENT}ts_mbar_arrive_count(&{gl.empty()}[({c} - {j + 1}u) % {gl.stages}u], {arrivals}u);"
                   for j in range(held)),
