@@ -78,7 +78,7 @@ from .gemm_sm90_load import (
     plan_operand,
     producer_lines,
 )
-from .gemm_sm90_nest import consumer_tail, inner_body, last_statement, nested_counters, nesting
+from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, plan_pingpong
 from .gemm_sm90_store import (
     TmaStore,
@@ -251,7 +251,7 @@ class Sm90Plan(TensorCorePlan):
     def _held(self, gl: GemmLoop) -> int:
         """How many of the loop's last stages its epilogue borrows as staging slots (0: none)."""
         st = self.stores.get(last_statement(gl.nest)) if gl.nest else None
-        return st.borrowed if st is not None else 0
+        return st.slots if st is not None and st.borrowed else 0
 
     def _held_release(self, gl: GemmLoop, i: str) -> list[str]:
         """At the first k-step of every tile but the first, with its products issued: the store leader
@@ -260,7 +260,7 @@ class Sm90Plan(TensorCorePlan):
         held = self._held(gl)
         if not held:
             return []
-        c = f"ts_it{gl.index}"
+        c = counter(gl.index)
         arrivals = self.consumers * 4
         leader = store_leader(per_warpgroup=False)  # it committed the stores' bulk groups: only it can wait on them
         return [f"if ({i} == 0 && {c} > 0 && {leader}) {{  // the previous tile's staging stages",

@@ -24,7 +24,7 @@ from .expr_printer import c_expr
 from .gemm_emit import PAIR_TYPES, PairWalk, acc_name
 from .gemm_pattern import whole
 from .gemm_sm90_load import WARPGROUP, GemmLoop, TensorMapSpec
-from .gemm_sm90_nest import last_statement
+from .gemm_sm90_nest import counter, last_statement
 from .gemm_sm90_pingpong import WARPGROUP_BARRIER
 from .tile_ops import storage_type
 from .wgmma import TMA_DTYPE
@@ -52,9 +52,9 @@ class TmaStore:
     # then go out in rounds through this ring of box slots (`_round_lines`), which leaves room for a
     # pipeline stage more (benchmarks/NOTES.md: 128x192 tiles 3 -> 4 stages, +8%).
     slots: int = 0
-    # > 0: the slots are the A tiles of the loop's last `borrowed` stages (plan_borrowed_store), found at
+    # True: the slots are the A tiles of the loop's last `slots` stages (plan_borrowed_store), found at
     # run time from the loop's count `ring_counter`, its `ring_stages` stages of `stage_bytes`.
-    borrowed: int = 0
+    borrowed: bool = False
     ring_counter: str = ""
     ring_stages: int = 0
     stage_bytes: int = 0
@@ -134,13 +134,10 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
     after the loop's A ring."""
     out: dict[Copy, TmaStore] = {}
     for gl in loops:
-        s = last_statement(gl.nest)
-        if s is None or s.src.buffer is not gl.acc or any(o is not gl and o.acc is gl.acc for o in loops):
-            continue
-        got = _storable(s)
+        got = _tile_epilogue(gl, loops)
         if got is None:
             continue
-        rows, cols, elem, pair = got
+        s, (rows, cols, elem, pair) = got
         slots = _box_slots(rows, cols * elem // 128, room // copies)
         if slots is None:
             continue
@@ -163,16 +160,11 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
     (128x256/4 persistent measured level either way, benchmarks/NOTES.md 2026-12-04)."""
     out: dict[Copy, TmaStore] = {}
     for gl in loops:
-        s = last_statement(gl.nest)
-        if s is None or s.src.buffer is not gl.acc or gl.multicast:
-            continue
-        if any(o is not gl and o.acc is gl.acc for o in loops):
-            continue
-        got = _storable(s)
+        got = None if gl.multicast else _tile_epilogue(gl, loops)
         if got is None:
             continue
-        rows, cols, elem, pair = got
-        boxes = rows * cols * elem // (rows * 128)
+        s, (rows, cols, elem, pair) = got
+        boxes = cols * elem // 128
         held = min(boxes, gl.stages - 2)
         if held < 1 or rows * 128 > gl.a.stage_bytes or gl.a.stage_bytes % 1024 or gl.loop.extent <= held:
             continue
@@ -180,9 +172,19 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
         if held <= (boxes if own == 0 else own or 0):
             continue
         out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
-                          slots=held, borrowed=held, ring_counter=f"ts_it{gl.index}", ring_stages=gl.stages,
+                          slots=held, borrowed=True, ring_counter=counter(gl.index), ring_stages=gl.stages,
                           stage_bytes=gl.a.stage_bytes)
     return out
+
+
+def _tile_epilogue(gl: GemmLoop, loops: list[GemmLoop]) -> tuple[Copy, tuple] | None:
+    """(the copy, _storable's (rows, cols, element bytes, pair)) when tile loop `gl` ends with a TMA-storable
+    copy of its own accumulator (no other loop shares it)."""
+    s = last_statement(gl.nest)
+    if s is None or s.src.buffer is not gl.acc or any(o is not gl and o.acc is gl.acc for o in loops):
+        return None
+    got = _storable(s)
+    return None if got is None else (s, got)
 
 
 def _box_slots(rows: int, boxes: int, room: int) -> int | None:
@@ -248,7 +250,7 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
         f"{f' + {box_at}' if box_at != '0' else ''});",
         *(f"char* const ts_slot{j} = ts_box + (({st.ring_counter} - {j + 1}u) % {st.ring_stages}u) * "
-          f"{st.stage_bytes}u;" for j in range(st.borrowed)),
+          f"{st.stage_bytes}u;" for j in range(st.slots if st.borrowed else 0)),
         f"const uint32_t ts_r = {first_row} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",
@@ -316,9 +318,9 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
         else:  # the previous tile's last box in this slot, then that tile's later boxes and this tile's first b
             last = max(p for p in range(st.boxes) if p % st.slots == slot)
             later, whose = st.boxes - 1 - last + b, f"the previous tile's box {last}"
-        base = f"ts_slot{slot}" if st.borrowed else "ts_box"
-        at = (f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {0 if st.borrowed else slot * st.box_bytes}u + "
-              f"{m} * {64 * 128}u + ts_h * {8 * 128}u")
+        # the slot's memory: a borrowed stage's A tile, or the slot's place in the staging tile
+        base, offset = (f"ts_slot{slot}", 0) if st.borrowed else ("ts_box", slot * st.box_bytes)
+        at = f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {offset}u + {m} * {64 * 128}u + ts_h * {8 * 128}u"
         lines += [
             f"{{  // box {b} of {st.boxes}, through slot {slot} of {st.slots}",
             *([f"{INDENT}if ({leader}) ts_bulk_wait_read_all_but<{later}>();  // {whose} has read the slot"]
@@ -340,7 +342,7 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             *indent(sync),
             f"{INDENT}if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
             f"{INDENT * 2}ts_tma_store_2d(&ts_maps.m[{st.map_index}], "
-            f"{base if st.borrowed else f'ts_box + {slot * st.box_bytes}'}, "
+            f"{base if st.borrowed else f'{base} + {offset}'}, "
             f"(int32_t)({x}) + {b * box_cols}, (int32_t)({y}));",
             f"{INDENT * 2}ts_bulk_commit();",
             f"{INDENT}}}",
