@@ -279,6 +279,13 @@ def torch_cuda():
     return torch if torch.cuda.is_available() else None
 
 
+def torch_operands(torch, a, b) -> tuple:
+    """The bf16 jax arrays `a` and `b` as bf16 torch tensors on the GPU (the same values)."""
+    import numpy as np
+
+    return tuple(torch.from_numpy(np.asarray(x.astype(jnp.float32))).to("cuda", torch.bfloat16) for x in (a, b))
+
+
 def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
     """(loop, calls) runners of cuBLAS through torch on the same data: `reps` products, each
     reduced to one element (loop) or kept whole (calls). `fp8`: (a8, b8, sa, sb) numpy arrays for
@@ -286,8 +293,7 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
     import numpy as np
 
     if fp8 is None:
-        ta = torch.from_numpy(np.asarray(a.astype(jnp.float32))).to("cuda", torch.bfloat16)
-        tb = torch.from_numpy(np.asarray(b.astype(jnp.float32))).to("cuda", torch.bfloat16)
+        ta, tb = torch_operands(torch, a, b)
 
         def product():
             return torch.matmul(ta, tb)

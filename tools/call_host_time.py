@@ -75,11 +75,10 @@ def main() -> None:
 
 def _torch_calls(a, b):
     """calls(n) -> us per torch.matmul call on the same values, dispatched back to back, the last synchronized."""
-    import numpy as np
     import torch
+    from bench_gemm import torch_operands
 
-    ta = torch.from_numpy(np.asarray(a.astype(jnp.float32))).to("cuda", torch.bfloat16)
-    tb = torch.from_numpy(np.asarray(b.astype(jnp.float32))).to("cuda", torch.bfloat16)
+    ta, tb = torch_operands(torch, a, b)
 
     def calls(n: int) -> float:
         torch.matmul(ta, tb)

@@ -208,9 +208,7 @@ class Sm90Plan(TensorCorePlan):
         for gl in self.loops:
             lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], {gl.full_arrivals()});")
-            warps = 4 if self.pingpong else self.consumers * 4  # ping-pong: the warpgroup whose tile it is
-            releases = warps * (2 if gl.multicast else 1)  # every consumer warp of the pair
-            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {releases});")
+            lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first
@@ -248,6 +246,12 @@ class Sm90Plan(TensorCorePlan):
             return self.pingpong.tile_loop_lines(ctx)
         return super().lines(stmt, ctx)
 
+    def _releases(self, gl: GemmLoop) -> int:
+        """Arrivals that free a stage of the loop: every consumer warp (ping-pong: of the warpgroup whose tile it
+        is), of both blocks of a multicast pair."""
+        warps = 4 if self.pingpong else self.consumers * 4
+        return warps * (2 if gl.multicast else 1)
+
     def _held(self, gl: GemmLoop) -> int:
         """How many of the loop's last stages its epilogue borrows as staging slots (0: none)."""
         st = self.stores.get(last_statement(gl.nest)) if gl.nest else None
@@ -261,7 +265,7 @@ class Sm90Plan(TensorCorePlan):
         if not held:
             return []
         c = counter(gl.index)
-        arrivals = self.consumers * 4
+        arrivals = self._releases(gl)  # every consumer warp's release, at once
         leader = store_leader(per_warpgroup=False)  # it committed the stores' bulk groups: only it can wait on them
         return [f"if ({i} == 0 && {c} > 0 && {leader}) {{  // the previous tile's staging stages",
                 f"{INDENT}ts_bulk_wait_read();",
