@@ -8,7 +8,8 @@ Both are timed the same two ways, interleaved (`--rounds`, 5 by default, each ru
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
-  else is timed (the method of the issue and of shared/reference/gemm_ceiling.py);
+  else is timed (the method of the issue and of shared/reference/gemm_ceiling.py); cuBLAS's the same
+  iterations recorded as one CUDA graph (the GPU's time, not torch's dispatch from Python);
 - calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
   dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
   the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
@@ -78,7 +79,7 @@ from _gpu_trace import last_run, product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
-from jax_tilescale.codegen import gemm_sm90, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -95,7 +96,8 @@ CONFIGS = "auto"
 CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
 # config suffix -> (module, switch, value) of the code generator
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
-            "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False)}
+            "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
+            "lateturn": (gemm_sm90_pingpong, "EARLY_TURN", False)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
@@ -286,10 +288,32 @@ def torch_operands(torch, a, b) -> tuple:
     return tuple(torch.from_numpy(np.asarray(x.astype(jnp.float32))).to("cuda", torch.bfloat16) for x in (a, b))
 
 
+def cuda_graph_of(torch, body):
+    """`body` (torch work on the GPU) recorded as one CUDA graph after a warm-up run on a side stream (torch's
+    recipe: cuBLAS picks its kernel and workspace outside the capture), or None, with a note, where torch cannot
+    record it: the caller then runs `body` eagerly."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side):
+            body()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+    except RuntimeError as e:  # capture refused: time the eager loop, and say so
+        print(f"cuBLAS's loop not recorded as a CUDA graph ({e}); timed as eager calls from Python", flush=True)
+        torch.cuda.synchronize()
+        return None
+    torch.cuda.synchronize()
+    return graph
+
+
 def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
     """(loop, calls) runners of cuBLAS through torch on the same data: `reps` products, each
-    reduced to one element (loop) or kept whole (calls). `fp8`: (a8, b8, sa, sb) numpy arrays for
-    torch._scaled_mm (B passed column-major, as it requires), bf16 output."""
+    reduced to one element and recorded as one CUDA graph (loop) or kept whole, eager calls (calls).
+    `fp8`: (a8, b8, sa, sb) numpy arrays for torch._scaled_mm (B passed column-major, as it requires),
+    bf16 output."""
     import numpy as np
 
     if fp8 is None:
@@ -306,10 +330,22 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
         def product():
             return torch._scaled_mm(ta, tb, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
 
-    def loop(*_):
-        acc = torch.zeros((), device="cuda")
+    acc = torch.zeros((), device="cuda")
+
+    def body():
         for _ in range(reps):
-            acc += product()[0, 0].float()
+            acc.add_(product()[0, 0].float())
+
+    loop_graph = cuda_graph_of(torch, body)
+
+    def loop(*_):
+        # the `reps` iterations recorded as one CUDA graph: the GPU runs them back to back as it runs XLA's
+        # jitted loop, where a Python loop of eager calls would time the host's dispatch (torch's loop took
+        # 0.057 ms a product at 2048^3 where its kernel takes ~0.027: NOTES, 2026-12-03)
+        if loop_graph is None:
+            body()
+        else:
+            loop_graph.replay()
         torch.cuda.synchronize()
         return jnp.float32(0)
 
@@ -391,7 +427,7 @@ def main() -> None:
                                   readings=readings, host=host)
         power_rows += [(shape, name, how, readings[name, how], median(times[name, how]))
                        for name, how in runners if (name, how) in readings]
-        if args.trace:  # XLA's and ours (torch's loop is Python, not one jitted loop)
+        if args.trace:  # XLA's and ours (torch's loop is a CUDA graph, not a jitted loop)
             # XLA's loop traced first and again last, so that the order (the GPU's heat, its clocks) is not
             # mistaken for the kernels' difference: ratios are to the mean of its two intervals
             order = [XLA, *(key[0] for key in kernels), XLA]

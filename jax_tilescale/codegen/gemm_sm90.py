@@ -353,6 +353,7 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}ts_wgmma_fence();",
             *indent(descs, 1),
             f"{INDENT}ts_wgmma_commit();",
+            *indent(self.pingpong.early_turn_lines(i, gl.loop.extent) if self.pingpong is not None else [], 1),
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
             *indent(fence, 1),
@@ -364,7 +365,7 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}}}",
             "}",
             # ping-pong: every stage of this tile waited for and its products issued: the other warpgroup may start
-            *(self.pingpong.turn_lines() if self.pingpong is not None else []),
+            *(self.pingpong.late_turn_lines() if self.pingpong is not None else []),
             "ts_wgmma_wait<0>();",
             *fence,
             *(trace.loop_end(acc, gl.n) if traced else []),

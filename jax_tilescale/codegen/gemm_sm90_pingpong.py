@@ -52,6 +52,10 @@ from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter, inner_body
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
+# Where a warpgroup passes the turn: right after its tile's last stage's products are issued (True), so
+# that the other warpgroup's first products queue behind two stages in the tensor pipe, or after the
+# loop's last `wgmma.wait_group 1` (False: one stage queued; bench_gemm's `/lateturn`). NOTES, 2026-12-04.
+EARLY_TURN = True
 PINGPONG_MAX_ACCUMULATORS = 192  # per thread: 128 x 192 tiles, as the cooperative 256x192 holds per thread
 # Named barriers (bar.sync ids; 0 is __syncthreads, 1 the consumers' barrier: Frame.block_sync)
 TURN_BARRIER = 2  # + g: warpgroup g's turn to run a main loop (both warpgroups, 256 threads)
@@ -77,6 +81,17 @@ class PingPong:
         w = var_name(self.tile_loop.var)
         return [f"if ({w} + 1 < {self.waves}) ts_named_arrive({TURN_BARRIER} + 1 - {WG}, {2 * WARPGROUP});"
                 "  // the other warpgroup's turn"]
+
+    def early_turn_lines(self, i: str, extent: int) -> list[str]:
+        """In the main loop, after a stage's products are committed: the turn, at the tile's last stage."""
+        if not EARLY_TURN:
+            return []
+        return [f"if ({i} == {extent - 1}) {{  // every stage of this tile waited for, its products issued",
+                *indent(self.turn_lines()), "}"]
+
+    def late_turn_lines(self) -> list[str]:
+        """After the main loop (its last `wait_group 1`): the turn, where EARLY_TURN is off."""
+        return [] if EARLY_TURN else self.turn_lines()
 
     def tile_loop_lines(self, ctx: Ctx) -> list[str]:
         """The tile loop as each consumer warpgroup runs it (the module doc)."""

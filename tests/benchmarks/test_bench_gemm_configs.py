@@ -158,3 +158,56 @@ def test_the_code_column_says_where_a_multicast_pair_was_built():
     assert "cluster 2" not in column(8192, 8192, 8192, switch, block_m=256, block_n=192)
     assert "cluster 2" not in column(4096, 4096, 4096, {}, block_m=128, block_n=256)
     assert gemm_sm90.MULTICAST is False  # the switch was set for the lowering only
+
+
+class _FakeTorchCuda:
+    """The few torch.cuda calls cuda_graph_of makes, recording what ran; `refuse` makes the capture fail."""
+
+    def __init__(self, refuse: bool):
+        self.refuse, self.log = refuse, []
+        cuda = self
+
+        class Stream:
+            def wait_stream(self, other):
+                cuda.log.append("wait")
+
+        class CUDAGraph:
+            def replay(self):
+                cuda.log.append("replay")
+
+        class _Ctx:
+            def __init__(self, what):
+                self.what = what
+
+            def __enter__(self):
+                if self.what == "capture" and cuda.refuse:
+                    raise RuntimeError("operation not permitted when stream is capturing")
+                cuda.log.append(f"enter {self.what}")
+
+            def __exit__(self, *exc):
+                return False
+
+        self.Stream, self.CUDAGraph = Stream, CUDAGraph
+        self.stream = lambda s: _Ctx("side")
+        self.graph = lambda g: _Ctx("capture")
+        self.current_stream = lambda: Stream()
+        self.synchronize = lambda: self.log.append("sync")
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_cublas_loop_is_a_graph_or_says_it_is_not(refuse, capsys):
+    """cuBLAS's loop: warmed up on a side stream, then recorded; where torch refuses the capture, None and a
+    note (the runner then times the eager loop)."""
+    bench = load_bench("bench_gemm")
+
+    class FakeTorch:
+        cuda = _FakeTorchCuda(refuse)
+
+    runs = []
+    graph = bench.cuda_graph_of(FakeTorch, lambda: runs.append(1))
+    log = FakeTorch.cuda.log
+    if refuse:
+        assert graph is None and len(runs) == 1 and "not recorded as a CUDA graph" in capsys.readouterr().out
+    else:
+        assert graph is not None and len(runs) == 2  # the warm-up, then the body under capture
+        assert log.index("enter side") < log.index("enter capture") and log[-1] == "sync"

@@ -162,6 +162,19 @@ def test_pingpong_persistent_matches_dot(m, n, k, cfg):
     assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(again.astype(jnp.float32)))
 
 
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),  # the pick's form
+    (2000, 1000, 512, dict(block_m=128, block_n=128, num_stages=4, num_sms=5)),  # blocks with no tile
+])
+def test_pingpong_turn_after_the_loop_matches_dot(monkeypatch, m, n, k, cfg):
+    """The ping-pong turn in its old place (gemm_sm90_pingpong.EARLY_TURN off: after the loop's last
+    `wait_group 1`, bench_gemm's `/lateturn`): still right and repeatable."""
+    from jax_tilescale.codegen import gemm_sm90_pingpong
+
+    _persistent_with(monkeypatch, "EARLY_TURN", False, m, n, k, dict(cfg, pingpong=True), seed=m + 7 * n + k,
+                     marker=f"if (ts_i1 == {k // 64 - 1}) {{", present=False, module=gemm_sm90_pingpong)
+
+
 # ---- two blocks per SM (codegen/gemm_table.PAIRED, asked for explicitly), and that two are resident ----
 
 def test_paired_blocks_match_dot_and_two_fit_on_an_sm():
@@ -253,12 +266,12 @@ def test_persistent_epilogue_through_a_staging_tile_matches_dot(monkeypatch, m, 
 
 
 def _persistent_with(monkeypatch, switch: str, value: bool, m, n, k, cfg, seed: int, marker: str,
-                     present: bool = True):
-    """The persistent bf16 GEMM built with the code generator's `switch` set to `value` (whose form `marker`
-    in the source shows, or its absence), checked by `_right_and_repeatable`."""
+                     present: bool = True, module=None):
+    """The persistent bf16 GEMM built with the code generator's `switch` (of `module`, gemm_sm90 by default)
+    set to `value` (whose form `marker` in the source shows, or its absence), checked by `_right_and_repeatable`."""
     from jax_tilescale.codegen import gemm_sm90
 
-    monkeypatch.setattr(gemm_sm90, switch, value)
+    monkeypatch.setattr(module or gemm_sm90, switch, value)
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), persistent=True, **cfg)
     a, b = _inputs((m, k), (k, n), "bfloat16", seed)
     assert (marker in generate_cuda(kern.trace(a, b), "sm_90").source) == present
