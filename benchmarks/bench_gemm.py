@@ -97,7 +97,7 @@ CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g
 # config suffix -> (module, switch, value) of the code generator
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
             "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
-            "lateturn": (gemm_sm90_pingpong, "EARLY_TURN", False)}
+            "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

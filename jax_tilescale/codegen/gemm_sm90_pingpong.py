@@ -52,10 +52,11 @@ from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter, inner_body
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
-# Where a warpgroup passes the turn: right after its tile's last stage's products are issued (True), so
-# that the other warpgroup's first products queue behind two stages in the tensor pipe, or after the
-# loop's last `wgmma.wait_group 1` (False: one stage queued; bench_gemm's `/lateturn`). NOTES, 2026-12-04.
-EARLY_TURN = True
+# Where a warpgroup passes the turn: after the loop's last `wgmma.wait_group 1` (False: the other
+# warpgroup's first products queue behind one stage in the tensor pipe), or right after its tile's last
+# stage's products are issued (True, bench_gemm's `/earlyturn`: behind two). Measured level (NOTES,
+# 2026-12-04, twenty-second session): the next loop starts 65 cycles sooner and each loop takes 59 more.
+EARLY_TURN = False
 PINGPONG_MAX_ACCUMULATORS = 192  # per thread: 128 x 192 tiles, as the cooperative 256x192 holds per thread
 # Named barriers (bar.sync ids; 0 is __syncthreads, 1 the consumers' barrier: Frame.block_sync)
 TURN_BARRIER = 2  # + g: warpgroup g's turn to run a main loop (both warpgroups, 256 threads)

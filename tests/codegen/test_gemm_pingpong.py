@@ -53,14 +53,12 @@ def test_each_warpgroup_takes_alternate_whole_tiles():
     assert turn.index("if (ts_i0 > 0) ts_named_sync(2 + (threadIdx.x / 128), 256);") \
         < turn.index("if (ts_i0 + 1 < 63) ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") \
         < turn.index("continue;") < turn.index("ts_mbar_wait(")
-    # the turn passes on at the tile's last stage, once its products are issued (every stage waited for),
-    # before the stage before it is waited for (EARLY_TURN), and not again after the loop
+    # the turn passes on once every stage of the tile was waited for, before the last products are waited
+    # for (EARLY_TURN off, the default), and not inside the loop
     loop = c.split("for (int ts_i1 = 0; ts_i1 < 16; ++ts_i1) {", 1)[1]
-    early = loop.index("if (ts_i1 == 15) {")
-    assert loop.index("ts_wgmma_commit();") < early < loop.index("ts_wgmma_wait<1>();")
-    assert loop[early:].index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop[early:].index("}")
+    assert "if (ts_i1 == 15) {" not in loop
     loop_end = c.split("ts_mbar_arrive(&ts_empty0[((ts_it0 + ts_i1) - 1) % 4]);", 1)[1]
-    assert "ts_named_arrive" not in loop_end.split("ts_wgmma_wait<0>();", 1)[0]
+    assert loop_end.index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop_end.index("ts_wgmma_wait<0>();")
     # the A slab of each wgmma is the tile's, not the warpgroup's share of it
     assert "ts_da0_1 = ts_da + ((1) * 512u + 0u);" in c and "ts_wg * 2 +" not in c
     # one warpgroup's 4 warps release a stage
@@ -75,17 +73,19 @@ def test_each_warpgroup_takes_alternate_whole_tiles():
     assert mod.smem_bytes >= 4 * 32768 + 2 * 32768  # the rings and both staging tiles
 
 
-def test_the_turn_after_the_loop_when_asked(monkeypatch):
-    """EARLY_TURN off (bench_gemm's `/lateturn`): the turn passes after the loop's last `wait_group 1`, as before
-    2026-12-04, and not inside the loop."""
+def test_the_turn_at_the_last_stage_when_asked(monkeypatch):
+    """EARLY_TURN on (bench_gemm's `/earlyturn`): the turn passes at the tile's last stage, right after its
+    products are committed and before the stage before it is waited for, and not again after the loop."""
     from jax_tilescale.codegen import gemm_sm90_pingpong
 
-    monkeypatch.setattr(gemm_sm90_pingpong, "EARLY_TURN", False)
+    monkeypatch.setattr(gemm_sm90_pingpong, "EARLY_TURN", True)
     c = _consumer(_module(16384, 8192, 1024, block_m=128, block_n=128, num_stages=4))
     loop = c.split("for (int ts_i1 = 0; ts_i1 < 16; ++ts_i1) {", 1)[1]
-    assert "if (ts_i1 == 15) {" not in loop
+    early = loop.index("if (ts_i1 == 15) {")
+    assert loop.index("ts_wgmma_commit();") < early < loop.index("ts_wgmma_wait<1>();")
+    assert loop[early:].index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop[early:].index("}")
     loop_end = loop.split("ts_mbar_arrive(&ts_empty0[((ts_it0 + ts_i1) - 1) % 4]);", 1)[1]
-    assert loop_end.index("ts_named_arrive(2 + 1 - (threadIdx.x / 128), 256);") < loop_end.index("ts_wgmma_wait<0>();")
+    assert "ts_named_arrive" not in loop_end.split("ts_wgmma_wait<0>();", 1)[0]
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [

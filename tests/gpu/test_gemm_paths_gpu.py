@@ -166,13 +166,13 @@ def test_pingpong_persistent_matches_dot(m, n, k, cfg):
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),  # the pick's form
     (2000, 1000, 512, dict(block_m=128, block_n=128, num_stages=4, num_sms=5)),  # blocks with no tile
 ])
-def test_pingpong_turn_after_the_loop_matches_dot(monkeypatch, m, n, k, cfg):
-    """The ping-pong turn in its old place (gemm_sm90_pingpong.EARLY_TURN off: after the loop's last
-    `wait_group 1`, bench_gemm's `/lateturn`): still right and repeatable."""
+def test_pingpong_turn_at_the_last_stage_matches_dot(monkeypatch, m, n, k, cfg):
+    """The ping-pong turn passed at the tile's last stage (gemm_sm90_pingpong.EARLY_TURN on, bench_gemm's
+    `/earlyturn`): right and repeatable."""
     from jax_tilescale.codegen import gemm_sm90_pingpong
 
-    _persistent_with(monkeypatch, "EARLY_TURN", False, m, n, k, dict(cfg, pingpong=True), seed=m + 7 * n + k,
-                     marker=f"if (ts_i1 == {k // 64 - 1}) {{", present=False, module=gemm_sm90_pingpong)
+    _persistent_with(monkeypatch, "EARLY_TURN", True, m, n, k, dict(cfg, pingpong=True), seed=m + 7 * n + k,
+                     marker=f"if (ts_i1 == {k // 64 - 1}) {{", module=gemm_sm90_pingpong)
 
 
 # ---- two blocks per SM (codegen/gemm_table.PAIRED, asked for explicitly), and that two are resident ----
