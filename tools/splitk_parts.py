@@ -1,0 +1,123 @@
+"""Where the in-kernel split-K (`examples/gemm.py`'s SplitK, reduce="kernel") spends its time after the main
+loop: the same kernel built in parts, each part's kernel timed on the GPU in a traced jitted loop
+(benchmarks/_gpu_trace.py), after the whole form is checked against jnp.dot. The parts, cumulative:
+
+- `slab`:   the main loop, then the float32 partial stored to its slab (no counter, no scratch);
+- `ticket`: + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
+            that zeroes it again);
+- `sum`:    + the last split adding the other slabs to its partial;
+- `whole`:  + the tile of C stored: SplitK's kernel.
+
+    python tools/splitk_parts.py [--shape 128x8192x8192] [--tile 128x128x64/6/t128] [--splits 2] [--reps 200]
+
+The twenty-second session (benchmarks/NOTES.md) measured the whole form 13-14 us slower than the main loop
+writing partials for XLA to sum, at 128 x 8192 x 8192 with two splits; this says which part holds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "examples"))
+from _gpu_trace import last_run, product_step, traced  # noqa: E402
+from bench_gemm import loop_and_calls  # noqa: E402
+from gemm import GemmConfig, gemm  # noqa: E402
+
+import jax_tilescale as ts  # noqa: E402
+from jax_tilescale import language as T  # noqa: E402
+
+PARTS = ("slab", "ticket", "sum", "whole")
+
+
+def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
+    """SplitK's in-kernel form up to `part` (module doc); outputs (C, W) as SplitK's for `whole`, else W."""
+    dtype = jnp.dtype(jnp.bfloat16)
+    bm, bn, bk, splits = cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k
+    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+    tiles, per = tiles_m * tiles_n, T.ceildiv(k, bk) // splits
+    slabs = jax.ShapeDtypeStruct((splits * tiles * bm, bn), jnp.float32)
+    out_shape = (jax.ShapeDtypeStruct((m, n), dtype), slabs) if part == "whole" else slabs
+
+    @ts.kernel(out_shape=out_shape, grid=(tiles_n, tiles_m, splits), threads=cfg.threads)
+    def split_k_part_kernel(A, B, *outputs):
+        C, W = outputs if part == "whole" else (None, *outputs)
+        pid, split = T.program_id(1) * tiles_n + T.program_id(0), T.program_id(2)
+        tm, tn = pid // tiles_n, pid % tiles_n
+        A_s = T.alloc_shared((bm, bk), dtype)
+        B_s = T.alloc_shared((bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(per, num_stages=cfg.num_stages):
+            T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
+            T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, W[T.ds((split * tiles + pid) * bm, bm), :])
+        if part != "slab":
+            arrived = T.alloc((tiles,), jnp.int32, level="global")
+            ticket = T.alloc_shared((1,), jnp.int32)
+            T.atomic_fetch_add(arrived[pid], 1, ticket[0])
+            if part != "ticket":
+                if ticket[0] == splits - 1:
+                    for s in T.serial(splits):
+                        for i, j in T.Parallel(bm, bn):
+                            C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
+                    if part == "whole":
+                        T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+    return split_k_part_kernel
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="128x8192x8192")
+    ap.add_argument("--tile", default="128x128x64/6/t128", help="BMxBNxBK/STAGES/tTHREADS")
+    ap.add_argument("--splits", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--heat", type=float, default=1.0)
+    args = ap.parse_args()
+    m, n, k = map(int, args.shape.split("x"))
+    tiles, stages, threads = args.tile.split("/")
+    bm, bn, bk = map(int, tiles.split("x"))
+    cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), threads=int(threads.lstrip("t")),
+                     split_k=args.splits)
+    ka, kb = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
+    b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
+    want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
+    whole = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages),
+                 threads=cfg.threads, split_k=args.splits, split_reduce="kernel")
+    err = float(jnp.max(jnp.abs(jax.jit(whole)(a, b).astype(jnp.float32) - want)))
+    print(f"{args.shape} {args.tile} split {args.splits}: SplitK's kernel form, max error {err:.3g} "
+          f"(max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
+    where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "splitk_parts"
+    rows = []
+    for part in ("xla", *PARTS, "splitk"):
+        if part == "xla":
+            product = lambda x, y: x @ y
+        elif part == "splitk":
+            product = whole
+        else:
+            kern = split_k_part(m, n, k, cfg, part)
+            product = (lambda x, y, kern=kern: kern(x, y)[0]) if part == "whole" else kern
+        loop, _ = loop_and_calls(product, args.reps)
+        step = product_step(last_run(traced(loop, (a, b), where / part, args.heat), args.reps))
+        rows.append((part, step))
+        print(f"{part:>8}: {'-' if step is None else f'{step.duration_us:8.2f} us  {step.kernel}'}", flush=True)
+    base = dict(rows).get("slab")
+    print("\npart      kernel us  over `slab`")
+    for part, step in rows:
+        if step is not None:
+            over = f"{step.duration_us - base.duration_us:+.2f}" if base is not None else "-"
+            print(f"{part:>8}  {step.duration_us:9.2f}  {over}")
+
+
+if __name__ == "__main__":
+    main()
