@@ -3,7 +3,9 @@ loop: the same kernel built in parts, each part's kernel timed on the GPU in a t
 (benchmarks/_gpu_trace.py), after the whole form is checked against jnp.dot. The parts, cumulative:
 
 - `slab`:   the main loop, then the float32 partial stored to its slab (no counter, no scratch);
-- `ticket`: + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
+- `direct`: the same with one statement after the slab's copy (a shared word written), so the copy is not the
+            kernel's last and the code generator stores it from registers instead of through TMA;
+- `ticket`: `slab` + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
             that zeroes it again);
 - `sum`:    + the last split adding the other slabs to its partial;
 - `whole`:  + the tile of C stored: SplitK's kernel.
@@ -34,7 +36,7 @@ from gemm import GemmConfig, gemm  # noqa: E402
 import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
 
-PARTS = ("slab", "ticket", "sum", "whole")
+PARTS = ("slab", "direct", "ticket", "sum", "whole")
 
 
 def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
@@ -60,7 +62,10 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
             T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
             T.gemm(A_s, B_s, C_f)
         T.copy(C_f, W[T.ds((split * tiles + pid) * bm, bm), :])
-        if part != "slab":
+        if part == "direct":
+            word = T.alloc_shared((1,), jnp.int32)
+            word[0] = split
+        elif part != "slab":
             arrived = T.alloc((tiles,), jnp.int32, level="global")
             ticket = T.alloc_shared((1,), jnp.int32)
             T.atomic_fetch_add(arrived[pid], 1, ticket[0])
