@@ -446,19 +446,18 @@ _FETCH_ADD_TYPES = {np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned in
 
 @EMIT.register(FetchAdd)
 def emit_fetch_add(s: FetchAdd, ctx: Ctx) -> list[str]:
-    """The block meets (its earlier accesses done), thread 0 adds with release and acquire semantics
-    (ts_fetch_add_acq_rel: no full fences) and writes the old count to shared memory; the block meets
-    again and reads it."""
+    """The block meets (its earlier accesses done), thread 0 fences (release), adds, fences again
+    (acquire) and writes the old count to shared memory; the block meets again and reads it."""
     p = ValuePrinter(ctx, enclosing_ranges(ctx.kernel, s))
     dtype = s.word.buffer.dtype
     ctype, atype = storage_type(dtype, s.loc), _FETCH_ADD_TYPES[dtype]
     return [
         *ctx.block_sync("every thread's earlier accesses, before the release"),
         *thread0(ctx, [
-            # release: the block's earlier writes reach the GPU before its count; acquire: what the earlier
-            # counts released, before the block reads it
-            f"{p.element(s.prev, s.loc)} = ({ctype})ts_fetch_add_acq_rel(reinterpret_cast<{atype}*>("
-            f"&{p.element(s.word, s.loc)}), ({atype})({c_expr(s.value)}));  // release + acquire",
+            "__threadfence();  // release: the block's earlier writes reach the GPU before its count",
+            f"{p.element(s.prev, s.loc)} = ({ctype})atomicAdd(reinterpret_cast<{atype}*>("
+            f"&{p.element(s.word, s.loc)}), ({atype})({c_expr(s.value)}));",
+            "__threadfence();  // acquire: what the earlier counts released, before the block reads it",
         ]),
         *ctx.block_sync("every thread reads the old count"),
     ]

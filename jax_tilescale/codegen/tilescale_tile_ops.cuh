@@ -115,23 +115,3 @@ TS_ATOMIC_FLOAT_CAS(ts_atomic_min, __half, unsigned short, ts_f16_to_bits, ts_f1
 TS_ATOMIC_FLOAT_CAS(ts_atomic_max, __nv_bfloat16, unsigned short, ts_bf16_to_bits, ts_bf16_bits_to, ts_vmax)
 TS_ATOMIC_FLOAT_CAS(ts_atomic_min, __nv_bfloat16, unsigned short, ts_bf16_to_bits, ts_bf16_bits_to, ts_vmin)
 #undef TS_ATOMIC_FLOAT_CAS
-
-// T.atomic_fetch_add's add (codegen/tile_ops.emit_fetch_add): one atomic that releases and acquires at GPU
-// scope. Thread 0 issues it after the block's barrier, so its release covers every thread's earlier writes
-// (the barrier orders them before it) and the barrier after it passes the acquire on: the turnstile of a
-// split-K tile, with no full fence (__threadfence is fence.sc.gpu) on either side.
-__device__ __forceinline__ int ts_fetch_add_acq_rel(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ unsigned int ts_fetch_add_acq_rel(unsigned int* p, unsigned int v) {
-  unsigned int old;
-  asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ unsigned long long ts_fetch_add_acq_rel(unsigned long long* p, unsigned long long v) {
-  unsigned long long old;
-  asm volatile("atom.acq_rel.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
-  return old;
-}

@@ -63,7 +63,7 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     mod = _module(128, 8192, 8192, **SPLIT4, split_reduce="kernel")  # 4 splits of 128x256 tiles
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     consumer = mod.source.split("consumer warpgroups", 1)[1]
-    assert "ts_fetch_add_acq_rel(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer
+    assert "atomicAdd(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer
     assert "ts_elem_index(" not in consumer
     assert mod.scratch_bytes > 0  # the tiles' counters, zero at the start
 
