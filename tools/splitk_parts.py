@@ -5,12 +5,15 @@ loop: the same kernel built in parts, each part's kernel timed on the GPU in a t
 - `slab`:   the main loop, then the float32 partial stored to its slab (no counter, no scratch);
 - `direct`: the same with one statement after the slab's copy (a shared word written), so the copy is not the
             kernel's last and the code generator stores it from registers instead of through TMA;
+- `scratch`: `direct` with the counter's global scratch word written plainly (no atomic): the end of call that
+            zeroes scratch, without the turnstile;
 - `ticket`: `slab` + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
             that zeroes it again);
 - `sum`:    + the last split adding the other slabs to its partial;
 - `whole`:  + the tile of C stored: SplitK's kernel.
 
     python tools/splitk_parts.py [--shape 128x8192x8192] [--tile 128x128x64/6/t128] [--splits 2] [--reps 200]
+        [--parts xla,slab,direct,scratch,ticket,sum,whole,splitk]
 
 The twenty-second session (benchmarks/NOTES.md) measured the whole form 13-14 us slower than the main loop
 writing partials for XLA to sum, at 128 x 8192 x 8192 with two splits; this says which part holds them.
@@ -36,7 +39,7 @@ from gemm import GemmConfig, gemm  # noqa: E402
 import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
 
-PARTS = ("slab", "direct", "ticket", "sum", "whole")
+PARTS = ("slab", "direct", "scratch", "ticket", "sum", "whole")
 
 
 def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
@@ -65,6 +68,10 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
         if part == "direct":
             word = T.alloc_shared((1,), jnp.int32)
             word[0] = split
+        elif part == "scratch":
+            arrived = T.alloc((tiles,), jnp.int32, level="global")
+            if split == 0:
+                arrived[pid] = 0  # already zero: the scratch the end of call zeroes again
         elif part != "slab":
             arrived = T.alloc((tiles,), jnp.int32, level="global")
             ticket = T.alloc_shared((1,), jnp.int32)
@@ -87,6 +94,8 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=2)
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--heat", type=float, default=1.0)
+    ap.add_argument("--parts", default=",".join(("xla", *PARTS, "splitk")),
+                    help="which to time, in order (xla, the parts, splitk: the example's kernel)")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     tiles, stages, threads = args.tile.split("/")
@@ -104,7 +113,7 @@ def main() -> None:
           f"(max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "splitk_parts"
     rows = []
-    for part in ("xla", *PARTS, "splitk"):
+    for part in args.parts.split(","):
         if part == "xla":
             product = lambda x, y: x @ y
         elif part == "splitk":
