@@ -9,11 +9,13 @@ loop: the same kernel built in parts, each part's kernel timed on the GPU in a t
             zeroes scratch, without the turnstile;
 - `ticket`: `slab` + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
             that zeroes it again);
-- `sum`:    + the last split adding the other slabs to its partial;
+- `sum`:    + the last split summing the slabs in split order (SplitK's form before the twenty-second session);
 - `whole`:  + the tile of C stored: SplitK's kernel.
 
-    python tools/splitk_parts.py [--shape 128x8192x8192] [--tile 128x128x64/6/t128] [--splits 2] [--reps 200]
+    python tools/splitk_parts.py [--shape 128x8192x8192] [--config 128x128x64/6/g8/t128/s2] [--reps 200]
         [--parts xla,slab,direct,scratch,ticket,sum,whole,splitk]
+
+`--config` in bench_gemm.py's form (`/sN`: N splits, two or more).
 
 The twenty-second session (benchmarks/NOTES.md) measured the whole form 13-14 us slower than the main loop
 writing partials for XLA to sum, at 128 x 8192 x 8192 with two splits; this says which part holds them.
@@ -33,7 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
 from _gpu_trace import last_run, product_step, traced  # noqa: E402
-from bench_gemm import loop_and_calls  # noqa: E402
+from bench_gemm import loop_and_calls, parse_config  # noqa: E402
 from gemm import GemmConfig, gemm  # noqa: E402
 
 import jax_tilescale as ts  # noqa: E402
@@ -78,6 +80,7 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
             T.atomic_fetch_add(arrived[pid], 1, ticket[0])
             if part != "ticket":
                 if ticket[0] == splits - 1:
+                    T.clear(C_f)
                     for s in T.serial(splits):
                         for i, j in T.Parallel(bm, bn):
                             C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
@@ -90,26 +93,24 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="128x8192x8192")
-    ap.add_argument("--tile", default="128x128x64/6/t128", help="BMxBNxBK/STAGES/tTHREADS")
-    ap.add_argument("--splits", type=int, default=2)
+    ap.add_argument("--config", default="128x128x64/6/g8/t128/s2", help="bench_gemm.py's form, with /sN")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--heat", type=float, default=1.0)
     ap.add_argument("--parts", default=",".join(("xla", *PARTS, "splitk")),
                     help="which to time, in order (xla, the parts, splitk: the example's kernel)")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
-    tiles, stages, threads = args.tile.split("/")
-    bm, bn, bk = map(int, tiles.split("x"))
-    cfg = GemmConfig(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), threads=int(threads.lstrip("t")),
-                     split_k=args.splits)
+    kwargs, _ = parse_config(args.config)
+    cfg = GemmConfig(**kwargs)
+    if cfg.split_k < 2:
+        raise SystemExit(f"--config {args.config}: name two or more splits (/s2, /s4, ...)")
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
     b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
     want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
-    whole = gemm(m, n, k, jnp.bfloat16, block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages),
-                 threads=cfg.threads, split_k=args.splits, split_reduce="kernel")
+    whole = gemm(m, n, k, jnp.bfloat16, **kwargs, split_reduce="kernel")
     err = float(jnp.max(jnp.abs(jax.jit(whole)(a, b).astype(jnp.float32) - want)))
-    print(f"{args.shape} {args.tile} split {args.splits}: SplitK's kernel form, max error {err:.3g} "
+    print(f"{args.shape} {args.config}: SplitK's kernel form, max error {err:.3g} "
           f"(max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "splitk_parts"
     rows = []
