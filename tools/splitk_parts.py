@@ -12,6 +12,9 @@ loop: the same kernel built in parts, each part's kernel timed on the GPU in a t
 - `sum`:    + the last split summing the slabs in split order (SplitK's form before the twenty-second session);
 - `whole`:  + the tile of C stored: SplitK's kernel.
 
+Two references beside them: `xla` (jnp.dot) and `hbm` (XLA's column sum of B, which reads B's bytes once and
+writes one row: the product's memory floor where B dominates, as at 128 x 8192 x 8192).
+
     python tools/splitk_parts.py [--shape 128x8192x8192] [--config 128x128x64/6/g8/t128/s2] [--reps 200]
         [--parts xla,slab,direct,scratch,ticket,sum,whole,splitk]
 
@@ -97,7 +100,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--heat", type=float, default=1.0)
     ap.add_argument("--parts", default=",".join(("xla", *PARTS, "splitk")),
-                    help="which to time, in order (xla, the parts, splitk: the example's kernel)")
+                    help="which to time, in order (xla, hbm, the parts, splitk: the example's kernel)")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     kwargs, _ = parse_config(args.config)
@@ -117,6 +120,8 @@ def main() -> None:
     for part in args.parts.split(","):
         if part == "xla":
             product = lambda x, y: x @ y
+        elif part == "hbm":
+            product = lambda x, y: jnp.sum(y, axis=0, dtype=jnp.float32, keepdims=True)
         elif part == "splitk":
             product = whole
         else:
