@@ -78,7 +78,9 @@ def main() -> None:
     c = np.asarray(f(a, b).astype(jnp.float32))
     bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
     pp, persistent = kw.get("pingpong", False), kw.get("persistent", False)
-    recs = decode(c, m, n, bm, bn, [0] if pp else [0, bm // 2])
+    # each consumer warpgroup's first row in the tile: one warpgroup per tile in ping-pong and with 128 threads
+    one = pp or kw.get("threads", 256) == 128
+    recs = decode(c, m, n, bm, bn, [0] if one else [0, bm // 2])
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
     order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
@@ -94,7 +96,8 @@ def main() -> None:
     print(f"records ({', '.join(COLUMNS)}): {out}")
 
 
-COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "clock", "sm")
+COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "clock", "sm",
+           "ns")
 
 
 def between_loops(recs: list[dict]) -> list[str]:
@@ -154,6 +157,12 @@ def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> li
         sel = (t >= lo) & (t < hi)
         parts.append(f"{lo:.0f}:{int(sel.sum())}/{wait[sel].mean() if sel.any() else 0:.0f}")
     lines.append("by start (us from the first: runs / mean wait): " + " ".join(parts))
+    ns = col["ns"]
+    if (ns > 0).all():
+        us = ns / 1e3
+        lines.append(f"loop time (%globaltimer): median {np.median(us):.2f} us (p10 {np.percentile(us, 10):.2f}, "
+                     f"p90 {np.percentile(us, 90):.2f}); SM clock over the loops (cycles / ns): median "
+                     f"{np.median(cyc / ns):.3f} GHz; loops end {(t + us).max():.2f} us after the first starts")
     lines += between_loops(recs)
     per_sm = np.array([wait[col["sm"] == s].sum() for s in np.unique(col["sm"])])
     lines.append(f"wait per SM: min {per_sm.min():.0f}, median {np.median(per_sm):.0f}, max {per_sm.max():.0f} "

@@ -33,6 +33,9 @@ FIELDS: tuple[TraceField, ...] = (
     TraceField("cycles", "ts_dg_cyc", 3),  # the loop's cycles, from before its first wait to after its last products
     TraceField("clock", "(uint32_t)ts_dg_c0", 4),  # the SM's clock64 at the loop's start, low 32 bits
     TraceField("sm", "ts_dg_sm", 1),
+    # %globaltimer ns from the loop's start to its end: with `cycles`, the SM's clock over the loop itself (one
+    # loop per SM, as in a one-wave product, leaves no two starts on an SM to measure it between)
+    TraceField("ns", "ts_dg_ns", 3),
 )
 SLOTS = sum(f.digits for f in FIELDS)
 
@@ -70,6 +73,8 @@ def loop_end(acc: str, columns: int) -> list[str]:
         raise ValueError(f"the stage trace needs tiles of at least {min_columns()} columns, not {columns}")
     out = ["if ((threadIdx.x & 127) == 0) {",
            "  const uint32_t ts_dg_cyc = (uint32_t)(clock64() - ts_dg_c0);",
+           "  uint64_t ts_dg_g1; asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(ts_dg_g1));",
+           "  const uint32_t ts_dg_ns = (uint32_t)(ts_dg_g1 - ts_dg_g0);",
            "  uint32_t ts_dg_sm; asm volatile(\"mov.u32 %0, %smid;\" : \"=r\"(ts_dg_sm));"]
     r = 0
     for f in FIELDS:

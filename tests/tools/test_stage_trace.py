@@ -49,7 +49,7 @@ def test_summary_counts_what_the_records_hold():
     # two SMs at 1.5 GHz, two loops each: SM 0's second starts 500 cycles after its first ends, SM 1's 100
     # cycles before (an overlap); the clocks wrap past 2^32 on SM 1
     recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10,
-                 mask=0b101, start=1000 * j, cycles=1000, sm=j % 2) for j in range(4)]
+                 mask=0b101, start=1000 * j, cycles=1000, sm=j % 2, ns=800 + 100 * j) for j in range(4)]
     for r, (clock, ns) in zip(recs, [(10_000, 0), (2**32 - 600, 100), (11_500, 1000), (300, 700)]):
         r["clock"], r["start"] = clock, ns
     lines = tool.summarize(recs, ksteps=4, ideal=200, persistent=True)
@@ -58,6 +58,8 @@ def test_summary_counts_what_the_records_hold():
     assert "mean 250" in text  # the waits 100..400
     assert "k-step j % 32: 0:4 1:0 2:4 3:0" in text
     assert "by wave (mean wait / mean loop cycles): 0:150/1000 1:350/1000" in text
+    assert "loop time (%globaltimer): median 0.95 us" in text  # 800..1100 ns
+    assert "median 1.056 GHz" in text  # 1000 cycles over 800, 900, 1000, 1100 ns: (1.111 + 1.0) / 2
     assert "wait per SM: min 400, median 500, max 600 (2 SMs)" in text
     assert "SM clock (clock64 / globaltimer): median 1.500 GHz" in text
     assert "next's start on its SM: median 200, p10 -40, p90 440, max 500 (2 gaps)" in text
