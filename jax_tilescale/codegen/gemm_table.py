@@ -25,7 +25,10 @@ The three levers, and when each pays:
   epilogue is a large part of its time (short K, many waves). There the two consumer warpgroups take
   alternate 128x192 tiles (`pingpong`), each storing its tile while the other's main loop runs, with
   4 stages (the staging boxes go out in rounds to leave room for the fourth): 0.96x XLA at
-  16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02);
+  16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02).
+  With longer K and more than one wave of 128x256 tiles (4096^3) the same grid without ping-pong
+  (`DEFAULT_PERSISTENT`): the epilogue still stops the tensor cores, but the next tile's operands are
+  already loading and no block has to start;
 - two blocks per SM (`blocks_per_sm=2`, 128x128 tiles, one consumer warpgroup, 3 stages: half the
   registers and shared memory of an SM each, `PAIRED`): no longer picked. It was the pick where the
   128x256 tiles make one wave or less (2048^3), from runs of 20 products per timing; with timed runs of
@@ -68,6 +71,11 @@ class GemmConfig:
 
 
 DEFAULT = GemmConfig()
+# DEFAULT's tiles on a persistent grid, for more than one wave of them: a block that stays on its SM starts the
+# next tile's loads during the last one's epilogue, where a new block pays its start and fill (4096^3: 2,100
+# cycles between loops on an SM against 3,782, and 0.96-0.99x XLA against 0.95-0.98x in the five runs that timed
+# both: benchmarks/NOTES.md, twenty-third session)
+DEFAULT_PERSISTENT = GemmConfig(persistent=True)
 # fewest L2 bytes per FLOP (benchmarks/NOTES.md, issue 6), persistent: the epilogue staged through the loop's last
 # two stages while the producer fills the other two (gemm_sm90.BORROW_RING; 1.01x XLA at 8192^3 against 0.99x for
 # one block per tile, which pays ~5,400 cycles between blocks and a 1,800-cycle fill a tile: NOTES, 2026-12-04)
@@ -132,6 +140,8 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
         return PERSISTENT
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:
         return WIDE  # large, and its last wave not much emptier: the fewest L2 bytes per FLOP
+    if tiles > sm_count:
+        return DEFAULT_PERSISTENT  # more than one wave: the blocks stay and walk the tiles
     return DEFAULT
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.codegen.gemm_table import DEFAULT, NARROW, GemmConfig, pick_config
+from jax_tilescale.codegen.gemm_table import DEFAULT, DEFAULT_PERSISTENT, NARROW, GemmConfig, pick_config
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -107,11 +107,12 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     wide = pick_config(8192, 8192, 8192, jnp.bfloat16, 132)
     assert wide.block_m == 256 and wide.persistent  # the widest tiles when they fill waves, one block per SM
-    assert pick_config(4096, 4096, 4096, jnp.bfloat16, 132) == DEFAULT  # 256x192 would leave a third of a wave idle
+    # 256x192 would leave a third of a wave idle; 512 tiles of 128x256 are ~4 waves: the persistent grid
+    assert pick_config(4096, 4096, 4096, jnp.bfloat16, 132) == DEFAULT_PERSISTENT
     assert pick_config(64, 64, 64, jnp.float32, 132) == DEFAULT  # only fp16/bf16 take the table
     # one wave of 128x256 tiles (128 at 2048^3): plain 128x256 (two 128x128 blocks per SM measured slower)
     assert pick_config(2048, 2048, 2048, jnp.bfloat16, 132) == DEFAULT
-    assert pick_config(2048, 4096, 2048, jnp.bfloat16, 132) == DEFAULT  # 256 tiles: two waves already
+    assert pick_config(2048, 4096, 2048, jnp.bfloat16, 132) == DEFAULT_PERSISTENT  # 256 tiles: two waves already
     # gemm() with no tile arguments takes the pick; explicit arguments win
     assert isinstance(gemm_example.gemm(128, 2048, 8192, jnp.dtype(jnp.bfloat16), num_sms=132), gemm_example.SplitK)
     assert not isinstance(gemm_example.gemm(128, 2048, 8192, jnp.dtype(jnp.bfloat16), num_sms=132, split_k=1),

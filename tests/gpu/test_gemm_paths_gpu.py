@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, pick_config
 from tests.codegen.kernels import scaled_relu_gemm
 from tests.conftest import load_example
 
@@ -133,6 +134,16 @@ def test_persistent_matches_dot(m, n, k, cfg):
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 2 * n + k)
     assert generate_cuda(kern.trace(a, b), "sm_90").arch == "sm_90a"
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (2500, 3100, 1500)])  # 512 and 260 tiles, the second ragged
+def test_table_pick_on_a_persistent_grid_matches_dot(m, n, k):
+    """More than one wave of 128x256 tiles: gemm() with no tile arguments takes the persistent grid
+    (gemm_table.DEFAULT_PERSISTENT) on the 132 SMs of an H100/H200."""
+    assert pick_config(m, n, k, jnp.bfloat16, 132) == DEFAULT_PERSISTENT
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), num_sms=132)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 3 * n + k)
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
 
 
