@@ -4,6 +4,7 @@ simulated CPU devices, the ring shifts checked against the host's roll before an
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,15 @@ def test_profile_call_runs_its_loops(loop):
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"profiled: {loop} loops of 2 calls" in done.stdout
+
+
+def test_hbm_floor_checks_the_pick_and_prints_every_reference():
+    """tools/hbm_floor.py on the CPU at a small shape: the pick's product checked against jnp.dot, then one row per
+    reference (no GPU kernels to time here: each says so)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools/hbm_floor.py"), "--shape", "64x128x256", "--reps", "2",
+                           "--heat", "0"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "OUT": "/tmp"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the pick against jnp.dot in float32: max error" in done.stdout
+    for name in ("xla dot", "pick", "colsum B", "rowsum B", "colsum 4B", "rowsum 4B"):
+        assert f"{name:>10}  " in done.stdout
