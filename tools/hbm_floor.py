@@ -31,16 +31,26 @@ from bench_gemm import loop_and_calls  # noqa: E402
 from gemm import gemm  # noqa: E402
 
 
+def column_sum(x, y):
+    """XLA's column sum of `y` (one row, 2-D): every block reads narrow column strips down all rows."""
+    return jnp.sum(y, 0, jnp.float32, keepdims=True)
+
+
+def row_sum(x, y):
+    """XLA's row sum of `y` (one row, 2-D): every block reads whole contiguous rows."""
+    return jnp.sum(y, 1, jnp.float32)[None]
+
+
 def references(m: int, n: int, k: int, a, b, tall) -> list[tuple[str, object, tuple, int]]:
     """(name, function of two arrays returning a 2-D result, its arguments, bytes it must read)."""
     operands = 2 * (m * k + k * n)
     return [
         ("xla dot", lambda x, y: x @ y, (a, b), operands),
         ("pick", gemm(m, n, k, jnp.bfloat16), (a, b), operands),
-        ("colsum B", lambda x, y: jnp.sum(y, 0, jnp.float32, keepdims=True), (a, b), 2 * k * n),
-        ("rowsum B", lambda x, y: jnp.sum(y, 1, jnp.float32)[None], (a, b), 2 * k * n),
-        ("colsum 4B", lambda x, y: jnp.sum(y, 0, jnp.float32, keepdims=True), (a, tall), 8 * k * n),
-        ("rowsum 4B", lambda x, y: jnp.sum(y, 1, jnp.float32)[None], (a, tall), 8 * k * n),
+        ("colsum B", column_sum, (a, b), 2 * k * n),
+        ("rowsum B", row_sum, (a, b), 2 * k * n),
+        ("colsum 4B", column_sum, (a, tall), 8 * k * n),
+        ("rowsum 4B", row_sum, (a, tall), 8 * k * n),
     ]
 
 

@@ -37,9 +37,11 @@ import jax.numpy as jnp
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tools"))
 from _gpu_trace import last_run, product_step, traced  # noqa: E402
 from bench_gemm import loop_and_calls, parse_config  # noqa: E402
 from gemm import GemmConfig, gemm  # noqa: E402
+from hbm_floor import column_sum  # noqa: E402
 
 import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
@@ -121,7 +123,7 @@ def main() -> None:
         if part == "xla":
             product = lambda x, y: x @ y
         elif part == "hbm":
-            product = lambda x, y: jnp.sum(y, axis=0, dtype=jnp.float32, keepdims=True)
+            product = column_sum
         elif part == "splitk":
             product = whole
         else:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from jax_tilescale.codegen.gemm_sm90_trace import SLOTS, decode_slab, slot_position
+from jax_tilescale.codegen.gemm_sm90_trace import FIELDS, SLOTS, decode_slab, slot_position
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
@@ -78,11 +78,11 @@ def main() -> None:
     c = np.asarray(f(a, b).astype(jnp.float32))
     bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
     pp, persistent = kw.get("pingpong", False), kw.get("persistent", False)
-    # each consumer warpgroup's first row in the tile: one warpgroup per tile in ping-pong and with 128 threads
-    one = pp or kw.get("threads", 256) == 128
-    recs = decode(c, m, n, bm, bn, [0] if one else [0, bm // 2])
-    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
+    # each consumer warpgroup's first row in the tile: in ping-pong each takes whole tiles of its own
+    groups = 1 if pp else cfg.threads // 128
+    recs = decode(c, m, n, bm, bn, [g * bm // groups for g in range(groups)])
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
     blocks = min(device_sm_count(), tiles_m * tiles_n)  # the persistent grid, as gemm() builds it
     for r in recs:
@@ -96,8 +96,7 @@ def main() -> None:
     print(f"records ({', '.join(COLUMNS)}): {out}")
 
 
-COLUMNS = ("tm", "tn", "wg", "wave", "wait", "longest", "waited", "first", "mask", "start", "cycles", "clock", "sm",
-           "ns")
+COLUMNS = ("tm", "tn", "wg", "wave", *(f.name for f in FIELDS))  # the tile's place, then the trace's fields
 
 
 def between_loops(recs: list[dict]) -> list[str]:
