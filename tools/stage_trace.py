@@ -79,9 +79,7 @@ def main() -> None:
     bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
     pp, persistent = kw.get("pingpong", False), kw.get("persistent", False)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
-    # each consumer warpgroup's first row in the tile: in ping-pong each takes whole tiles of its own
-    groups = 1 if pp else cfg.threads // 128
-    recs = decode(c, m, n, bm, bn, [g * bm // groups for g in range(groups)])
+    recs = decode(c, m, n, bm, bn, slab_rows(bm, cfg.threads, pp))
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
     blocks = min(device_sm_count(), tiles_m * tiles_n)  # the persistent grid, as gemm() builds it
@@ -94,6 +92,13 @@ def main() -> None:
     out = os.path.join(os.environ.get("OUT", "/tmp"), f"stage_trace_{args.shape}_{args.config.replace('/', '_')}.npy")
     np.save(out, np.array([[r[f] for f in COLUMNS] for r in recs], np.int64))
     print(f"records ({', '.join(COLUMNS)}): {out}")
+
+
+def slab_rows(block_m: int, threads: int, pingpong: bool) -> list[int]:
+    """Each consumer warpgroup's first row in its tile: the tile's rows shared out among the `threads` // 128
+    warpgroups, or, in ping-pong, where each takes whole tiles of its own, row 0 alone."""
+    groups = 1 if pingpong else threads // 128
+    return [g * block_m // groups for g in range(groups)]
 
 
 COLUMNS = ("tm", "tn", "wg", "wave", *(f.name for f in FIELDS))  # the tile's place, then the trace's fields

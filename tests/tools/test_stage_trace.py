@@ -64,3 +64,11 @@ def test_summary_counts_what_the_records_hold():
     assert "SM clock (clock64 / globaltimer): median 1.500 GHz" in text
     assert "next's start on its SM: median 200, p10 -40, p90 440, max 500 (2 gaps)" in text
     assert "median 0.926, min 0.800" in text  # 2000 cycles of loops over 2500 on SM 0, over 1900 on SM 1
+
+
+def test_each_consumer_warpgroup_has_its_record_row():
+    """One consumer warpgroup (128 threads, the skinny shapes' 64x128 tiles) writes one record per tile: reading a
+    second one at row bm / 2 decoded the product's values as a trace."""
+    assert stage_trace.slab_rows(64, 128, False) == [0]
+    assert stage_trace.slab_rows(256, 256, False) == [0, 128]
+    assert stage_trace.slab_rows(128, 256, True) == [0]
