@@ -79,7 +79,7 @@ from _gpu_trace import last_run, product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -97,7 +97,8 @@ CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g
 # config suffix -> (module, switch, value) of the code generator
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
             "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
-            "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True)}
+            "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True),
+            "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
@@ -118,12 +119,12 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     return out
 
 
-def parse_config(text: str) -> tuple[dict, dict[tuple, bool]]:
+def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
     """(gemm() keyword arguments, code generator switches: (module, name) -> value) of one --configs entry."""
     tiles, stages, group, *rest = text.split("/")
     bm, bn, bk = map(int, tiles.split("x"))
     cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
-    switches: dict[tuple, bool] = {}
+    switches: dict[tuple, object] = {}
     for suffix in rest:
         if suffix == "table":  # gemm() without tile arguments: the table's pick (described by the entry)
             cfg = {}
@@ -149,7 +150,7 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, bool]]:
 
 
 @contextlib.contextmanager
-def codegen_settings(lowering: str, switches: dict[tuple, bool]):
+def codegen_settings(lowering: str, switches: dict[tuple, object]):
     """$TILESCALE_GEMM_LOWERING and the code generator switches, set while a kernel is lowered."""
     old_env, old = os.environ.get(LOWERING_VAR), {key: getattr(*key) for key in switches}
     os.environ[LOWERING_VAR] = lowering
@@ -166,7 +167,7 @@ def codegen_settings(lowering: str, switches: dict[tuple, bool]):
             os.environ[LOWERING_VAR] = old_env
 
 
-def with_settings(lowering: str, switches: dict[tuple, bool], fn):
+def with_settings(lowering: str, switches: dict[tuple, object], fn):
     """`fn` run under `codegen_settings`: kernels are lowered at their first (compiling) call, so
     each runner's kernel takes its own lowering and switches."""
     def run(*args):
@@ -260,7 +261,7 @@ def round_ratios(times: dict, ref, name) -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
-def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, bool] | None = None, extra=()) -> str:
+def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, object] | None = None, extra=()) -> str:
     with codegen_settings(lowering, switches or {}):
         module = generate_cuda(kern.trace(a, b, *extra), "sm_90", gemm_lowering=lowering)
     report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""

@@ -33,19 +33,21 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   bytes on the mbarrier); the fragment's copies to and from a clipped window compare each
   element's row and column with the room left in the buffer (`gemm_emit.fragment_store` / `fragment_load`).
 
-The shared tiles take the layout the tensor cores and TMA share (128-byte swizzle, see
-tilescale_sm90.cuh). The consumers synchronise with a named barrier over their own threads
-(`bar.sync 1, threads`), never `__syncthreads`, which would wait for the producer.
+The shared tiles take a layout the tensor cores and TMA share (the widest swizzle of 128, 64 or 32
+bytes that divides a tile row, see tilescale_sm90.cuh and gemm_sm90_load.swizzle_bytes). The
+consumers synchronise with a named barrier over their own threads (`bar.sync 1, threads`), never
+`__syncthreads`, which would wait for the producer.
 
-Conditions (anything else takes the portable path of `compute.py`, and the generated source
-says why in a comment): target sm_90; the kernel does not communicate; the loop is a top-level
-`T.Pipelined` whose body is exactly two copies from 2-D kernel inputs into whole shared tiles and
-one `T.gemm` of those tiles into a whole float32 fragment; fp16/bf16 tiles whose contiguous
-dimension is a multiple of 64 (128-byte rows), or float8 (e4m3/e5m2) tiles, both stored K-major (A
-M x K, B N x K: `transpose_B=True`) with K a multiple of 128, and whose other dimension is at most
-256; `threads` a multiple of 128 (at most 512) with the M tile a multiple of 64 x warpgroups; N at
-most 256; the fragment used only by T.clear/T.fill/whole T.copy, element-wise updates
-(`T.Parallel`, gemm_pattern.register_epilogue) and the planned gemm; the tiles by nothing else.
+Conditions (anything else takes the portable path of `compute.py`, and the generated source says why
+in a comment): target sm_90; the kernel does not communicate; the loop is a top-level `T.Pipelined`
+whose body is exactly two copies from 2-D kernel inputs into whole shared tiles and one `T.gemm` of
+those tiles into a whole float32 fragment; fp16/bf16 tiles whose contiguous dimension is a multiple
+of 16 (32-byte rows; 64, 128-byte rows, where it can), or float8 (e4m3/e5m2) tiles, both stored
+K-major (A M x K, B N x K: `transpose_B=True`) with K a multiple of 128, and whose other dimension
+is at most 256; `threads` a multiple of 128 (at most 512) with the M tile a multiple of 64 x
+warpgroups; N at most 256; the fragment used only by T.clear/T.fill/whole T.copy, element-wise
+updates (`T.Parallel`, gemm_pattern.register_epilogue) and the planned gemm; the tiles by nothing
+else.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step, whole
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_load import (
+    SWIZZLE_REPEAT_ROWS,
+    SWIZZLES,
     TENSOR_MAP_FIELDS,
     WARPGROUP,
     GemmLoop,
@@ -308,22 +312,23 @@ class Sm90Plan(TensorCorePlan):
         a, b = gl.a, gl.b
         descs: list[str] = []
         kin = k_per_instruction(self.ptx_type)
-        a_lbo = a.rows * 128 if a_mn else 16
-        b_lbo = b.rows * 128 if b_mn else 16
+        wa, wb = a.swizzle, b.swizzle  # bytes per atom row (gemm_sm90_load.swizzle_bytes)
+        # Leading byte offset: K-major, unused by swizzled layouts (16); MN-major, the next atom along M or N.
+        # Stride byte offset: the next 8 rows of the atom (its swizzle pattern's repeat), both majors.
+        a_lbo = a.rows * wa if a_mn else 16
+        b_lbo = b.rows * wb if b_mn else 16
+        slab_bytes = 64 * a.buffer.dtype.itemsize * a.rows if a_mn else 64 * wa  # an m64 slab of A's tile
         # Each instruction's descriptor is the ring's, plus the byte offset / 16 of its stage and its part of
         # the stage: one add (the start address field holds shared-memory offsets < 2^18 without carrying
         # into the next field), where building each one from its address took a mask, a shift and an or.
         for kk in range(gl.k // kin):
             kb = kk * 32  # the instruction's first byte along a K-major row (32 bytes per instruction)
-            b_off = (kk * 16 * 128) if b_mn else ((kb // 128) * b.rows * 128 + kb % 128)
+            b_off = (kk * 16 * wb) if b_mn else ((kb // wb) * b.rows * wb + kb % wb)
             descs.append(f"const uint64_t ts_db{kk} = ts_db + {b_off // 16}u;")
             for m in range(slabs):
                 slab = f"({self._slab(gl.acc, str(m))})"
-                if a_mn:  # A stored K x M: the slab is one 64-column atom
-                    a_off = f"{slab} * {a.rows * 128 // 16}u + {kk * 16 * 128 // 16}u"
-                else:
-                    within = (kb // 128) * a.rows * 128 + kb % 128
-                    a_off = f"{slab} * {64 * 128 // 16}u + {within // 16}u"
+                within = (kk * 16 * wa) if a_mn else ((kb // wa) * a.rows * wa + kb % wa)
+                a_off = f"{slab} * {slab_bytes // 16}u + {within // 16}u"
                 descs.append(f"const uint64_t ts_da{kk}_{m} = ts_da + ({a_off});")
                 scale = "1"
                 if kk == 0 and gl.gemm.clear_accum:
@@ -339,8 +344,10 @@ class Sm90Plan(TensorCorePlan):
         return [
             *(trace.loop_start() if traced else []),
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
-            f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, 1024u);",
-            f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, 1024u);",
+            f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, "
+            f"{SWIZZLE_REPEAT_ROWS * wa}u, {SWIZZLES[wa][1]}u);",
+            f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, "
+            f"{SWIZZLE_REPEAT_ROWS * wb}u, {SWIZZLES[wb][1]}u);",
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",

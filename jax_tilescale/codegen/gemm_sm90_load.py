@@ -2,8 +2,10 @@
 records of each operand tile, and the producer's program.
 
 An operand tile is `rows` x `cols` elements, `cols` contiguous (as in its global source), stored
-in the 128-byte-swizzled layout wgmma and TMA share (tilescale_sm90.cuh): `cols * itemsize / 128`
-column atoms of `rows` x 128 bytes. The producer fills it one of two ways:
+in a swizzled layout wgmma and TMA share (tilescale_sm90.cuh): the widest swizzle of 128, 64 or 32
+bytes that divides a row's bytes (`swizzle_bytes`: 128 for the usual 64-column bf16 tiles, 64 for
+B tiles of 32 columns more, 224 or 160 wide), `cols * itemsize / W` column atoms of `rows` x W
+bytes. The producer fills it one of two ways:
 
 - TMA (the fast way): one thread issues one `cp.async.bulk.tensor` box per atom, completing on
   the stage's "full" mbarrier with its bytes. The tensor map needs the source's rows to be a
@@ -31,16 +33,20 @@ from .expr_printer import WHERE_NAME, c_expr, var_name
 from .gemm_pattern import PlannedLoop, StagedTile, whole
 
 WARPGROUP = 128
-ATOM_BYTES = 128  # a 128-byte swizzle atom: 128-byte rows (64 16-bit or 128 8-bit elements)
 TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
-_SWIZZLE_128B = 3
+# Swizzle width in bytes -> (CUtensorMapSwizzle of the tensor map, the layout code of a wgmma descriptor's
+# bits 62-63): the one table both sides of a swizzled tile read (TMA writes it, wgmma reads it).
+SWIZZLES = {128: (3, 1), 64: (2, 2), 32: (1, 3)}
+SWIZZLE_REPEAT_ROWS = 8  # every swizzle pattern repeats after 8 rows (8 x W bytes)
+WIDEST_SWIZZLE = 128  # the widest swizzle a tile may take: a switch for measurements (bench_gemm's /sw64)
 TMA_ROW_ALIGN = 16  # cuTensorMapEncodeTiled: global strides are multiples of 16 bytes
 PRODUCER_REGS_NOTE = "few registers (setmaxnreg)"
 
 
-def atom_elems(itemsize: int) -> int:
-    """Elements of one 128-byte swizzle-atom row."""
-    return ATOM_BYTES // itemsize
+def swizzle_bytes(row_bytes: int) -> int | None:
+    """The widest swizzle (bytes) whose atoms tile a row of `row_bytes` bytes, None when none does (the row
+    is not a multiple of 32 bytes). Wider is better: fewer, larger TMA boxes per tile."""
+    return next((w for w in SWIZZLES if w <= WIDEST_SWIZZLE and row_bytes % w == 0), None)
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,11 @@ class TensorMapSpec:
     dims: tuple[int, int]  # contiguous dimension first
     row_stride_bytes: int
     box: tuple[int, int]  # contiguous dimension first
+    swizzle: int = 128  # bytes: a key of SWIZZLES, the box's rows are this wide
 
     def encode(self) -> list[int]:
-        return [self.param_index, self.dtype_code, 2, *self.dims, self.row_stride_bytes, *self.box, _SWIZZLE_128B]
+        return [self.param_index, self.dtype_code, 2, *self.dims, self.row_stride_bytes, *self.box,
+                SWIZZLES[self.swizzle][0]]
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,20 @@ class Operand(StagedTile):
     map_index: int | None
 
     @property
+    def swizzle(self) -> int:
+        """The layout's swizzle width in bytes (plan_operand takes only tiles that have one)."""
+        width = swizzle_bytes(self.cols * self.buffer.dtype.itemsize)
+        assert width is not None, self
+        return width
+
+    @property
+    def atom_cols(self) -> int:
+        """Elements of one atom row."""
+        return self.swizzle // self.buffer.dtype.itemsize
+
+    @property
     def atoms(self) -> int:
-        return self.cols // atom_elems(self.buffer.dtype.itemsize)
+        return self.cols // self.atom_cols
 
     @property
     def by_threads(self) -> bool:
@@ -115,15 +135,16 @@ def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpe
     if src.buffer.dtype != buf.dtype:
         return "the copy converts the element type"
     rows, cols = buf.shape
-    atom = atom_elems(buf.dtype.itemsize)
-    if cols % atom or rows > 256 or rows % 8:
-        return (f"tile {buf.name} is {rows} x {cols}: its contiguous dimension must be a multiple of {atom} "
-                "and the other at most 256")
+    width = swizzle_bytes(cols * buf.dtype.itemsize)
+    if width is None or rows > 256 or rows % SWIZZLE_REPEAT_ROWS:
+        return (f"tile {buf.name} is {rows} x {cols}: its contiguous dimension must be a multiple of "
+                f"{min(SWIZZLES) // buf.dtype.itemsize} and the other a multiple of 8 up to 256")
     g_rows, g_cols = src.buffer.shape
     row_bytes = g_cols * buf.dtype.itemsize
     if row_bytes % TMA_ROW_ALIGN:  # no tensor map: the producer's threads copy it
         return Operand(buf, copy, rows, cols, None)
-    spec = TensorMapSpec(params.index(src.buffer), tma_dtype, (g_cols, g_rows), row_bytes, (atom, rows))
+    spec = TensorMapSpec(params.index(src.buffer), tma_dtype, (g_cols, g_rows), row_bytes,
+                         (width // buf.dtype.itemsize, rows), width)
     if spec not in maps:
         maps.append(spec)
     return Operand(buf, copy, rows, cols, maps.index(spec))
@@ -213,14 +234,13 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
     y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
-    atom = atom_elems(op.buffer.dtype.itemsize)
     out = []
     for a in range(op.atoms):
-        dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * 128}"
-        xa = x if a == 0 else f"{x} + {a * atom}"
+        dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * op.swizzle}"
+        xa = x if a == 0 else f"{x} + {a * op.atom_cols}"
         where = f"&ts_maps.m[{op.map_index}], &{gl.full()}[{s}], (int32_t)({xa}), (int32_t)({y})"
         if gl.multicast == role:  # the pair's blocks split the boxes, each sends to both; the split turns
-            # with the stage, so that over two k-steps both blocks issue as many (one box or three: uneven)
+            # with the stage, so that over two k-steps both blocks issue as many (an odd number: uneven)
             owner = f"(({a} + {s}) & 1)"
             out.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
         else:
@@ -243,7 +263,7 @@ def _thread_copy(op: Operand, s: str, ctx: Ctx) -> list[str]:
         f"{INDENT}unsigned char* const ts_tile = {ctx.pointers[op.buffer]} + {s} * {op.stage_bytes};",
         f"{INDENT}#pragma unroll 1  // the producer runs on {PRODUCER_REGS_NOTE}",
         f"{INDENT}for (int ts_c = ts_ptid; ts_c < {op.rows * per_row}; ts_c += {WARPGROUP}) {{",
-        f"{INDENT * 2}ts_sw128_chunk_from_global<{item}>(ts_tile, (uint32_t)(ts_c / {per_row}), "
+        f"{INDENT * 2}ts_swizzled_chunk_from_global<{item}, {op.swizzle}>(ts_tile, (uint32_t)(ts_c / {per_row}), "
         f"(uint32_t)(ts_c % {per_row}), {op.rows}u, {base}, ts_y + ts_c / {per_row}, "
         f"ts_x + (ts_c % {per_row}) * {16 // item}, {g_rows}, {g_cols});",
         f"{INDENT}}}",

@@ -1,10 +1,12 @@
 """The Hopper GEMM lowering's epilogue (`gemm_sm90`): the kernel's last statement, a copy of a
 whole register accumulator into an fp16/bf16/fp32 output, done through shared memory and TMA.
 
-The consumers write their accumulators, converted, into a stage ring the planned loops have
-finished with, in the 128-byte-swizzled box layout, and one thread stores the boxes with
-`cp.async.bulk.tensor` (which clips at the output's edges); the block's final wait is only for
-the boxes' shared-memory reads (+4% at 8192^3 against per-thread stores, benchmarks/NOTES.md).
+The consumers write their accumulators, converted, into a stage ring the planned loops have finished
+with, in the swizzled box layout of the operand tiles (boxes of 128-byte rows, or 64 or 32 where the
+tile's rows are not a multiple of 128 bytes: gemm_sm90_load.swizzle_bytes), and one thread stores
+the boxes with `cp.async.bulk.tensor` (which clips at the output's edges); the block's final wait is
+only for the boxes' shared-memory reads (+4% at 8192^3 against per-thread stores,
+benchmarks/NOTES.md).
 A tile loop's epilogue (gemm_sm90_nest) has a staging tile of its own beside the rings; where a whole
 one does not fit, as many boxes as do, and the tile's boxes go out in rounds through them
 (`_round_lines`): 4 stages instead of 3 at 128x256 and 128x192 (+8% at 128x192, benchmarks/NOTES.md).
@@ -23,7 +25,7 @@ from .context import Ctx
 from .expr_printer import c_expr
 from .gemm_emit import PAIR_TYPES, PairWalk, acc_name
 from .gemm_pattern import whole
-from .gemm_sm90_load import WARPGROUP, GemmLoop, TensorMapSpec
+from .gemm_sm90_load import SWIZZLE_REPEAT_ROWS, WARPGROUP, GemmLoop, TensorMapSpec, swizzle_bytes
 from .gemm_sm90_nest import counter, last_statement
 from .gemm_sm90_pingpong import WARPGROUP_BARRIER
 from .tile_ops import storage_type
@@ -37,12 +39,12 @@ TMA_OUTPUT_DTYPE = {dt: code for dt, code in TMA_DTYPE.items() if dt.itemsize ==
 class TmaStore:
     """The fragment -> global copy that ends the kernel, done as TMA stores from shared memory."""
 
-    map_index: int  # the output's tensor map: boxes of 64 columns x `rows`
+    map_index: int  # the output's tensor map: boxes of `swizzle` bytes' columns x `rows`
     staging: Buffer  # a stage ring the planned loops have finished with
     rows: int
     cols: int
     pair: tuple[str, str]  # the packed two-element C type and its maker, from PAIR_TYPES
-    elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is 128 // elem_bytes columns wide
+    elem_bytes: int  # 2 (fp16/bf16) or 4 (fp32): a box is swizzle // elem_bytes columns wide
     # Bytes past the start of `staging` where the boxes go: 0 for the freed ring itself; the ring's
     # size for a tile loop's epilogue, which has a staging tile of its own after the ring
     # (the producer is already refilling the ring for the next tile: gemm_sm90_nest).
@@ -69,8 +71,19 @@ class TmaStore:
         return self.rows * self.cols * self.elem_bytes
 
     @property
-    def box_bytes(self) -> int:  # a box: `rows` rows of 128 bytes
-        return self.rows * 128
+    def swizzle(self) -> int:
+        """Bytes of a box row: the widest swizzle that divides the tile's rows (_storable checked one does)."""
+        width = swizzle_bytes(self.cols * self.elem_bytes)
+        assert width is not None, self
+        return width
+
+    @property
+    def box_cols(self) -> int:
+        return self.swizzle // self.elem_bytes
+
+    @property
+    def box_bytes(self) -> int:  # a box: `rows` rows of `swizzle` bytes
+        return self.rows * self.swizzle
 
     @property
     def boxes(self) -> int:
@@ -99,7 +112,7 @@ def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMap
     room, staging = max(rings, key=lambda r: r[0])
     if room < rows * cols * elem:
         return {}
-    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), staging, rows, cols, pair, elem)}
+    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), staging, rows, cols, pair, elem)}
 
 
 def _storable(s: Copy) -> tuple | None:
@@ -112,15 +125,17 @@ def _storable(s: Copy) -> tuple | None:
     rows, cols = s.src.buffer.shape
     elem = dst.dtype.itemsize
     pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
-    if pair is None or cols % (128 // elem) or rows > 256 or dst.shape[1] * elem % 16 or s.dst.sizes != (rows, cols):
+    if (pair is None or swizzle_bytes(cols * elem) is None or rows > 256 or rows % SWIZZLE_REPEAT_ROWS
+            or dst.shape[1] * elem % 16 or s.dst.sizes != (rows, cols)):
         return None
     return rows, cols, elem, pair
 
 
-def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: int) -> int:
+def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: int, cols: int) -> int:
     elem = dst.dtype.itemsize
+    width = swizzle_bytes(cols * elem)
     spec = TensorMapSpec(kernel.params.index(dst), TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
-                         dst.shape[1] * elem, (128 // elem, rows))
+                         dst.shape[1] * elem, (width // elem, rows), width)
     if spec not in maps:
         maps.append(spec)
     return maps.index(spec)
@@ -138,10 +153,11 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
         if got is None:
             continue
         s, (rows, cols, elem, pair) = got
-        slots = _box_slots(rows, cols * elem // 128, room // copies)
+        width = swizzle_bytes(cols * elem)
+        slots = _box_slots(rows * width, cols * elem // width, room // copies)
         if slots is None:
             continue
-        st = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
+        st = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), gl.a.buffer, rows, cols, pair, elem,
                       offset=gl.a.stage_bytes * gl.stages, copies=copies, slots=slots)
         room -= copies * st.staged_bytes
         out[s] = st
@@ -164,14 +180,15 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
         if got is None:
             continue
         s, (rows, cols, elem, pair) = got
-        boxes = cols * elem // 128
+        width = swizzle_bytes(cols * elem)
+        boxes = cols * elem // width
         held = min(boxes, gl.stages - 2)
-        if held < 1 or rows * 128 > gl.a.stage_bytes or gl.a.stage_bytes % 1024 or gl.loop.extent <= held:
+        if held < 1 or rows * width > gl.a.stage_bytes or gl.a.stage_bytes % 1024 or gl.loop.extent <= held:
             continue
-        own = _box_slots(rows, boxes, room)
+        own = _box_slots(rows * width, boxes, room)
         if held <= (boxes if own == 0 else own or 0):
             continue
-        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows), gl.a.buffer, rows, cols, pair, elem,
+        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), gl.a.buffer, rows, cols, pair, elem,
                           slots=held, borrowed=True, ring_counter=counter(gl.index), ring_stages=gl.stages,
                           stage_bytes=gl.a.stage_bytes)
     return out
@@ -187,10 +204,9 @@ def _tile_epilogue(gl: GemmLoop, loops: list[GemmLoop]) -> tuple[Copy, tuple] | 
     return None if got is None else (s, got)
 
 
-def _box_slots(rows: int, boxes: int, room: int) -> int | None:
-    """0 when the whole tile's `boxes` fit in `room` bytes, else the most box slots that fit (the
-    boxes then go out in rounds), None when not even one fits."""
-    box = rows * 128
+def _box_slots(box: int, boxes: int, room: int) -> int | None:
+    """0 when the whole tile's `boxes` of `box` bytes fit in `room` bytes, else the most box slots that fit
+    (the boxes then go out in rounds), None when not even one fits."""
     if boxes * box <= room:
         return 0
     slots = min(boxes - 1, room // box)
@@ -211,12 +227,12 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     """The copy `s` of a register fragment (`slabs` m64 slabs per consumer warpgroup, visited by
     `walk`): accumulators -> (converted) swizzled boxes in the freed stage ring -> TMA stores.
 
-    The boxes take the operand tiles' layout: 128-byte rows (64 16-bit or 32 fp32 columns) per
-    box, 16-byte chunk c of row r at chunk c ^ (r % 8), so each warp's 8 rows hit distinct banks.
-    A pair's byte offset is (ts_t ^ lo) + hi: ts_t is the thread's part (its rows, its column
-    within the 8-column group and its swizzle phase in bits 4-6), lo the group's chunk (bits 4-6,
-    disjoint from the thread's chunk bit for fp32), hi the unrolled loop's box, slab and half
-    (multiples of 1024, an immediate offset of each store). The kernels stay at 168 registers
+    The boxes take the operand tiles' layout: rows of W = `st.swizzle` bytes (128: 64 16-bit or 32
+    fp32 columns) per box, 16-byte chunk c of row r at chunk c ^ ((r * W / 128) % (W / 16)), so each
+    warp's rows hit distinct banks. A pair's byte offset is (ts_t ^ lo) + hi: ts_t is the thread's part
+    (its rows, its column within the 8-column group and its swizzle phase in bits 4 and up), lo the
+    group's chunk (the same bits, disjoint from the thread's chunk bit for fp32), hi the unrolled loop's
+    box, slab and half (multiples of W, an immediate offset of each store). The kernels stay at 168 registers
     without spills with the groups' eight `ts_t ^ lo` live (ptxas, tests/codegen)."""
     ctype, make = st.pair
     name = acc_name(s.src.buffer)
@@ -238,11 +254,12 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         sync = ctx.block_sync()
         box_at = str(st.offset)
         first_row = f"(threadIdx.x / {WARPGROUP}) * {slabs * 64}"
-    pair_bytes = 2 * st.elem_bytes
+    pair_bytes, w = 2 * st.elem_bytes, st.swizzle
+    phase = f"((ts_r * {w}u / 128u) % {w // 16}u)"  # the row's swizzle phase (tilescale_sm90.cuh)
     if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
-        thread = f"ts_r * 128u + (ts_r % 8) * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
+        thread = f"ts_r * {w}u + {phase} * 16u + (threadIdx.x % 4) * {pair_bytes}u;"
     else:
-        thread = (f"ts_r * 128u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ (ts_r % 8)) * 16u "
+        thread = (f"ts_r * {w}u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ {phase}) * 16u "
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
     if st.borrowed:  # slot j: the A tile of the stage of the loop's (j + 1)-th last iteration
         box_at = "0"
@@ -259,17 +276,17 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         assert in_flight, "rounds only for a staging tile of its own"
         assert sync, "rounds need a barrier between the leader's wait and every thread's writes"
         return head + _round_lines(st, walk, name, ctype, make, leader, sync, x, y)
-    box, box_cols = st.box_bytes, 128 // st.elem_bytes
+    box, box_cols = st.box_bytes, st.box_cols
     groups = box_cols // 8  # 8-column groups per box
     stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
               f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.boxes)]
-    # The xor first: `hi` (multiples of 1024) leaves bits 0-9 alone and `lo` lives in bits 4-6, so
-    # (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few `ts_t ^ lo`
-    # in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic per
-    # store; with the add first it computed an add and an xor for every one of the 64 stores).
-    assert box % 1024 == 0, box
-    at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * 128}u "
-          f"+ ts_h * {8 * 128}u")
+    # The xor first: `hi` (multiples of W) leaves the bits below W alone and `lo` lives in bits 4 to
+    # log2(W) - 1, so (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few
+    # `ts_t ^ lo` in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic
+    # per store; with the add first it computed an add and an xor for every one of the 64 stores).
+    assert box % (SWIZZLE_REPEAT_ROWS * w) == 0, box
+    at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * w}u "
+          f"+ ts_h * {8 * w}u")
     first_sync = sync if per_warpgroup else ctx.block_sync(
         "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
     before = ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
@@ -305,9 +322,9 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
     a bulk group of its own. Two barriers per box instead of two per tile, for a staging tile of
     `slots` boxes instead of `boxes`."""
     (m, slabs), (_, groups_all) = walk.outer, walk.inner
-    groups = 128 // st.elem_bytes // 8  # 8-column groups per box
+    box_cols = st.box_cols
+    groups = box_cols // 8  # 8-column groups per box
     assert groups_all == st.boxes * groups, (groups_all, st.boxes, groups)
-    box_cols = 128 // st.elem_bytes
     lines: list[str] = []
     for b in range(st.boxes):
         slot = b % st.slots
@@ -320,7 +337,7 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             later, whose = st.boxes - 1 - last + b, f"the previous tile's box {last}"
         # the slot's memory: a borrowed stage's A tile, or the slot's place in the staging tile
         base, offset = (f"ts_slot{slot}", 0) if st.borrowed else ("ts_box", slot * st.box_bytes)
-        at = f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {offset}u + {m} * {64 * 128}u + ts_h * {8 * 128}u"
+        at = f"(ts_t ^ (ts_q * {8 * st.elem_bytes}u)) + {offset}u + {m} * {64 * st.swizzle}u + ts_h * {8 * st.swizzle}u"
         lines += [
             f"{{  // box {b} of {st.boxes}, through slot {slot} of {st.slots}",
             *([f"{INDENT}if ({leader}) ts_bulk_wait_read_all_but<{later}>();  // {whose} has read the slot"]

@@ -1,34 +1,33 @@
 // ---- Hopper (sm_90a) helpers of the GEMM lowering: shared-memory layouts, mbarriers, cp.async,
 // ---- wgmma descriptors. Inlined into generated sources that use T.gemm on sm_90a.
 //
-// Shared tiles that feed wgmma use one layout, "SW128": a tile of R rows x C 16-bit columns
-// (columns contiguous in global memory) is cut into C/64 column atoms of R rows x 128 bytes; in
-// row r the 16-byte chunk c sits at chunk position c ^ (r % 8) (the hardware's 128-byte swizzle,
-// which keeps both the cp.async writes and the tensor core's reads free of bank conflicts).
-// Every tile starts at a 1024-byte-aligned address, so the swizzle phase is the row's.
+// Shared tiles that feed wgmma use the hardware's swizzled layouts, "SW<W>" for a swizzle width W of
+// 128, 64 or 32 bytes (the widest that divides a tile row's bytes: codegen/gemm_sm90_load.swizzle_bytes):
+// a tile of R rows x C columns (columns contiguous in global memory) is cut into column atoms of
+// R rows x W bytes; in row r of an atom the 16-byte chunk c sits at chunk position c ^ ((r * W / 128) %
+// (W / 16)) (bits 4.. of the byte offset XORed with bits 7.., which keeps both the producer's writes and
+// the tensor core's reads free of bank conflicts). Every tile starts at a 1024-byte-aligned address, so
+// the swizzle phase is the row's.
 
 __device__ __forceinline__ uint32_t ts_smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Byte offset of element (r, c) of an SW128 tile with R rows (16-bit elements).
-__device__ __forceinline__ uint32_t ts_sw128_offset(uint32_t r, uint32_t c, uint32_t rows) {
-  return (c >> 6) * rows * 128u + r * 128u + ((((c >> 3) & 7u) ^ (r & 7u)) << 4) + ((c & 7u) << 1);
-}
-
-// Chunk `chunk` (16 bytes) of row `r` of an SW128 tile with R rows, any element size: the chunk's
+// Chunk `chunk` (16 bytes) of row `r` of an SW<W> tile with R rows, any element size: the chunk's
 // atom, row and swizzled position.
-__device__ __forceinline__ uint32_t ts_sw128_chunk_offset(uint32_t r, uint32_t chunk, uint32_t rows) {
-  return (chunk >> 3) * rows * 128u + r * 128u + (((chunk & 7u) ^ (r & 7u)) << 4);
+template <int W>
+__device__ __forceinline__ uint32_t ts_swizzled_chunk_offset(uint32_t r, uint32_t chunk, uint32_t rows) {
+  constexpr uint32_t per_row = W / 16;  // chunks in an atom's row
+  return (chunk / per_row) * rows * W + r * W + (((chunk % per_row) ^ ((r * W / 128u) % per_row)) << 4);
 }
 
-// One 16-byte chunk of an SW128 tile read element by element (E bytes each) from a row-major
+// One 16-byte chunk of an SW<W> tile read element by element (E bytes each) from a row-major
 // global matrix of g_rows x g_cols elements at element (gr, gc), zero past its edges: the
 // producer's copy of a source whose rows TMA cannot address (not a multiple of 16 bytes).
-template <int E>
-__device__ __forceinline__ void ts_sw128_chunk_from_global(unsigned char* tile, uint32_t r, uint32_t chunk,
-                                                           uint32_t rows, const unsigned char* g, int64_t gr,
-                                                           int64_t gc, int64_t g_rows, int64_t g_cols) {
+template <int E, int W>
+__device__ __forceinline__ void ts_swizzled_chunk_from_global(unsigned char* tile, uint32_t r, uint32_t chunk,
+                                                              uint32_t rows, const unsigned char* g, int64_t gr,
+                                                              int64_t gc, int64_t g_rows, int64_t g_cols) {
   // the chunk's two halves in registers; 4 loads in flight at a time, within the producer's few registers
   uint64_t lo = 0, hi = 0;
   if (gr < g_rows) {
@@ -43,17 +42,18 @@ __device__ __forceinline__ void ts_sw128_chunk_from_global(unsigned char* tile, 
       }
     }
   }
-  *reinterpret_cast<uint4*>(tile + ts_sw128_chunk_offset(r, chunk, rows)) =
+  *reinterpret_cast<uint4*>(tile + ts_swizzled_chunk_offset<W>(r, chunk, rows)) =
       make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
 }
 
-// wgmma matrix descriptor: start address, leading/stride byte offsets, 128-byte swizzle.
-__device__ __forceinline__ uint64_t ts_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+// wgmma matrix descriptor: start address, leading/stride byte offsets, the layout's swizzle (bits 62-63:
+// 1 = 128-byte, 2 = 64-byte, 3 = 32-byte; the codes codegen/gemm_sm90_load.SWIZZLES writes).
+__device__ __forceinline__ uint64_t ts_wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo, uint32_t layout) {
   uint64_t d = 0;
   d |= static_cast<uint64_t>((smem_addr & 0x3FFFFu) >> 4);
   d |= static_cast<uint64_t>((lbo & 0x3FFFFu) >> 4) << 16;
   d |= static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32;
-  d |= static_cast<uint64_t>(1) << 62;  // 128-byte swizzle
+  d |= static_cast<uint64_t>(layout & 3u) << 62;
   return d;
 }
 

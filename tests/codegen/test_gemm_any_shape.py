@@ -53,7 +53,7 @@ def test_every_config_takes_the_hopper_lowering_at_every_shape(config, shape):
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     copied = _thread_copied(*shape)
     src = mod.source
-    assert src.count("ts_sw128_chunk_from_global<2>(") == len(copied)
+    assert src.count("ts_swizzled_chunk_from_global<2, ") == len(copied)
     maps = np.asarray(mod.tensor_maps, dtype=np.int64).reshape(-1, TENSOR_MAP_FIELDS)
     # one tensor map per tile TMA loads, + C's when the epilogue stores through TMA (rows of 16 bytes)
     n = shape[1]

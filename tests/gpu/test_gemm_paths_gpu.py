@@ -295,3 +295,29 @@ def _right_and_repeatable(kern, a, b):
     _close(first, a, b, "bfloat16")
     again = jax.jit(kern)(a, b)
     assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(again.astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    # 160-wide B and C tiles: 64-byte swizzle (XLA's 128x160 tiles); A thread-copied (1554-byte rows), C by TMA
+    (1000, 3000, 777, dict(block_m=128, block_n=160)),
+    (1024, 1001, 512, dict(block_m=128, block_n=160)),  # B thread-copied into the 64-byte layout, C from registers
+    (2048, 2048, 1000, dict(block_m=128, block_n=208, threads=128)),  # 208: 32-byte swizzle, one warpgroup
+    # ping-pong, 5 stages of 128x160, the staging boxes of 32 columns in rounds; ragged N (8192 = 51.2 x 160)
+    (16384, 8192, 1024, dict(block_m=128, block_n=160, num_stages=5, persistent=True, pingpong=True)),
+    # persistent, the epilogue's 64-byte boxes through the ring's last stages
+    (4096, 3000, 1024, dict(block_m=256, block_n=160, num_stages=4, persistent=True)),
+    (1024, 1024, 1000, dict(block_m=128, block_n=128, block_k=32, num_stages=6)),  # A's K tile 64 bytes wide
+    (512, 512, 520, dict(block_m=128, block_n=128, block_k=16, num_stages=8)),  # 32 bytes, a ragged last k-step
+])
+def test_narrower_swizzles_match_dot(m, n, k, cfg):
+    """Tiles whose rows are 64 or 32 bytes wide where 128 does not divide them (gemm_sm90_load.swizzle_bytes):
+    TMA's boxes, the producer's thread copies, wgmma's descriptors and the epilogue's staging boxes all in the
+    narrower layout, against the float64 host product."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and "wgmma" in mod.source, mod.notes
+    first = jax.jit(kern)(a, b)
+    _close(first, a, b, "bfloat16")
+    again = jax.jit(kern)(a, b)  # a second run: the same bits
+    assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(again.astype(jnp.float32)))
