@@ -9,6 +9,7 @@ loop: the same kernel built in parts, each part's kernel timed on the GPU in a t
             zeroes scratch, without the turnstile;
 - `ticket`: `slab` + the tile's counter (`T.atomic_fetch_add` on a zeroed global scratch word, the end of call
             that zeroes it again);
+- `leftzero`: `ticket` with the tile's last split taking the count back (`left_zero=True`): no end of call;
 - `sum`:    + the last split summing the slabs in split order (SplitK's form before the twenty-second session);
 - `whole`:  + the tile of C stored: SplitK's kernel.
 
@@ -46,7 +47,7 @@ from hbm_floor import column_sum  # noqa: E402
 import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
 
-PARTS = ("slab", "direct", "scratch", "ticket", "sum", "whole")
+PARTS = ("slab", "direct", "scratch", "ticket", "leftzero", "sum", "whole")
 
 
 def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
@@ -79,18 +80,24 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
             arrived = T.alloc((tiles,), jnp.int32, level="global")
             if split == 0:
                 arrived[pid] = 0  # already zero: the scratch the end of call zeroes again
+        elif part in ("ticket", "leftzero"):
+            arrived = T.alloc((tiles,), jnp.int32, level="global", left_zero=part == "leftzero")
+            ticket = T.alloc_shared((2,), jnp.int32)
+            T.atomic_fetch_add(arrived[pid], 1, ticket[0])
+            if part == "leftzero":
+                if ticket[0] == splits - 1:
+                    T.atomic_fetch_add(arrived[pid], -splits, ticket[1])
         elif part != "slab":
             arrived = T.alloc((tiles,), jnp.int32, level="global")
             ticket = T.alloc_shared((1,), jnp.int32)
             T.atomic_fetch_add(arrived[pid], 1, ticket[0])
-            if part != "ticket":
-                if ticket[0] == splits - 1:
-                    T.clear(C_f)
-                    for s in T.serial(splits):
-                        for i, j in T.Parallel(bm, bn):
-                            C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
-                    if part == "whole":
-                        T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+            if ticket[0] == splits - 1:
+                T.clear(C_f)
+                for s in T.serial(splits):
+                    for i, j in T.Parallel(bm, bn):
+                        C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
+                if part == "whole":
+                    T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 
     return split_k_part_kernel
 

@@ -34,7 +34,7 @@ from .context import Ctx
 from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, SEQ_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
-from .layout import plan_layout
+from .layout import Layout, plan_layout
 from .stage_in import kernel_copied_in
 from .stage_out import copy_lines, copying_waits, stage_out
 from .stage_out import declarations as stage_out_declarations
@@ -242,7 +242,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     if kernel_out:
         out += [*stage_out_declarations(kernel_out, copying), ""]
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
-    start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout.scratch_bytes, free.on)
+    start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout, free.on)
     if kernel_in:
         assert layout.copy_in_offset is not None
         start = [*stage_in.start_lines(kernel, kernel_in, layout.copy_in_offset), *start]
@@ -315,12 +315,14 @@ def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...]
     ]
 
 
-def _call_end(kernel: KernelIR, scratch_bytes: int, call_free: bool) -> list[str]:
+def _call_end(kernel: KernelIR, layout: Layout, call_free: bool) -> list[str]:
     """How a launch ends (docs/calling_convention.md, "End of a call"): a kernel that communicates
     ends with a device-side barrier over its PE space (its remote writes are complete when the call
     returns, and no peer writes into the scratch half it zeroes), unless it proves completion itself
-    (codegen/end_of_call.py); a kernel with scratch zeroes it for the next launch; a plain kernel
-    without scratch ends with its last statement."""
+    (codegen/end_of_call.py); a kernel with scratch zeroes it for the next launch, unless all of it is
+    buffers the kernel leaves zero itself (`T.alloc(..., left_zero=True)`, which the interpreter checks);
+    a plain kernel without scratch ends with its last statement."""
+    scratch_bytes = layout.scratch_bytes
     meet = True
     if kernel.uses_nvshmem():
         ending = end_of_call(kernel, call_free)
@@ -331,12 +333,22 @@ def _call_end(kernel: KernelIR, scratch_bytes: int, call_free: bool) -> list[str
                    f"next. Not without the meeting: {ending.why}")
         else:
             why = f"end of call without the meeting: {ending.why}; the last block zeroes the scratch"
+    elif scratch_bytes > 0 and _left_zero(layout):
+        names = ", ".join(b.name for b in layout.signal_offsets)
+        return [comment(f"no end of call: the kernel leaves its scratch ({names}) zero itself (left_zero=True)")]
     elif scratch_bytes > 0:
         why = "end of call: the last block to finish zeroes the scratch for the next launch"
     else:
         return []
     return [comment(why), f"ts_call_end(args, {SEQ_NAME}, {scratch_bytes}u, {c_string(str(kernel.loc))}, "
                           f"{'true' if meet else 'false'});"]
+
+
+def _left_zero(layout: Layout) -> bool:
+    """Whether every word of a plain kernel's scratch belongs to a buffer the kernel promised to leave zero
+    (no grid-barrier or copy-in words, which only the end of call restores)."""
+    words = (layout.barrier_offset, layout.pe_barrier_offset, layout.team_barrier_offset, layout.copy_in_offset)
+    return all(w is None for w in words) and all(b.left_zero for b in layout.signal_offsets)
 
 
 def _frame_body(ctx: Ctx) -> list:

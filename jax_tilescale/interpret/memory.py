@@ -234,5 +234,17 @@ class LaunchMemory:
         """Frees a finished block's shared tiles (a later block of the same index gets fresh ones)."""
         self._shared.pop((pe, block), None)
 
+    def check_left_zero(self, pe: int) -> None:
+        """At the end of PE `pe`'s launch: every `T.alloc(..., left_zero=True)` buffer is all zero, as its
+        allocation promised (the GPU does not zero it for the next launch)."""
+        for buf, arr in self._signals[pe].items():
+            if buf.left_zero and np.any(arr):
+                at = tuple(int(i) for i in np.argwhere(arr)[0])
+                raise KernelRuntimeError(
+                    f"kernel {self.kernel.name!r} ended with {buf.name}{list(at)} = {arr[at]} on PE {pe} "
+                    f"({np.count_nonzero(arr)} of {arr.size} elements not zero), but {buf.name} was allocated with "
+                    "left_zero=True: the kernel must leave it zero, the GPU does not clear it for the next launch "
+                    "(take each counter back, e.g. T.atomic_fetch_add(word, -n, prev), or drop left_zero)")
+
     def outputs(self, pe: int) -> list[np.ndarray]:
         return [self._outputs[pe][b] for b in self.kernel.outputs]

@@ -65,6 +65,7 @@ def run_pe(world: World, pe: int, deadline: float) -> list[np.ndarray]:
     with world.lock:
         try:
             world.check_failed(pe)
+            world.memory.check_left_zero(pe)  # every block of this PE is done: its scratch is final
             end = world.arrive_at_end(pe)
             world.wait_any(pe, [end], deadline)
             world.check_replicated(pe)

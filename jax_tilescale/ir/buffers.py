@@ -51,6 +51,9 @@ class Buffer:
     kind: BufferKind
     # The level `T.alloc(..., level=)` was given (shown in the IR text); None for the other allocators.
     level: MemLevel | None = None
+    # `T.alloc(..., level="global", left_zero=True)`: the kernel promises to leave every element zero when it
+    # ends (the interpreter checks it), so the GPU need not zero the scratch for the next launch.
+    left_zero: bool = False
 
     @property
     def size(self) -> int:
@@ -62,7 +65,8 @@ class Buffer:
 
     def __str__(self) -> str:
         text = f"{self.name}: {self.kind.value} {self.dtype.name}{list(self.shape)}"
-        return text if self.level is None else f"{text} level={self.level.value}"
+        text = text if self.level is None else f"{text} level={self.level.value}"
+        return f"{text} left_zero" if self.left_zero else text
 
 
 # Element types a kernel can read as index values (`T.load` of an input, `Load`): every integer an

@@ -40,7 +40,8 @@ def _level(level: Any) -> MemLevel:
     )
 
 
-def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1", *, name: str | None = None) -> Ref:
+def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1", *, name: str | None = None,
+          left_zero: bool = False) -> Ref:
     """A buffer of `shape` and `dtype` at memory `level` (default "l1", shared memory):
 
     - "l0": registers, a per-block register tile (as `T.alloc_fragment`; per-thread scalars are
@@ -51,16 +52,26 @@ def alloc(shape: Any, dtype: Any, level: str | MemLevel = "l1", *, name: str | N
     - "symmetric": symmetric scratch that peers can put into, get from and wait on (as
       `T.alloc_symmetric`), zero when the kernel starts.
 
+    `left_zero=True` ("global" only): the kernel promises to leave every element zero when it ends, as
+    a ticket counter whose last taker takes the count back (`T.atomic_fetch_add(word, -n, prev)`). The
+    interpreter checks the promise at the end of every launch; on the GPU a kernel whose scratch is all
+    such buffers skips the end-of-call pass that zeroes it for the next launch (every block counts itself
+    out, the last one clears: ~4.6 us of a one-wave kernel, benchmarks/NOTES.md).
+
     Named in messages and IR text by `name`, else by the variable it is assigned to.
     """
     lvl = _level(level)
     current_trace("alloc")  # outside a kernel, that is the error to report first
+    if left_zero and lvl is not MemLevel.GLOBAL:
+        raise KernelTraceError(
+            f'T.alloc: left_zero=True is a promise about level="global" scratch; level="{lvl.value}" has no '
+            "end-of-call zeroing to skip", user_source_loc())
     dims = _shape(shape, f'alloc(level="{lvl.value}")')
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise KernelTraceError(f'T.alloc(level="{lvl.value}"): {dtype!r} is not a dtype', user_source_loc()) from None
-    return _alloc("alloc", _NAME_BASE[lvl], dims, dt, LEVEL_KINDS[lvl], name, level=lvl)
+    return _alloc("alloc", _NAME_BASE[lvl], dims, dt, LEVEL_KINDS[lvl], name, level=lvl, left_zero=left_zero)
 
 
 __all__ = ["MemLevel", "alloc"]

@@ -35,9 +35,9 @@ def buffer_name(op: str, name: str | None, fallback: str) -> str:
 
 
 def _alloc(op: str, fallback: str, shape: tuple[int, ...], dtype: Any, kind: BufferKind,
-           name: str | None = None, level: MemLevel | None = None) -> Ref:
+           name: str | None = None, level: MemLevel | None = None, left_zero: bool = False) -> Ref:
     state = current_trace(op)
-    buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind, level=level)
+    buf = Buffer(buffer_name(op, name, fallback), shape, np.dtype(dtype), kind, level=level, left_zero=left_zero)
     state.allocs.append(buf)
     return Ref(buf)
 

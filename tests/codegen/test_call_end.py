@@ -56,7 +56,24 @@ def _plain_with_scratch():  # per-launch global scratch (T.alloc level "global")
     return two_blocks.trace(S((2, 64), F32))
 
 
-CASES = {"shift": _shift, "pull": _pull, "plain": _plain, "plain_scratch": _plain_with_scratch}
+def _plain_left_zero(also_plain: bool = False):  # a ticket counter the last block takes back to zero
+    @ts.kernel(out_shape=S((4,), jnp.int32), grid=(4,))
+    def tickets(x, y):
+        count = T.alloc((1,), jnp.int32, level="global", left_zero=True)
+        if also_plain:
+            T.alloc((1,), jnp.int32, level="global")  # zero at the start only: the end of call clears it
+        ticket = T.alloc_shared((2,), jnp.int32)
+        T.atomic_fetch_add(count[0], 1, ticket[0])
+        if ticket[0] == 3:
+            T.atomic_fetch_add(count[0], -4, ticket[1])
+        for j in T.Parallel(1):
+            y[T.program_id(0) + j] = x[T.program_id(0) + j]
+
+    return tickets.trace(S((4,), jnp.int32))
+
+
+CASES = {"shift": _shift, "pull": _pull, "plain": _plain, "plain_scratch": _plain_with_scratch,
+         "plain_left_zero": _plain_left_zero, "plain_mixed": lambda: _plain_left_zero(also_plain=True)}
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +121,15 @@ def test_a_plain_kernel_with_scratch_zeroes_it_at_the_end(modules) -> None:
     m = modules["plain_scratch"]
     assert m.scratch_bytes > 0 and not m.uses_nvshmem and not m.graph_safe
     assert f"ts_call_end(args, ts_seq, {m.scratch_bytes}u, " in _body(m.source, m.entry)
+
+
+def test_a_plain_kernel_whose_scratch_is_left_zero_has_no_end_of_call(modules) -> None:
+    m = modules["plain_left_zero"]
+    body = _body(m.source, m.entry)
+    assert m.scratch_bytes > 0 and "ts_call_end(" not in body
+    assert "no end of call: the kernel leaves its scratch (count) zero itself (left_zero=True)" in body
+    mixed = modules["plain_mixed"]  # one buffer without the promise: the end of call zeroes the scratch
+    assert f"ts_call_end(args, ts_seq, {mixed.scratch_bytes}u, " in _body(mixed.source, mixed.entry)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -65,7 +65,8 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     consumer = mod.source.split("consumer warpgroups", 1)[1]
     assert "atomicAdd(reinterpret_cast<int*>(" in consumer and "ts_named_sync(1, 256);" in consumer
     assert "ts_elem_index(" not in consumer
-    assert mod.scratch_bytes > 0  # the tiles' counters, zero at the start
+    assert mod.scratch_bytes > 0  # the tiles' counters, zero at the start and, taken back by each tile's last
+    assert "no end of call: the kernel leaves its scratch (arrived) zero itself" in consumer  # split, at the end
 
 
 @pytest.mark.parametrize("m,n,k,cfg", [

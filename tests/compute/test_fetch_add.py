@@ -110,3 +110,43 @@ def test_a_float_word_is_refused():
 
     with pytest.raises(KernelTraceError, match=r"is float32; it counts in int32, uint32, int64 or uint64"):
         _kernel(body)
+
+
+def _counted(take_back: int | None, blocks: int = BLOCKS):
+    """Each block draws a ticket from a `left_zero` counter; the last one adds `take_back` (None: nothing)."""
+
+    @ts.kernel(out_shape=SDS((blocks,), jnp.int32), grid=(blocks,))
+    def k(x, tickets):
+        bx = T.program_id(0)
+        count = T.alloc((2,), jnp.int32, level="global", left_zero=True)
+        ticket = T.alloc_shared((2,), jnp.int32)
+        T.atomic_fetch_add(count[1], 1, ticket[0])
+        for j in T.Parallel(1):
+            tickets[bx + j] = ticket[0] + x[bx + j] * 0
+        if take_back is not None and ticket[0] == blocks - 1:
+            T.atomic_fetch_add(count[1], take_back, ticket[1])
+
+    return k
+
+
+def test_a_counter_taken_back_to_zero_keeps_its_promise():
+    """The interpreter checks the promise at the end of each launch (on the GPU the next launch's tickets
+    depend on it: tests/gpu/test_gemm_paths_gpu.py::test_split_k_matches_dot runs the split-K kernel twice)."""
+    kern = _counted(take_back=-BLOCKS)
+    for _ in range(2):
+        assert sorted(run1(kern, np.zeros(BLOCKS, np.int32))[0].tolist()) == list(range(BLOCKS))
+
+
+@pytest.mark.parametrize("take_back", [None, -BLOCKS + 1])
+def test_a_counter_left_counting_breaks_the_promise_by_name(take_back):
+    left = BLOCKS - (0 if take_back is None else BLOCKS - 1)
+    with pytest.raises(ts.KernelRuntimeError, match=rf"ended with count\[1\] = {left} on PE 0 .*left_zero=True"):
+        run1(_counted(take_back), np.zeros(BLOCKS, np.int32))
+
+
+def test_left_zero_is_a_promise_about_global_scratch_only():
+    def body(x, y):
+        T.alloc((4,), jnp.int32, level="l1", left_zero=True)
+
+    with pytest.raises(KernelTraceError, match=r'left_zero=True is a promise about level="global" scratch'):
+        _kernel(body)

@@ -412,3 +412,17 @@ def test_allgather_gemm_takes_mma_and_matches(gpu_mesh, dtype, cfg, mma_lowering
     mod = generate_cuda(ir, "sm_90")
     assert "ts_mma_16816_" in mod.source and mod.uses_nvshmem, mod.notes
     assert ag_gemm.check(gpu_mesh, m=m, k=k, n=n, dtype=dtype, seed=m + k, **cfg)
+
+
+def test_a_left_zero_counter_serves_launch_after_launch():
+    """`T.alloc(..., level="global", left_zero=True)`: the kernel ends without the pass that zeroes its
+    scratch, so each launch's tickets are right only because the last block took the count back."""
+    from tests.compute.test_fetch_add import BLOCKS, _counted
+
+    kern = _counted(take_back=-BLOCKS)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((BLOCKS,), jnp.int32)), "sm_90")
+    assert mod.scratch_bytes > 0 and "no end of call: the kernel leaves its scratch" in mod.source
+    run = jax.jit(kern)
+    for launch in range(4):
+        tickets = np.asarray(run(jnp.arange(BLOCKS, dtype=jnp.int32) + launch))
+        assert sorted(tickets.tolist()) == list(range(BLOCKS)), (launch, tickets)
