@@ -38,8 +38,8 @@ def test_a_float32_gemm_on_hopper_warns_that_it_takes_the_portable_path():
 
 
 def test_a_tile_width_the_hopper_plan_refuses_is_named_with_its_reason():
-    ir, mod = _module(1024, 1024, 512, jnp.bfloat16, block_m=128, block_n=160, block_k=64, num_stages=4)
-    with pytest.warns(ts.PerformanceWarning, match=r"64 x 160: its contiguous dimension must be a multiple of 64"):
+    ir, mod = _module(1024, 1024, 512, jnp.bfloat16, block_m=128, block_n=200, block_k=64, num_stages=4)
+    with pytest.warns(ts.PerformanceWarning, match=r"64 x 200: its contiguous dimension must be a multiple of 16"):
         warn_slower_paths(ir, mod.notes)
 
 
