@@ -435,8 +435,9 @@ ffi::Error Execute(cudaStream_t cuda_stream, LaunchState* state, ffi::RemainingA
 
   if (!s.config.uses_nvshmem) {
     // A plain launch: no peers, so nothing is staged and the scratch needs no symmetry. The kernel leaves
-    // its scratch zero for the next launch (ts_call_end), so no memset: with no scratch, a launch is all
-    // there is, and XLA may capture it in a command buffer (the graph-compatible target).
+    // its scratch zero for the next launch (ts_call_end, or the kernel's own left_zero promise), so no
+    // memset: with no scratch, or only left_zero scratch, a launch is all there is, and XLA may capture it in
+    // a command buffer (the graph-compatible target).
     for (size_t i = 0; i < n_params; ++i) launch.buffers[i] = params[i].data;
     launch.launch_id = NextLaunchId();  // its waits report through the call site's record with it
     launch.scratch = reinterpret_cast<unsigned char*>(s.plain_scratch);
@@ -574,7 +575,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecute, jax_tilescale::Execute,
                                   .RemainingRets());
 
 // The same execute, declared compatible with XLA's command buffers (CUDA graphs): the lowering uses it for
-// launches with no host work that changes per call (CudaModule.graph_safe: no NVSHMEM, no scratch).
+// launches with no host work that changes per call (CudaModule.graph_safe: no NVSHMEM, and no scratch or
+// only scratch the kernel leaves zero itself).
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchExecuteGraph, jax_tilescale::Execute,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()

@@ -65,12 +65,14 @@ class CudaModule:
     arch: str = "sm_90"  # what to compile for (sm_90a when the kernel uses wgmma)
     tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
     notes: tuple[str, ...] = ()  # GEMM loops that took another lowering than the preferred one, and why
+    scratch_left_zero: bool = False  # a plain kernel's scratch is all `left_zero` buffers: no end of call
 
     @property
     def graph_safe(self) -> bool:
-        """The launch needs no host work that changes from call to call (no NVSHMEM, no scratch, so no
-        waits and no launch-control words): XLA may capture it in a command buffer (CUDA graph)."""
-        return not self.uses_nvshmem and self.scratch_bytes == 0
+        """The launch needs no host work that changes from call to call (no NVSHMEM, and no scratch or only
+        scratch the kernel leaves zero itself, so no launch-control words): XLA may capture it in a command
+        buffer (CUDA graph) and replay it, each replay finding the call site's scratch zero."""
+        return not self.uses_nvshmem and (self.scratch_bytes == 0 or self.scratch_left_zero)
 
 
 @functools.lru_cache(maxsize=8)
@@ -284,6 +286,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         arch=plan.arch if plan is not None else arch,
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),
         notes=tuple(notes),
+        scratch_left_zero=not uses_nvshmem and layout.scratch_bytes > 0 and _left_zero(layout),
     )
 
 

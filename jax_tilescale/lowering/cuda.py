@@ -117,20 +117,20 @@ COMMAND_BUFFERS_VAR = "TILESCALE_COMMAND_BUFFERS"
 
 
 def command_buffer_ok(module: Any, kernel_pes: int) -> tuple[bool, str]:
-    """Whether the launch of `module` (a CudaModule) may be recorded into XLA's command buffers (CUDA graphs)
-    and replayed with the same arguments, and why not. A plain kernel without scratch needs nothing per
-    call. A call-free kernel takes its launch number and scratch half from its launch-control words
-    (ts_abi.h, TS_CTL_ENDED), so a replay is a new launch, as long as the handler stages nothing: every
-    param peers touch must go over zero-copy, which needs the processes' pools mapped (runtime/peer_memory.py;
-    a buffer outside them under capture is a clear error naming $TILESCALE_COMMAND_BUFFERS), or the kernel's
-    PE space must be this PE alone (`kernel_pes` 1: every param is its own). A kernel with NVSHMEM's calls
-    (several machines) stages through the handler, so it stays out."""
+    """Whether the launch of `module` (a CudaModule) may be recorded into XLA's command buffers (CUDA graphs) and
+    replayed with the same arguments, and why not. A plain kernel without scratch, or whose scratch it leaves
+    zero itself (`left_zero`), needs nothing per call. A call-free kernel takes its launch number and scratch
+    half from its launch-control words (ts_abi.h, TS_CTL_ENDED), so a replay is a new launch, as long as the
+    handler stages nothing: every param peers touch must go over zero-copy, which needs the processes' pools
+    mapped (runtime/peer_memory.py; a buffer outside them under capture is a clear error naming
+    $TILESCALE_COMMAND_BUFFERS), or the kernel's PE space must be this PE alone (`kernel_pes` 1: every param is
+    its own). A kernel with NVSHMEM's calls (several machines) stages through the handler, so it stays out."""
     from ..runtime import peer_memory  # lazily, like lower_cuda's runtime imports
 
     if module.graph_safe:
         return True, ""
     if not module.uses_nvshmem:
-        return False, "a plain kernel with scratch (its launch number is the handler's)"
+        return False, "a plain kernel with scratch it does not promise to leave zero (left_zero)"
     if os.environ.get(COMMAND_BUFFERS_VAR, "1") == "0":
         return False, f"${COMMAND_BUFFERS_VAR}=0"
     if not module.call_free:

@@ -128,8 +128,10 @@ def test_a_plain_kernel_whose_scratch_is_left_zero_has_no_end_of_call(modules) -
     body = _body(m.source, m.entry)
     assert m.scratch_bytes > 0 and "ts_call_end(" not in body
     assert "no end of call: the kernel leaves its scratch (count) zero itself (left_zero=True)" in body
+    assert m.scratch_left_zero and m.graph_safe  # nothing per call: XLA may replay it from a command buffer
     mixed = modules["plain_mixed"]  # one buffer without the promise: the end of call zeroes the scratch
     assert f"ts_call_end(args, ts_seq, {mixed.scratch_bytes}u, " in _body(mixed.source, mixed.entry)
+    assert not mixed.scratch_left_zero and not mixed.graph_safe
 
 
 @pytest.mark.parametrize("name", list(CASES))

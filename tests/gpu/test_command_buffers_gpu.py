@@ -143,3 +143,28 @@ def test_loop_of_communicating_launches_on_one_pe():
 def test_loop_recorded_with_per_jit_options(gpu_mesh):
     """The loop recorded as one graph through `jax.jit(compiler_options=)`, without XLA_FLAGS."""
     _check_loop(push, gpu_mesh, LOOP_GRAPH_OPTIONS)
+
+
+def test_replayed_plain_launches_with_left_zero_scratch():
+    """A plain kernel whose scratch is all `left_zero` (a ticket counter its last block takes back) is graph-safe:
+    XLA replays its launches without the handler, and every replayed launch draws tickets 0 .. BLOCKS - 1,
+    which it can only if the launch before left the counter zero."""
+    from tests.compute.test_fetch_add import BLOCKS, _counted
+
+    kern = _counted(take_back=-BLOCKS)
+
+    def calls(x):
+        for _ in range(CALLS):
+            x = kern(x)
+        return x
+
+    run = jax.jit(calls)
+    x = jax.numpy.arange(BLOCKS, dtype=jax.numpy.int32)
+    assert "jax_tilescale_launch_graph" in run.lower(x).as_text(), "the lowering kept the plain target"
+    loop = jax.jit(lambda y: jax.lax.fori_loop(0, LOOP, lambda i, z: kern(z), y), compiler_options=LOOP_GRAPH_OPTIONS)
+    _handler_calls()
+    for _ in range(RUNS):
+        assert sorted(np.asarray(run(x)).tolist()) == list(range(BLOCKS))
+        assert sorted(np.asarray(loop(x)).tolist()) == list(range(BLOCKS))
+    calls_made = _handler_calls()
+    assert calls_made < (CALLS + LOOP) * RUNS, f"{calls_made} handler calls: XLA replayed no launch"
