@@ -1,10 +1,13 @@
 """Tiles whose rows are not a multiple of 128 bytes take the Hopper lowering in a narrower swizzle
 (gemm_sm90_load.swizzle_bytes): 160- and 208-wide B and C tiles (XLA's 128x160), 32- and 16-deep A
 tiles. Each side of a swizzled tile reads the width from the tile: TMA's tensor map (box and swizzle
-code), wgmma's descriptors (stride and layout code), the epilogue's staging boxes. They build without
-spills; tests/gpu/test_gemm_paths_gpu.py::test_narrower_swizzles_match_dot runs them."""
+code), wgmma's descriptors (stride and layout code), the epilogue's staging boxes, whose generated addressing
+is evaluated here for every thread against the hardware's swizzle pattern. They build without spills;
+tests/gpu/test_gemm_paths_gpu.py::test_narrower_swizzles_match_dot runs them."""
 
 from __future__ import annotations
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -85,3 +88,56 @@ def test_a_row_no_swizzle_divides_is_left_to_the_portable_path_with_the_reason()
     assert "wgmma.mma_async" not in mod.source and mod.arch != "sm_90a"
     assert any("tile B_s is 64 x 200: its contiguous dimension must be a multiple of 16" in note
                for note in mod.notes), mod.notes
+
+
+def _c_to_python(expr: str) -> str:
+    """An unsigned C index expression of the epilogue as Python (integer division, no `u` suffixes)."""
+    return re.sub(r"(\d+)u\b", r"\1", expr).replace("threadIdx.x", "tid").replace("/", "//")
+
+
+def _canonical(row: int, col_bytes: int, width: int) -> int:
+    """Byte offset of (row, byte col_bytes) in a box of `width`-byte rows in the hardware's swizzle (the layout
+    TMA's swizzled stores read: 16-byte chunk c of row r at c ^ ((r * width / 128) % (width / 16)))."""
+    chunk, byte = divmod(col_bytes, 16)
+    return row * width + ((chunk ^ ((row * width // 128) % (width // 16))) << 4) + byte
+
+
+@pytest.mark.parametrize("cfg,width", [
+    (dict(block_m=128, block_n=256), 128),
+    (dict(block_m=256, block_n=128), 128),  # two slabs per warpgroup
+    (dict(block_m=128, block_n=160), 64),
+    (dict(block_m=128, block_n=208, threads=128), 32),
+    (dict(block_m=128, block_n=96, threads=128), 64),
+    (dict(block_m=64, block_n=112, threads=128), 32),
+])
+def test_the_epilogue_writes_each_element_where_its_box_holds_it(cfg, width):
+    """The staging writes of the TMA-store epilogue, evaluated for every consumer thread and accumulator pair:
+    each pair lands where the box that the leader stores holds its (row, column) in the box's swizzle, and
+    together they fill every box exactly once."""
+    m, n = 2048, 2048
+    mod = _module(m, n, 1024, **cfg)
+    src = mod.source[mod.source.index("char* const ts_box"):]
+    r_expr = _c_to_python(re.search(r"const uint32_t ts_r = (.*?);", src).group(1))
+    t_expr = _c_to_python(re.search(r"const uint32_t ts_t = (.*?);", src).group(1))
+    bounds = {v: int(b) for v, b in re.findall(r"for \(int (ts_[mjh]) = 0; \1 < (\d+); \+\+\1\)", src)}
+    at_expr = _c_to_python(re.search(r"\*reinterpret_cast<__nv_bfloat162\*>\(ts_box \+ \((.*)\)\) =", src).group(1))
+    boxes = [(int(off), int(col)) for off, col in
+             re.findall(r"ts_tma_store_2d\(&ts_maps\.m\[\d+\], ts_box \+ (\d+), \(int32_t\)\(.*?\)\) \+ (\d+), ", src)]
+    box_cols = width // 2
+    assert [col for _, col in boxes] == list(range(0, cfg["block_n"], box_cols))
+    box_bytes = cfg["block_m"] * width
+    assert [off for off, _ in boxes] == [b * box_bytes for b in range(len(boxes))]
+    written = np.zeros(len(boxes) * box_bytes, np.int32)
+    for tid in range(cfg.get("threads", 256)):
+        lane = tid % 32
+        ts_r = eval(r_expr, {"tid": tid})
+        ts_t = eval(t_expr, {"tid": tid, "ts_r": ts_r})
+        for ts_m in range(bounds["ts_m"]):
+            for ts_j in range(bounds["ts_j"]):
+                for ts_h in range(bounds["ts_h"]):
+                    got = eval(at_expr, {"ts_t": ts_t, "ts_m": ts_m, "ts_j": ts_j, "ts_h": ts_h})
+                    row, col = ts_r + 64 * ts_m + 8 * ts_h, ts_j * 8 + (lane % 4) * 2
+                    box = col // box_cols
+                    assert got == boxes[box][0] + _canonical(row, (col % box_cols) * 2, width), (tid, ts_m, ts_j)
+                    written[got:got + 4] += 1  # a bf16 pair
+    assert np.all(written == 1)
