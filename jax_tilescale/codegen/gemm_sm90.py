@@ -23,7 +23,7 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   whole fragment are lowered element by element over each thread's own accumulators.
 - the kernel's last statement, the copy of the whole fragment into an fp16/bf16/fp32 output, is a TMA
   store (`TMA_STORE`): the consumers write their accumulators, converted, into the freed stage
-  ring in the 128-byte-swizzled box layout, and one thread stores the boxes; the block's final
+  ring in the swizzled box layout, and one thread stores the boxes; the block's final
   wait is only for the boxes' shared-memory reads, not for their global writes;
 - a tile whose source rows are not a multiple of 16 bytes (K = 777 in bf16), which TMA cannot
   address, is copied by the producer warpgroup's threads instead (gemm_sm90_load), so a tile
