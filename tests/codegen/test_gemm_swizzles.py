@@ -8,13 +8,16 @@ tests/gpu/test_gemm_paths_gpu.py::test_narrower_swizzles_match_dot runs them."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen import gemm_sm90_load, generate_cuda
 from jax_tilescale.codegen.gemm_sm90_load import SWIZZLES, TENSOR_MAP_FIELDS, swizzle_bytes
 from jax_tilescale.compiler import compile_cubin
 from tests.codegen.test_compute_codegen import _no_spills
@@ -141,3 +144,31 @@ def test_the_epilogue_writes_each_element_where_its_box_holds_it(cfg, width):
                     assert got == boxes[box][0] + _canonical(row, (col % box_cols) * 2, width), (tid, ts_m, ts_j)
                     written[got:got + 4] += 1  # a bf16 pair
     assert np.all(written == 1)
+
+
+def test_the_producers_thread_copies_write_each_chunk_where_tma_would(tmp_path):
+    """`ts_swizzled_chunk_offset<W>` (tilescale_sm90.cuh: where a thread-copied 16-byte chunk of a tile row lands),
+    compiled for the host and run for every row and chunk of a tile of 64 rows and four atoms, at each width:
+    the positions TMA's swizzled boxes give the same elements, atom after atom."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not on the PATH")
+    header = (Path(gemm_sm90_load.__file__).parent / "tilescale_sm90.cuh").read_text()
+    start = header.index("template <int W>\n__device__ __forceinline__ uint32_t ts_swizzled_chunk_offset")
+    function = header[start:header.index("\n}\n", start) + 3]
+    rows, atoms = 64, 4
+    program = "\n".join([
+        "#include <cstdint>", "#include <cstdio>", "#define __device__", "#define __forceinline__ inline",
+        function,
+        "int main() {",
+        *(f"  for (uint32_t r = 0; r < {rows}; ++r) for (uint32_t c = 0; c < {atoms * w // 16}; ++c) "
+          f"std::printf(\"%u\\n\", ts_swizzled_chunk_offset<{w}>(r, c, {rows}u));" for w in SWIZZLES),
+        "}",
+    ])
+    (tmp_path / "chunks.cc").write_text(program)
+    subprocess.run([gxx, "-O1", "-o", str(tmp_path / "chunks"), str(tmp_path / "chunks.cc")], check=True)
+    got = [int(v) for v in subprocess.run([str(tmp_path / "chunks")], check=True, capture_output=True,
+                                          text=True).stdout.split()]
+    want = [a * rows * w + _canonical(r, (c % (w // 16)) * 16, w)
+            for w in SWIZZLES for r in range(rows) for c in range(atoms * w // 16) for a in [c // (w // 16)]]
+    assert got == want
