@@ -244,7 +244,8 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     if kernel_out:
         out += [*stage_out_declarations(kernel_out, copying), ""]
     cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
-    start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout, free.on)
+    left_zero = not uses_nvshmem and _scratch_left_zero(layout)
+    start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout, free.on, left_zero)
     if kernel_in:
         assert layout.copy_in_offset is not None
         start = [*stage_in.start_lines(kernel, kernel_in, layout.copy_in_offset), *start]
@@ -286,7 +287,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         arch=plan.arch if plan is not None else arch,
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),
         notes=tuple(notes),
-        scratch_left_zero=not uses_nvshmem and layout.scratch_bytes > 0 and _left_zero(layout),
+        scratch_left_zero=left_zero,
     )
 
 
@@ -318,12 +319,12 @@ def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...]
     ]
 
 
-def _call_end(kernel: KernelIR, layout: Layout, call_free: bool) -> list[str]:
+def _call_end(kernel: KernelIR, layout: Layout, call_free: bool, left_zero: bool) -> list[str]:
     """How a launch ends (docs/calling_convention.md, "End of a call"): a kernel that communicates
     ends with a device-side barrier over its PE space (its remote writes are complete when the call
     returns, and no peer writes into the scratch half it zeroes), unless it proves completion itself
     (codegen/end_of_call.py); a kernel with scratch zeroes it for the next launch, unless all of it is
-    buffers the kernel leaves zero itself (`T.alloc(..., left_zero=True)`, which the interpreter checks);
+    buffers the kernel leaves zero itself (`left_zero`: `T.alloc(..., left_zero=True)`, which the interpreter checks);
     a plain kernel without scratch ends with its last statement."""
     scratch_bytes = layout.scratch_bytes
     meet = True
@@ -336,7 +337,7 @@ def _call_end(kernel: KernelIR, layout: Layout, call_free: bool) -> list[str]:
                    f"next. Not without the meeting: {ending.why}")
         else:
             why = f"end of call without the meeting: {ending.why}; the last block zeroes the scratch"
-    elif scratch_bytes > 0 and _left_zero(layout):
+    elif left_zero:
         names = ", ".join(b.name for b in layout.signal_offsets)
         return [comment(f"no end of call: the kernel leaves its scratch ({names}) zero itself (left_zero=True)")]
     elif scratch_bytes > 0:
@@ -347,11 +348,12 @@ def _call_end(kernel: KernelIR, layout: Layout, call_free: bool) -> list[str]:
                           f"{'true' if meet else 'false'});"]
 
 
-def _left_zero(layout: Layout) -> bool:
-    """Whether every word of a plain kernel's scratch belongs to a buffer the kernel promised to leave zero
+def _scratch_left_zero(layout: Layout) -> bool:
+    """Whether there is scratch and every word of it belongs to a buffer the kernel promised to leave zero
     (no grid-barrier or copy-in words, which only the end of call restores)."""
     words = (layout.barrier_offset, layout.pe_barrier_offset, layout.team_barrier_offset, layout.copy_in_offset)
-    return all(w is None for w in words) and all(b.left_zero for b in layout.signal_offsets)
+    return (layout.scratch_bytes > 0 and all(w is None for w in words)
+            and all(b.left_zero for b in layout.signal_offsets))
 
 
 def _frame_body(ctx: Ctx) -> list:

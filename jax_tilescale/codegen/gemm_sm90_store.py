@@ -112,7 +112,8 @@ def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMap
     room, staging = max(rings, key=lambda r: r[0])
     if room < rows * cols * elem:
         return {}
-    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), staging, rows, cols, pair, elem)}
+    width = swizzle_bytes(cols * elem)
+    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), staging, rows, cols, pair, elem)}
 
 
 def _storable(s: Copy) -> tuple | None:
@@ -131,9 +132,9 @@ def _storable(s: Copy) -> tuple | None:
     return rows, cols, elem, pair
 
 
-def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: int, cols: int) -> int:
+def _output_map(kernel: KernelIR, dst: Buffer, maps: list[TensorMapSpec], rows: int, width: int) -> int:
+    """The output's tensor map: boxes of `rows` rows of `width` bytes, in that swizzle."""
     elem = dst.dtype.itemsize
-    width = swizzle_bytes(cols * elem)
     spec = TensorMapSpec(kernel.params.index(dst), TMA_OUTPUT_DTYPE[dst.dtype], (dst.shape[1], dst.shape[0]),
                          dst.shape[1] * elem, (width // elem, rows), width)
     if spec not in maps:
@@ -157,7 +158,7 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
         slots = _box_slots(rows * width, cols * elem // width, room // copies)
         if slots is None:
             continue
-        st = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), gl.a.buffer, rows, cols, pair, elem,
+        st = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), gl.a.buffer, rows, cols, pair, elem,
                       offset=gl.a.stage_bytes * gl.stages, copies=copies, slots=slots)
         room -= copies * st.staged_bytes
         out[s] = st
@@ -188,7 +189,7 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
         own = _box_slots(rows * width, boxes, room)
         if held <= (boxes if own == 0 else own or 0):
             continue
-        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, cols), gl.a.buffer, rows, cols, pair, elem,
+        out[s] = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), gl.a.buffer, rows, cols, pair, elem,
                           slots=held, borrowed=True, ring_counter=counter(gl.index), ring_stages=gl.stages,
                           stage_bytes=gl.a.stage_bytes)
     return out
