@@ -10,6 +10,12 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py); cuBLAS's the same
   iterations recorded as one CUDA graph (the GPU's time, not torch's dispatch from Python);
+- graph: the same jitted `fori_loop` recorded by XLA as one CUDA graph (`compiler_options`:
+  ts.testing.LOOP_GRAPH_OPTIONS, WHILE command buffers), replayed without returning to the host every
+  iteration: the GPU's time, as cuBLAS's graph (whose column it shares). The loop form's per-iteration host
+  pacing (XLA's WHILE runs from the host by default: 4-7 us a product at 128 x 8192 x 8192, NOTES 2026-12-04)
+  is not in it. Each of our kernels' graph runs is checked to have been replayed (fewer handler calls than
+  products; the row's code column says `not replayed` otherwise);
 - calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
   dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
   the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
@@ -83,11 +89,13 @@ from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong,
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
+from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
 FP8_SHAPES = "8192x8192x8192"
 XLA = "XLA jnp.dot"  # the baseline runner's name in every table
+FORMS = ("loop", "graph", "calls")  # how each runner is timed (the docstring); cuBLAS's loop is its graph
 HOST_BOUND = 0.9  # a calls run whose dispatch loop took this share of its time is marked host-bound (`h`)
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
@@ -182,8 +190,18 @@ def with_settings(lowering: str, switches: dict[tuple, object], fn):
 
 def loop_and_calls(product, reps: int):
     """(loop, calls): functions of (a, b) that run `reps` products, jitted (see the docstring)."""
-    loop = jax.jit(lambda x, y: jax.lax.fori_loop(
-        0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
+    forms = timing_forms(product, reps)
+    return forms["loop"], forms["calls"]
+
+
+def timing_forms(product, reps: int) -> dict:
+    """{"loop", "graph", "calls"} -> a function of (a, b) running `reps` products that way (the docstring)."""
+    def body(x, y):
+        return jax.lax.fori_loop(0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32),
+                                 jnp.float32(0))
+
+    loop = jax.jit(body)
+    graph = jax.jit(body, compiler_options=LOOP_GRAPH_OPTIONS)
     call = jax.jit(product)
 
     def calls(a, b):
@@ -195,7 +213,18 @@ def loop_and_calls(product, reps: int):
         return out
 
     calls.dispatch_s = None
-    return (lambda a, b: loop(a, b)), calls
+    return {"loop": lambda a, b: loop(a, b), "graph": lambda a, b: graph(a, b), "calls": calls}
+
+
+def replayed(run, a, b, reps: int) -> bool:
+    """Whether one run of `reps` products of our kernel launched most of them from XLA's recorded graph, not
+    through the launch handler (the handler counts its calls: xla_ffi/module.cc)."""
+    from jax_tilescale import _ffi
+
+    jax.block_until_ready(run(a, b))
+    _ffi.take_handler_times()
+    jax.block_until_ready(run(a, b))
+    return _ffi.take_handler_times()[0] < reps
 
 
 def reps_for(a, b, reps: int, min_run_ms: float) -> int:
@@ -415,9 +444,9 @@ def main() -> None:
                    for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}
         for name, product in [(XLA, lambda x, y: x @ y), *((key[0], kv) for key, kv in kernels.items())]:
-            runners[(name, "loop")], runners[(name, "calls")] = loop_and_calls(product, reps)
+            runners.update({(name, how): run for how, run in timing_forms(product, reps).items()})
         for (name, low, c) in kernels:
-            for how in ("loop", "calls"):
+            for how in FORMS:
                 runners[name, how] = with_settings(low, configs[c][1], runners[name, how])
         if torch is not None:
             for how, run in cublas_runners(torch, a, b, reps).items():
@@ -441,16 +470,23 @@ def main() -> None:
         t.update({("host", *key): median(v) for key, v in host.items()})
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times
                   if how == "loop"}
-        ref = {how: t[XLA, how] for how in ("loop", "calls")}
-        cub = {how: t.get(("cuBLAS torch", how)) for how in ("loop", "calls")}
-        rows.append(_row(shape, XLA, t, XLA, ref, cub, "-", True, spread))
+        spread_graph = {name: round_ratios(times, (XLA, "graph"), (name, "graph")) for name, how in times
+                        if how == "graph"}
+        if torch is not None:  # cuBLAS's loop is a CUDA graph already: one timing serves both columns
+            t["cuBLAS torch", "graph"] = t["cuBLAS torch", "loop"]
+            spread_graph["cuBLAS torch"] = round_ratios(times, (XLA, "graph"), ("cuBLAS torch", "loop"))
+        ref = {how: t[XLA, how] for how in FORMS}
+        cub = {how: t.get(("cuBLAS torch", how)) for how in FORMS}
+        rows.append(_row(shape, XLA, t, XLA, ref, cub, "-", True, spread, spread_graph))
         if torch is not None:
-            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True, spread))
+            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True, spread, spread_graph))
         for (name, low, c), kern in kernels.items():
             got = with_settings(low, configs[c][1], jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
-            rows.append(_row(shape, name, t, name, ref, cub, resources(kern, a, b, low, configs[c][1]),
-                             err <= 2e-2 * scale, spread))
+            res = resources(kern, a, b, low, configs[c][1])
+            if not replayed(runners[name, "graph"], a, b, reps):
+                res += ", not replayed"  # the graph column timed launches through the handler
+            rows.append(_row(shape, name, t, name, ref, cub, res, err <= 2e-2 * scale, spread, spread_graph))
     _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
     if trace_rows:
         _print_traced(trace_rows)
@@ -480,14 +516,12 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     b16 = jnp.asarray(b8.astype(np.float32).T, jnp.bfloat16)
     ours8 = gemm_fp8(m, n, k, fp8, **FP8_CONFIG)
     ja8, jb8, jsa, jsb = (jnp.asarray(x) for x in (a8, b8, sa, sb))
-    runners = {}
-    runners["ts fp8 e4m3", "loop"], runners["ts fp8 e4m3", "calls"] = loop_and_calls(
-        lambda x, y: ours8(x, y, jsa, jsb), args.reps)
+    runners = {("ts fp8 e4m3", how): run
+               for how, run in timing_forms(lambda x, y: ours8(x, y, jsa, jsb), args.reps).items()}
     bf16 = {f"ts bf16 {c}": gemm(m, n, k, jnp.bfloat16, **cfg) for c, (cfg, _) in configs.items()}
     for name, kern in bf16.items():
-        loop, calls = loop_and_calls(kern, args.reps)
-        runners[name, "loop"], runners[name, "calls"] = (lambda f: lambda *_: f(a16, b16))(loop), \
-            (lambda f: lambda *_: f(a16, b16))(calls)
+        for how, run in timing_forms(kern, args.reps).items():
+            runners[name, how] = (lambda f: lambda *_: f(a16, b16))(run)
     if torch is not None and hasattr(torch, "_scaled_mm"):
         for how, run in cublas_runners(torch, None, None, args.reps, fp8=(a8, b8, sa, sb)).items():
             runners["torch._scaled_mm", how] = run
@@ -497,45 +531,60 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     t.update({("host", *key): median(v) for key, v in host.items()})
     best = min(bf16, key=lambda name: t[name, "loop"])
     spread = {name: round_ratios(times, (best, "loop"), (name, "loop")) for name, how in times if how == "loop"}
-    ref = {how: t[best, how] for how in ("loop", "calls")}
-    cub = {how: t.get(("torch._scaled_mm", how)) for how in ("loop", "calls")}
+    spread_graph = {name: round_ratios(times, (best, "graph"), (name, "graph")) for name, how in times
+                    if how == "graph"}
+    if ("torch._scaled_mm", "loop") in t:
+        t["torch._scaled_mm", "graph"] = t["torch._scaled_mm", "loop"]
+        spread_graph["torch._scaled_mm"] = round_ratios(times, (best, "graph"), ("torch._scaled_mm", "loop"))
+    ref = {how: t[best, how] for how in FORMS}
+    cub = {how: t.get(("torch._scaled_mm", how)) for how in FORMS}
     got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
     want = (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
     ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
-    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread) for name in bf16]
+    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread, spread_graph) for name in bf16]
     rows.append(_row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
-                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread))
+                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread, spread_graph))
     if cub["loop"] is not None:
-        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread))
+        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread,
+                         spread_graph))
     return rows
 
 
-def _row(shape, what, t, name, ref, cub, res, ok, spread):
+def _row(shape, what, t, name, ref, cub, res, ok, spread, spread_graph):
     """One table row; `t` holds median times per (name, how) and, where measured, the calls runs' median
     host share at ("host", name, "calls")."""
-    tl, tc = t[name, "loop"], t[name, "calls"]
-    ratio = {how: (cub[how] / t[name, how] if cub[how] else None) for how in ("loop", "calls")}
+    times = {how: t[name, how] for how in FORMS}
+    to_xla = {how: ref[how] / times[how] for how in FORMS}
+    to_cublas = {how: (cub[how] / times[how] if cub[how] else None) for how in FORMS}
     host_bound = t.get(("host", name, "calls"), 0.0) >= HOST_BOUND
-    return (shape, what, tl, tc, ref["loop"] / tl, spread[name], ref["calls"] / tc, ratio["loop"], ratio["calls"],
-            res, ok, host_bound)
+    return (shape, what, times, to_xla, {"loop": spread[name], "graph": spread_graph[name]}, to_cublas, res, ok,
+            host_bound)
 
 
 def _print(rows) -> None:
     """One table: for bf16 rows xXLA is the ratio to jnp.dot, for fp8 rows to our fastest bf16 config
-    on the same values; xcuBLAS to torch (matmul / _scaled_mm), '-' without torch."""
+    on the same values; xcuBLAS to torch (matmul / _scaled_mm, its graph in both the loop and the graph
+    columns), '-' without torch."""
     width = max(21, *(len(what) for _, what, *_ in rows))
     print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
+          f"{'graph ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
           f"{'calls ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5}  ok  code")
-    for shape, what, tl, tc, rl, (lo, hi), rc, bl, bc, res, ok, host_bound in rows:
+    fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
+    for shape, what, times, to_xla, spreads, to_cublas, res, ok, host_bound in rows:
         m, n, k = map(int, shape.split()[0].split("x"))
         f = 2 * m * n * k / 1e12
-        fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
-        print(f"{shape:>22} {what:>{width}} {tl * 1e3:8.3f} {f / tl:6.1f} {rl:5.2f} {lo:4.2f}-{hi:4.2f} {fmt(bl)} "
-              f"{tc * 1e3:7.3f}{'h' if host_bound else ' '} {f / tc:6.1f} {rc:5.2f} {fmt(bc)}  "
-              f"{'yes' if ok else 'NO'}  {res}")
+        cols = []
+        for how in ("loop", "graph"):
+            lo, hi = spreads[how]
+            cols.append(f"{times[how] * 1e3:8.3f} {f / times[how]:6.1f} {to_xla[how]:5.2f} {lo:4.2f}-{hi:4.2f} "
+                        f"{fmt(to_cublas[how])}")
+        tc = times["calls"]
+        print(f"{shape:>22} {what:>{width}} {' '.join(cols)} "
+              f"{tc * 1e3:7.3f}{'h' if host_bound else ' '} {f / tc:6.1f} {to_xla['calls']:5.2f} "
+              f"{fmt(to_cublas['calls'])}  {'yes' if ok else 'NO'}  {res}")
     if any(row[-1] for row in rows):
         print(f"h: host-bound calls (the loop of dispatches took at least {HOST_BOUND:.0%} of the timed run: the GPU "
-              "waited on the host's per-call cost; compare kernels in the loop column)")
+              "waited on the host's per-call cost; compare kernels in the loop and graph columns)")
 
 
 def _print_power(rows) -> None:

@@ -44,6 +44,16 @@ from .errors import LaunchError
 EXIT_CHECK_FAILED = 1  # a check compared and found a difference
 EXIT_CANNOT_RUN = 2  # the run cannot be made as asked (devices, mesh, arguments): nothing was checked
 
+# `jax.jit(..., compiler_options=LOOP_GRAPH_OPTIONS)`: XLA's default command-buffer kinds plus WHILE and
+# CONDITIONAL, and no minimum size, so that a whole `fori_loop` of graph-safe launches is recorded as one CUDA
+# graph with a conditional node and replayed without returning to the host every iteration (a per-jit option
+# sets the whole list; it does not add to XLA's). Tests of replayed launches and benchmarks/bench_gemm.py's
+# "graph" column use it.
+LOOP_GRAPH_OPTIONS = {
+    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL",
+    "xla_gpu_graph_min_graph_size": 1,
+}
+
 
 # --- inputs ---------------------------------------------------------------------------------------
 def random_array(seed: int | np.random.Generator, shape: Sequence[int], dtype: Any, scale: float = 1.0) -> np.ndarray:

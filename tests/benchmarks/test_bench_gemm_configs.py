@@ -107,32 +107,42 @@ def test_calls_runs_record_their_host_share_and_host_bound_rows_are_marked(capsy
     assert all(len(v) == 3 for v in host.values())
     assert max(host["fed", "calls"]) < 0.5 and min(host["starved", "calls"]) > bench.HOST_BOUND
 
-    t = {(name, how): 1e-3 for name in ("XLA jnp.dot", "ts a", "ts b") for how in ("loop", "calls")}
+    t = {(name, how): 1e-3 for name in ("XLA jnp.dot", "ts a", "ts b") for how in bench.FORMS}
     t["host", "ts b", "calls"] = 0.97
     t["host", "ts a", "calls"] = 0.5
     spread = {name: (1.0, 1.0) for name in ("XLA jnp.dot", "ts a", "ts b")}
-    ref, cub = {"loop": 1e-3, "calls": 1e-3}, {"loop": None, "calls": None}
-    bench._print([bench._row("64x64x64", name, t, name, ref, cub, "-", True, spread) for name in ("ts a", "ts b")])
+    ref, cub = dict.fromkeys(bench.FORMS, 1e-3), dict.fromkeys(bench.FORMS)
+    bench._print([bench._row("64x64x64", name, t, name, ref, cub, "-", True, spread, spread)
+                  for name in ("ts a", "ts b")])
     out = capsys.readouterr().out.strip().splitlines()
     a_row, b_row = (next(line for line in out if f" {n} " in line) for n in ("a", "b"))
     assert "1.000h" in b_row and "1.000h" not in a_row and out[-1].startswith("h: host-bound calls")
 
 
 def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
+    """Loop and graph columns each give the median ratio to XLA in that form and its range over the rounds;
+    the cuBLAS column takes torch's one graph timing for both."""
     bench = load_bench("bench_gemm")
+    ours = "ts 128x256x64/4/g8"
     times = {("XLA jnp.dot", "loop"): [1.0e-3, 1.1e-3, 1.0e-3], ("XLA jnp.dot", "calls"): [1.0e-3] * 3,
-             ("ts 128x256x64/4/g8", "loop"): [1.05e-3, 1.0e-3, 1.0e-3], ("ts 128x256x64/4/g8", "calls"): [2.0e-3] * 3}
+             ("XLA jnp.dot", "graph"): [0.8e-3] * 3,
+             (ours, "loop"): [1.05e-3, 1.0e-3, 1.0e-3], (ours, "calls"): [2.0e-3] * 3,
+             (ours, "graph"): [0.8e-3, 1.0e-3, 0.5e-3]}
     t = {key: bench.median(v) for key, v in times.items()}
     spread = {name: bench.round_ratios(times, ("XLA jnp.dot", "loop"), (name, "loop")) for name, _ in times}
-    ref = {how: t["XLA jnp.dot", how] for how in ("loop", "calls")}
-    cub = {"loop": None, "calls": None}
-    rows = [bench._row("1024x1024x1024", name, t, name, ref, cub, "-", True, spread)
-            for name in ("XLA jnp.dot", "ts 128x256x64/4/g8")]
+    spread_graph = {name: bench.round_ratios(times, ("XLA jnp.dot", "graph"), (name, "graph")) for name, _ in times}
+    ref = {how: t["XLA jnp.dot", how] for how in bench.FORMS}
+    cub = {"loop": 0.84e-3, "graph": 0.84e-3, "calls": None}
+    rows = [bench._row("1024x1024x1024", name, t, name, ref, cub, "-", True, spread, spread_graph)
+            for name in ("XLA jnp.dot", ours)]
     bench._print(rows)
     lines = capsys.readouterr().out.strip().splitlines()
-    assert "rounds" in lines[0].split()
-    ours = lines[-1].split()
-    assert ours[:2] == ["1024x1024x1024", "ts"] and ours[5:7] == ["1.00", "0.95-1.10"] and ours[7] == "-"
+    assert lines[0].split().count("rounds") == 2 and "graph" in lines[0]
+    cols = lines[-1].split()
+    assert cols[:2] == ["1024x1024x1024", "ts"]
+    assert cols[5:8] == ["1.00", "0.95-1.10", "0.84"]  # loop: x XLA, rounds, x cuBLAS (0.84 / 1.0)
+    assert cols[10:13] == ["1.00", "0.80-1.60", "1.05"]  # graph: x XLA, rounds, x cuBLAS (0.84 / 0.8)
+    assert cols[16] == "-"  # calls x cuBLAS: no torch calls timing
 
 
 @needs_toolchain

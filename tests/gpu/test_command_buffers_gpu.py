@@ -103,12 +103,8 @@ def _xla_records_while_loops() -> bool:
     return m is not None and "WHILE" in [v.strip().lstrip("+") for v in m.group(1).upper().split(",")]
 
 
-# The same request for one jitted function instead of the whole process (XLA's defaults plus WHILE and
-# CONDITIONAL; a per-jit option sets the whole list, it does not add to it).
-LOOP_GRAPH_OPTIONS = {
-    "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL",
-    "xla_gpu_graph_min_graph_size": 1,
-}
+# The same request for one jitted function instead of the whole process.
+LOOP_GRAPH_OPTIONS = ts.testing.LOOP_GRAPH_OPTIONS
 
 
 def _check_loop(kern, mesh, compiler_options: dict | None = None) -> None:
