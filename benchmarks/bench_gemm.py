@@ -10,12 +10,14 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
   else is timed (the method of the issue and of shared/reference/gemm_ceiling.py); cuBLAS's the same
   iterations recorded as one CUDA graph (the GPU's time, not torch's dispatch from Python);
-- graph: the same jitted `fori_loop` recorded by XLA as one CUDA graph (`compiler_options`:
-  ts.testing.LOOP_GRAPH_OPTIONS, WHILE command buffers), replayed without returning to the host every
-  iteration: the GPU's time, as cuBLAS's graph (whose column it shares). The loop form's per-iteration host
-  pacing (XLA's WHILE runs from the host by default: 4-7 us a product at 128 x 8192 x 8192, NOTES 2026-12-04)
-  is not in it. Each of our kernels' graph runs is checked to have been replayed (fewer handler calls than
-  products; the row's code column says `not replayed` otherwise);
+- graph: the products back to back on the GPU, as cuBLAS's graph runs them (whose column it shares): the
+  jitted `fori_loop` with GRAPH_UNROLL products per iteration (each on the same arrays passed as parameters of
+  its own, so that XLA cannot merge the identical products), recorded by XLA as one CUDA graph
+  (`compiler_options`: ts.testing.LOOP_GRAPH_OPTIONS, WHILE command buffers). Neither the loop form's
+  per-iteration host pacing (XLA's WHILE runs from the host by default) nor a recorded WHILE's per-iteration
+  condition (~5 us: one product per recorded iteration measured slower than the host's loop, NOTES
+  2026-12-04) is in it then. Each of our kernels' graph runs is checked to have been replayed (fewer handler
+  calls than products; the row's code column says `not replayed` otherwise);
 - calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
   dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
   the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
@@ -95,6 +97,7 @@ SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 286
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
 FP8_SHAPES = "8192x8192x8192"
 XLA = "XLA jnp.dot"  # the baseline runner's name in every table
+GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
 FORMS = ("loop", "graph", "calls")  # how each runner is timed (the docstring); cuBLAS's loop is its graph
 HOST_BOUND = 0.9  # a calls run whose dispatch loop took this share of its time is marked host-bound (`h`)
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
@@ -190,18 +193,8 @@ def with_settings(lowering: str, switches: dict[tuple, object], fn):
 
 def loop_and_calls(product, reps: int):
     """(loop, calls): functions of (a, b) that run `reps` products, jitted (see the docstring)."""
-    forms = timing_forms(product, reps)
-    return forms["loop"], forms["calls"]
-
-
-def timing_forms(product, reps: int) -> dict:
-    """{"loop", "graph", "calls"} -> a function of (a, b) running `reps` products that way (the docstring)."""
-    def body(x, y):
-        return jax.lax.fori_loop(0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32),
-                                 jnp.float32(0))
-
-    loop = jax.jit(body)
-    graph = jax.jit(body, compiler_options=LOOP_GRAPH_OPTIONS)
+    loop = jax.jit(lambda x, y: jax.lax.fori_loop(
+        0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
     call = jax.jit(product)
 
     def calls(a, b):
@@ -213,7 +206,43 @@ def timing_forms(product, reps: int) -> dict:
         return out
 
     calls.dispatch_s = None
-    return {"loop": lambda a, b: loop(a, b), "graph": lambda a, b: graph(a, b), "calls": calls}
+    return (lambda a, b: loop(a, b)), calls
+
+
+def graph_loop(product, reps: int):
+    """A function of (a, b) that runs `reps` products (a multiple of GRAPH_UNROLL) as the graph form (the
+    docstring): GRAPH_UNROLL products per iteration of a loop XLA records as one CUDA graph."""
+    if reps % GRAPH_UNROLL:
+        raise ValueError(f"the graph form runs whole iterations of {GRAPH_UNROLL} products, not {reps}")
+
+    def unrolled(*pairs):  # GRAPH_UNROLL (x, y) pairs: the same two arrays, as distinct parameters
+        def step(i, acc):
+            for j in range(GRAPH_UNROLL):
+                acc = acc + product(pairs[2 * j], pairs[2 * j + 1])[0, 0].astype(jnp.float32)
+            return acc
+
+        return jax.lax.fori_loop(0, reps // GRAPH_UNROLL, step, jnp.float32(0))
+
+    graph = jax.jit(unrolled, compiler_options=LOOP_GRAPH_OPTIONS)
+    # The same buffers through distinct parameters: XLA cannot tell the products equal, so it keeps every one
+    # (with one pair of parameters its CSE merged an iteration's products into one; an optimisation barrier did
+    # not stop it), and every product reads what the others read (L2 alike, as in the other forms).
+    def run(a, b):
+        return graph(*(a, b) * GRAPH_UNROLL)
+
+    run.jitted = graph  # for tests: the compiled loop keeps GRAPH_UNROLL products
+    return run
+
+
+def timing_forms(product, reps: int) -> dict:
+    """FORMS -> a function of (a, b) running `reps` products that way (the docstring)."""
+    loop, calls = loop_and_calls(product, reps)
+    return {"loop": loop, "graph": graph_loop(product, reps), "calls": calls}
+
+
+def whole_iterations(reps: int) -> int:
+    """`reps` rounded up to whole iterations of the graph form's loop."""
+    return -(-reps // GRAPH_UNROLL) * GRAPH_UNROLL
 
 
 def replayed(run, a, b, reps: int) -> bool:
@@ -236,7 +265,7 @@ def reps_for(a, b, reps: int, min_run_ms: float) -> int:
     t0 = time.perf_counter()
     jax.block_until_ready(loop(a, b))
     per_product = (time.perf_counter() - t0) / reps
-    return max(reps, min(4000, math.ceil(min_run_ms * 1e-3 / per_product)))
+    return whole_iterations(max(reps, min(4000, math.ceil(min_run_ms * 1e-3 / per_product))))
 
 
 def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int = 5, heat_s: float = 0.5,
@@ -516,17 +545,17 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     b16 = jnp.asarray(b8.astype(np.float32).T, jnp.bfloat16)
     ours8 = gemm_fp8(m, n, k, fp8, **FP8_CONFIG)
     ja8, jb8, jsa, jsb = (jnp.asarray(x) for x in (a8, b8, sa, sb))
-    runners = {("ts fp8 e4m3", how): run
-               for how, run in timing_forms(lambda x, y: ours8(x, y, jsa, jsb), args.reps).items()}
+    reps = whole_iterations(args.reps)
+    runners = {("ts fp8 e4m3", how): run for how, run in timing_forms(lambda x, y: ours8(x, y, jsa, jsb), reps).items()}
     bf16 = {f"ts bf16 {c}": gemm(m, n, k, jnp.bfloat16, **cfg) for c, (cfg, _) in configs.items()}
     for name, kern in bf16.items():
-        for how, run in timing_forms(kern, args.reps).items():
+        for how, run in timing_forms(kern, reps).items():
             runners[name, how] = (lambda f: lambda *_: f(a16, b16))(run)
     if torch is not None and hasattr(torch, "_scaled_mm"):
-        for how, run in cublas_runners(torch, None, None, args.reps, fp8=(a8, b8, sa, sb)).items():
+        for how, run in cublas_runners(torch, None, None, reps, fp8=(a8, b8, sa, sb)).items():
             runners["torch._scaled_mm", how] = run
     host: dict[tuple, list] = {}
-    times = interleaved_times(runners, ja8, jb8, args.reps, rounds=args.rounds, heat_s=args.heat, host=host)
+    times = interleaved_times(runners, ja8, jb8, reps, rounds=args.rounds, heat_s=args.heat, host=host)
     t = {key: median(v) for key, v in times.items()}
     t.update({("host", *key): median(v) for key, v in host.items()})
     best = min(bf16, key=lambda name: t[name, "loop"])

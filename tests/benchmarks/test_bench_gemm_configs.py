@@ -60,6 +60,28 @@ def test_round_ratios_pair_the_runners_round_by_round():
     assert bench.median([3.0, 1.0, 2.0]) == 2.0
 
 
+def test_graph_form_keeps_every_product_and_runs_whole_iterations():
+    """The graph form's loop body holds GRAPH_UNROLL products that XLA cannot merge (the same arrays through
+    distinct parameters), sums reps of them, and refuses a count that is not whole iterations."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    bench = load_bench("bench_gemm")
+    ka, kb = jax.random.split(jax.random.key(3))
+    a, b = (jax.random.normal(k, (32, 32), jnp.float32) for k in (ka, kb))
+    reps = 2 * bench.GRAPH_UNROLL
+    run = bench.graph_loop(lambda x, y: x @ y, reps)
+    want = reps * float(np.asarray(a, np.float64)[0] @ np.asarray(b, np.float64)[:, 0])
+    assert abs(float(run(a, b)) - want) <= 1e-3 * abs(want) + 1e-3
+    text = run.jitted.lower(*(a, b) * bench.GRAPH_UNROLL).compile().as_text()
+    products = [line for line in text.splitlines() if "= f32[32,32]" in line and " dot(" in line]
+    assert len(products) == bench.GRAPH_UNROLL, products
+    assert bench.whole_iterations(reps + 1) == reps + bench.GRAPH_UNROLL
+    with pytest.raises(ValueError, match="whole iterations"):
+        bench.graph_loop(lambda x, y: x @ y, reps + 1)
+
+
 def test_interleaved_times_give_one_figure_per_round_and_runner():
     import jax.numpy as jnp
 
