@@ -13,7 +13,8 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 - graph: the products back to back on the GPU, as cuBLAS's graph runs them (whose column it shares): the
   jitted `fori_loop` with GRAPH_UNROLL products per iteration (each on the same arrays passed as parameters of
   its own, so that XLA cannot merge the identical products), recorded by XLA as one CUDA graph
-  (`compiler_options`: ts.testing.LOOP_GRAPH_OPTIONS, WHILE command buffers). Neither the loop form's
+  (`compiler_options`: ts.testing.LOOP_GRAPH_OPTIONS, WHILE command buffers, each command serialised after the
+  one before as in a stream capture: GRAPH_OPTIONS). Neither the loop form's
   per-iteration host pacing (XLA's WHILE runs from the host by default) nor a recorded WHILE's per-iteration
   condition (~5 us: one product per recorded iteration measured slower than the host's loop, NOTES
   2026-12-04) is in it then. Each of our kernels' graph runs is checked to have been replayed (fewer handler
@@ -99,6 +100,9 @@ FP8_SHAPES = "8192x8192x8192"
 XLA = "XLA jnp.dot"  # the baseline runner's name in every table
 GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
 FORMS = ("loop", "graph", "calls")  # how each runner is timed (the docstring); cuBLAS's loop is its graph
+# The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
+# (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
+GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
 HOST_BOUND = 0.9  # a calls run whose dispatch loop took this share of its time is marked host-bound (`h`)
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
@@ -223,7 +227,7 @@ def graph_loop(product, reps: int):
 
         return jax.lax.fori_loop(0, reps // GRAPH_UNROLL, step, jnp.float32(0))
 
-    graph = jax.jit(unrolled, compiler_options=LOOP_GRAPH_OPTIONS)
+    graph = jax.jit(unrolled, compiler_options=GRAPH_OPTIONS)
     # The same buffers through distinct parameters: XLA cannot tell the products equal, so it keeps every one
     # (with one pair of parameters its CSE merged an iteration's products into one; an optimisation barrier did
     # not stop it), and every product reads what the others read (L2 alike, as in the other forms).
@@ -486,15 +490,17 @@ def main() -> None:
                                   readings=readings, host=host)
         power_rows += [(shape, name, how, readings[name, how], median(times[name, how]))
                        for name, how in runners if (name, how) in readings]
-        if args.trace:  # XLA's and ours (torch's loop is a CUDA graph, not a jitted loop)
+        if args.trace:  # XLA's and ours, loop and graph forms (torch's loop is a CUDA graph, not a jitted loop)
             # XLA's loop traced first and again last, so that the order (the GPU's heat, its clocks) is not
             # mistaken for the kernels' difference: ratios are to the mean of its two intervals
             order = [XLA, *(key[0] for key in kernels), XLA]
-            for i, name in enumerate(order):
-                label = f"{XLA} (again)" if i == len(order) - 1 else name
-                where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "bench_gemm_traces" / re.sub(r"\W+", "_", label)
-                events = last_run(traced(runners[name, "loop"], (a, b), where, args.heat), reps)
-                trace_rows.append((shape, label, product_step(events)))
+            for how in ("loop", "graph"):
+                for i, name in enumerate(order):
+                    label = (f"{XLA} (again)" if i == len(order) - 1 else name) + ("" if how == "loop" else " graph")
+                    where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "bench_gemm_traces" / re.sub(r"\W+", "_",
+                                                                                                     label)
+                    events = last_run(traced(runners[name, how], (a, b), where, args.heat), reps)
+                    trace_rows.append((shape, label, product_step(events)))
         t = {key: median(v) for key, v in times.items()}
         t.update({("host", *key): median(v) for key, v in host.items()})
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times
