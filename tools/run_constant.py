@@ -6,6 +6,11 @@ the final wait). Where the bench's ratio to XLA differs from the traced kernels'
 does not see), the two columns say which it is.
 
     python tools/run_constant.py 128x8192x8192 [--config 64x128x64/8/g2/t128] [--reps 32,128,512] [--runs 7]
+        [--torch]
+
+`--torch`: torch's CUDA context in the process first, holding the operands and having run one torch.matmul, as
+`bench_gemm.py`'s cuBLAS runners leave it (our ratio at 128 x 8192 x 8192 moved by 5% with and without it,
+benchmarks/NOTES.md, twenty-fifth session).
 """
 
 from __future__ import annotations
@@ -40,12 +45,21 @@ def main() -> None:
     ap.add_argument("--reps", default="32,128,512", help=f"products per run (multiples of {GRAPH_UNROLL})")
     ap.add_argument("--runs", type=int, default=7, help="timed runs per point (median), interleaved over runners")
     ap.add_argument("--heat", type=float, default=0.3, help="seconds each runner runs before each timed run")
+    ap.add_argument("--torch", action="store_true", help="torch's CUDA context in the process, as in the bench")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     counts = [int(r) for r in args.reps.split(",")]
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.normal(ka, (m, k), jnp.bfloat16)
     b = jax.random.normal(kb, (k, n), jnp.bfloat16)
+    held = ()
+    if args.torch:  # what bench_gemm.py's cuBLAS runners leave in the process
+        import torch
+        from bench_gemm import torch_operands
+
+        held = torch_operands(torch, a, b)
+        torch.matmul(*held)
+        torch.cuda.synchronize()
     entry = args.config
     cfg, switches = ({}, {}) if entry == "table" else parse_config(entry)  # {}: gemm() picks from its table
     ours = gemm(m, n, k, jnp.bfloat16, **cfg)
@@ -66,7 +80,8 @@ def main() -> None:
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             walls[key].append(time.perf_counter() - t0)
-    print(f"{args.shape}, ours {entry}: median wall time per run (ms) and the line through them")
+    print(f"{args.shape}, ours {entry}{', torch in the process' if held else ''}: median wall time per run (ms) "
+          "and the line through them")
     head = " ".join(f"{r:>9}" for r in counts)
     print(f"{'what':>6} {'form':>6} {head} {'per run us':>11} {'per product us':>15}")
     for name in (XLA, "ours"):
