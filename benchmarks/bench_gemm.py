@@ -74,7 +74,6 @@ import math
 import os
 import pathlib
 import re
-import statistics
 import sys
 import time
 
@@ -83,6 +82,8 @@ import jax.numpy as jnp
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _cublas_torch import cublas_runners, torch_cuda
+from _gemm_report import FORMS, XLA, print_power, print_table, print_traced, row
 from _gpu_power import Sampler, open_nvml
 from _gpu_trace import last_run, product_step, traced
 from gemm import device_sm_count, gemm
@@ -97,13 +98,10 @@ from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
 FP8_SHAPES = "8192x8192x8192"
-XLA = "XLA jnp.dot"  # the baseline runner's name in every table
 GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
-FORMS = ("loop", "graph", "calls")  # how each runner is timed (the docstring); cuBLAS's loop is its graph
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
 # (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
 GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
-HOST_BOUND = 0.9  # a calls run whose dispatch loop took this share of its time is marked host-bound (`h`)
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
 # block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
 # (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
@@ -335,94 +333,6 @@ def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, object] 
             f"spills {spill.group(1) + '/' + spill.group(2) if spill else '?'} B")
 
 
-def torch_cuda():
-    """torch when it is importable and sees a GPU (the image may lack it), else None."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-def torch_operands(torch, a, b) -> tuple:
-    """The bf16 jax arrays `a` and `b` as bf16 torch tensors on the GPU (the same values)."""
-    import numpy as np
-
-    return tuple(torch.from_numpy(np.asarray(x.astype(jnp.float32))).to("cuda", torch.bfloat16) for x in (a, b))
-
-
-def cuda_graph_of(torch, body):
-    """`body` (torch work on the GPU) recorded as one CUDA graph after a warm-up run on a side stream (torch's
-    recipe: cuBLAS picks its kernel and workspace outside the capture), or None, with a note, where torch cannot
-    record it: the caller then runs `body` eagerly."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    try:
-        with torch.cuda.stream(side):
-            body()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-    except RuntimeError as e:  # capture refused: time the eager loop, and say so
-        print(f"cuBLAS's loop not recorded as a CUDA graph ({e}); timed as eager calls from Python", flush=True)
-        torch.cuda.synchronize()
-        return None
-    torch.cuda.synchronize()
-    return graph
-
-
-def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
-    """(loop, calls) runners of cuBLAS through torch on the same data: `reps` products, each
-    reduced to one element and recorded as one CUDA graph (loop) or kept whole, eager calls (calls).
-    `fp8`: (a8, b8, sa, sb) numpy arrays for torch._scaled_mm (B passed column-major, as it requires),
-    bf16 output."""
-    import numpy as np
-
-    if fp8 is None:
-        ta, tb = torch_operands(torch, a, b)
-
-        def product():
-            return torch.matmul(ta, tb)
-    else:
-        a8, b8, sa, sb = fp8
-        ta = torch.from_numpy(a8.view(np.uint8)).to("cuda").view(torch.float8_e4m3fn)
-        tb = torch.from_numpy(b8.view(np.uint8)).to("cuda").view(torch.float8_e4m3fn).t()  # K x N, column-major
-        tsa, tsb = torch.from_numpy(sa).to("cuda").reshape(()), torch.from_numpy(sb).to("cuda").reshape(())
-
-        def product():
-            return torch._scaled_mm(ta, tb, scale_a=tsa, scale_b=tsb, out_dtype=torch.bfloat16)
-
-    acc = torch.zeros((), device="cuda")
-
-    def body():
-        for _ in range(reps):
-            acc.add_(product()[0, 0].float())
-
-    loop_graph = cuda_graph_of(torch, body)
-
-    def loop(*_):
-        # the `reps` iterations recorded as one CUDA graph: the GPU runs them back to back as it runs XLA's
-        # jitted loop, where a Python loop of eager calls would time the host's dispatch (torch's loop took
-        # 0.057 ms a product at 2048^3 where its kernel takes ~0.027: NOTES, 2026-12-03)
-        if loop_graph is None:
-            body()
-        else:
-            loop_graph.replay()
-        torch.cuda.synchronize()
-        return jnp.float32(0)
-
-    def calls(*_):
-        t0 = time.perf_counter()
-        out = [product() for _ in range(reps)]
-        calls.dispatch_s = time.perf_counter() - t0
-        torch.cuda.synchronize()
-        return jnp.float32(len(out))
-
-    calls.dispatch_s = None
-    return {"loop": loop, "calls": calls}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=20, help="products per timed run, at least (see --min-run-ms)")
@@ -512,28 +422,28 @@ def main() -> None:
             spread_graph["cuBLAS torch"] = round_ratios(times, (XLA, "graph"), ("cuBLAS torch", "loop"))
         ref = {how: t[XLA, how] for how in FORMS}
         cub = {how: t.get(("cuBLAS torch", how)) for how in FORMS}
-        rows.append(_row(shape, XLA, t, XLA, ref, cub, "-", True, spread, spread_graph))
+        rows.append(row(shape, XLA, t, XLA, ref, cub, "-", True, spread, spread_graph))
         if torch is not None:
-            rows.append(_row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True, spread, spread_graph))
+            rows.append(row(shape, "cuBLAS torch", t, "cuBLAS torch", ref, cub, "-", True, spread, spread_graph))
         for (name, low, c), kern in kernels.items():
             got = with_settings(low, configs[c][1], jax.jit(kern))(a, b)
             err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
             res = resources(kern, a, b, low, configs[c][1])
             if not replayed(runners[name, "graph"], a, b, reps):
                 res += ", not replayed"  # the graph column timed launches through the handler
-            rows.append(_row(shape, name, t, name, ref, cub, res, err <= 2e-2 * scale, spread, spread_graph))
-    _print(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
+            rows.append(row(shape, name, t, name, ref, cub, res, err <= 2e-2 * scale, spread, spread_graph))
+    print_table(rows)  # the bf16 table first: a failure in the FP8 comparison below loses nothing of it
     if trace_rows:
-        _print_traced(trace_rows)
+        print_traced(trace_rows)
     if power_rows:
-        _print_power(power_rows)
+        print_power(power_rows)
     fp8_rows = []
     for shape in filter(None, args.fp8_shapes.split(",")):
         # `--configs table`: our bf16 side is the table's pick (gemm() without tile arguments)
         bf16_configs = {c: v for c, v in all_configs.items() if "/p" not in c} or {"table": ({}, {})}
         fp8_rows += _fp8_rows(shape, bf16_configs, torch, args)
     if fp8_rows:
-        _print(fp8_rows)
+        print_table(fp8_rows)
 
 
 def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
@@ -576,87 +486,13 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
     want = (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
     ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
-    rows = [_row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread, spread_graph) for name in bf16]
-    rows.append(_row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
+    rows = [row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread, spread_graph) for name in bf16]
+    rows.append(row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
                      resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread, spread_graph))
     if cub["loop"] is not None:
-        rows.append(_row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread,
+        rows.append(row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread,
                          spread_graph))
     return rows
-
-
-def _row(shape, what, t, name, ref, cub, res, ok, spread, spread_graph):
-    """One table row; `t` holds median times per (name, how) and, where measured, the calls runs' median
-    host share at ("host", name, "calls")."""
-    times = {how: t[name, how] for how in FORMS}
-    to_xla = {how: ref[how] / times[how] for how in FORMS}
-    to_cublas = {how: (cub[how] / times[how] if cub[how] else None) for how in FORMS}
-    host_bound = t.get(("host", name, "calls"), 0.0) >= HOST_BOUND
-    return (shape, what, times, to_xla, {"loop": spread[name], "graph": spread_graph[name]}, to_cublas, res, ok,
-            host_bound)
-
-
-def _print(rows) -> None:
-    """One table: for bf16 rows xXLA is the ratio to jnp.dot, for fp8 rows to our fastest bf16 config
-    on the same values; xcuBLAS to torch (matmul / _scaled_mm, its graph in both the loop and the graph
-    columns), '-' without torch."""
-    width = max(21, *(len(what) for _, what, *_ in rows))
-    print(f"\n{'shape':>22} {'what':>{width}} {'loop ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
-          f"{'graph ms':>8} {'TF/s':>6} {'xXLA':>5} {'rounds':>9} {'xcuBL':>5} "
-          f"{'calls ms':>8} {'TF/s':>6} {'xXLA':>5} {'xcuBL':>5}  ok  code")
-    fmt = (lambda r: f"{r:5.2f}" if r is not None else "    -")
-    for shape, what, times, to_xla, spreads, to_cublas, res, ok, host_bound in rows:
-        m, n, k = map(int, shape.split()[0].split("x"))
-        f = 2 * m * n * k / 1e12
-        cols = []
-        for how in ("loop", "graph"):
-            lo, hi = spreads[how]
-            cols.append(f"{times[how] * 1e3:8.3f} {f / times[how]:6.1f} {to_xla[how]:5.2f} {lo:4.2f}-{hi:4.2f} "
-                        f"{fmt(to_cublas[how])}")
-        tc = times["calls"]
-        print(f"{shape:>22} {what:>{width}} {' '.join(cols)} "
-              f"{tc * 1e3:7.3f}{'h' if host_bound else ' '} {f / tc:6.1f} {to_xla['calls']:5.2f} "
-              f"{fmt(to_cublas['calls'])}  {'yes' if ok else 'NO'}  {res}")
-    if any(row[-1] for row in rows):
-        print(f"h: host-bound calls (the loop of dispatches took at least {HOST_BOUND:.0%} of the timed run: the GPU "
-              "waited on the host's per-call cost; compare kernels in the loop and graph columns)")
-
-
-def _print_power(rows) -> None:
-    """`--power`: each runner's SM clock and power (medians over its rounds) and energy per product, the
-    latter's ratio to XLA's in the same form (loop or calls; above 1.0: less energy than XLA's)."""
-    print("\nSM clock and power while each runner ran (NVML, medians over the rounds) and the energy per product "
-          "(power x time per product); xXLA: XLA's energy / this one's")
-    print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5}")
-    watts = {(shape, name, how): statistics.median(r.watts for r in got) for shape, name, how, got, _ in rows}
-    energy = {(shape, name, how): watts[shape, name, how] * t * 1e3 for shape, name, how, _, t in rows}
-    for shape, name, how, got, _ in rows:
-        ref = energy.get((shape, XLA, how))
-        ratio = f"{ref / energy[shape, name, how]:5.2f}" if ref else "    -"
-        print(f"{shape:>22} {name:>34} {how:>5} {statistics.median(r.sm_mhz for r in got):7.0f} "
-              f"{watts[shape, name, how]:6.1f} {energy[shape, name, how]:8.3f} {ratio}")
-
-
-def _print_traced(rows) -> None:
-    """`--trace`: the GPU's time per product in each loop (no host in it), ratio to XLA's at the same shape."""
-    print("\nGPU time per product in the loop (jax.profiler trace, medians): the product kernel's duration, its "
-          "start-to-start interval (gaps included) and the idle gap before it, the mean interval (a wall clock's view: "
-          "host stalls included) and the longest gap; xXLA: to the mean of XLA's two traces "
-          "(first and last)")
-    print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7} "
-          f"{'mean us':>8} {'max gap':>8}  kernel")
-    xla: dict[str, list[float]] = {}
-    for shape, what, step in rows:
-        if what.startswith(XLA) and step is not None:
-            xla.setdefault(shape, []).append(step.interval_us)
-    for shape, what, step in rows:
-        if step is None:
-            print(f"{shape:>22} {what:>34}  no GPU kernels traced")
-            continue
-        ref = statistics.fmean(xla[shape]) if shape in xla else None
-        ratio = f"{ref / step.interval_us:5.2f}" if ref is not None else "    -"
-        print(f"{shape:>22} {what:>34} {step.duration_us:10.2f} {step.interval_us:12.2f} {ratio} {step.gap_us:7.2f}"
-              f" {step.mean_interval_us:8.2f} {step.max_gap_us:8.2f}  {step.kernel[:60]}")
 
 
 if __name__ == "__main__":

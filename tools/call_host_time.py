@@ -76,7 +76,7 @@ def main() -> None:
 def _torch_calls(a, b):
     """calls(n) -> us per torch.matmul call on the same values, dispatched back to back, the last synchronized."""
     import torch
-    from bench_gemm import torch_operands
+    from _cublas_torch import torch_operands
 
     ta, tb = torch_operands(torch, a, b)
 

@@ -55,7 +55,7 @@ def main() -> None:
     held = ()
     if args.torch:  # what bench_gemm.py's cuBLAS runners leave in the process
         import torch
-        from bench_gemm import torch_operands
+        from _cublas_torch import torch_operands
 
         held = torch_operands(torch, a, b)
         torch.matmul(*held)

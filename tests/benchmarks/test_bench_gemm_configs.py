@@ -109,6 +109,7 @@ def test_calls_runs_record_their_host_share_and_host_bound_rows_are_marked(capsy
     import jax.numpy as jnp
 
     bench = load_bench("bench_gemm")
+    report = load_bench("_gemm_report")  # the tables bench_gemm prints
 
     def runner(dispatch_s: float, wait_s: float):
         def run(a, b):
@@ -127,14 +128,14 @@ def test_calls_runs_record_their_host_share_and_host_bound_rows_are_marked(capsy
     bench.interleaved_times(runners, x, x, reps=1, rounds=3, heat_s=0.0, host=host)
     assert set(host) == {("fed", "calls"), ("starved", "calls")}  # the loop runner records none
     assert all(len(v) == 3 for v in host.values())
-    assert max(host["fed", "calls"]) < 0.5 and min(host["starved", "calls"]) > bench.HOST_BOUND
+    assert max(host["fed", "calls"]) < 0.5 and min(host["starved", "calls"]) > report.HOST_BOUND
 
     t = {(name, how): 1e-3 for name in ("XLA jnp.dot", "ts a", "ts b") for how in bench.FORMS}
     t["host", "ts b", "calls"] = 0.97
     t["host", "ts a", "calls"] = 0.5
     spread = {name: (1.0, 1.0) for name in ("XLA jnp.dot", "ts a", "ts b")}
     ref, cub = dict.fromkeys(bench.FORMS, 1e-3), dict.fromkeys(bench.FORMS)
-    bench._print([bench._row("64x64x64", name, t, name, ref, cub, "-", True, spread, spread)
+    report.print_table([report.row("64x64x64", name, t, name, ref, cub, "-", True, spread, spread)
                   for name in ("ts a", "ts b")])
     out = capsys.readouterr().out.strip().splitlines()
     a_row, b_row = (next(line for line in out if f" {n} " in line) for n in ("a", "b"))
@@ -145,6 +146,7 @@ def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
     """Loop and graph columns each give the median ratio to XLA in that form and its range over the rounds;
     the cuBLAS column takes torch's one graph timing for both."""
     bench = load_bench("bench_gemm")
+    report = load_bench("_gemm_report")  # the tables bench_gemm prints
     ours = "ts 128x256x64/4/g8"
     times = {("XLA jnp.dot", "loop"): [1.0e-3, 1.1e-3, 1.0e-3], ("XLA jnp.dot", "calls"): [1.0e-3] * 3,
              ("XLA jnp.dot", "graph"): [0.8e-3] * 3,
@@ -155,9 +157,9 @@ def test_table_rows_show_the_median_ratio_and_the_rounds_range(capsys):
     spread_graph = {name: bench.round_ratios(times, ("XLA jnp.dot", "graph"), (name, "graph")) for name, _ in times}
     ref = {how: t["XLA jnp.dot", how] for how in bench.FORMS}
     cub = {"loop": 0.84e-3, "graph": 0.84e-3, "calls": None}
-    rows = [bench._row("1024x1024x1024", name, t, name, ref, cub, "-", True, spread, spread_graph)
+    rows = [report.row("1024x1024x1024", name, t, name, ref, cub, "-", True, spread, spread_graph)
             for name in ("XLA jnp.dot", ours)]
-    bench._print(rows)
+    report.print_table(rows)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split().count("rounds") == 2 and "graph" in lines[0]
     cols = lines[-1].split()
@@ -230,13 +232,13 @@ class _FakeTorchCuda:
 def test_cublas_loop_is_a_graph_or_says_it_is_not(refuse, capsys):
     """cuBLAS's loop: warmed up on a side stream, then recorded; where torch refuses the capture, None and a
     note (the runner then times the eager loop)."""
-    bench = load_bench("bench_gemm")
+    cublas = load_bench("_cublas_torch")
 
     class FakeTorch:
         cuda = _FakeTorchCuda(refuse)
 
     runs = []
-    graph = bench.cuda_graph_of(FakeTorch, lambda: runs.append(1))
+    graph = cublas.cuda_graph_of(FakeTorch, lambda: runs.append(1))
     log = FakeTorch.cuda.log
     if refuse:
         assert graph is None and len(runs) == 1 and "not recorded as a CUDA graph" in capsys.readouterr().out

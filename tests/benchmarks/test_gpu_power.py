@@ -54,13 +54,13 @@ def test_rounds_take_one_reading_per_runner_and_round():
 
 
 def test_the_power_table_gives_energy_per_product_and_its_ratio_to_xla(capsys):
-    bench, power = load_bench("bench_gemm"), load_bench("_gpu_power")
+    report, power = load_bench("_gemm_report"), load_bench("_gpu_power")
     rng = np.random.default_rng()
     w_xla, w_ts = rng.uniform(400, 700, 2)
     t_xla, t_ts = rng.uniform(1e-4, 1e-3, 2)
     rows = [("64x64x64", "XLA jnp.dot", "loop", [power.Reading(1500.0, w_xla, 10)], t_xla),
             ("64x64x64", "ts 128x256x64/4/g8", "loop", [power.Reading(1450.0, w_ts, 10)], t_ts)]
-    bench._print_power(rows)
+    report.print_power(rows)
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     assert line[-3:-1] == [f"{w_ts:.1f}", f"{w_ts * t_ts * 1e3:.3f}"]
     assert float(line[-1]) == pytest.approx((w_xla * t_xla) / (w_ts * t_ts), abs=0.006)
