@@ -2,9 +2,9 @@
 examples/gemm_fp8.py (float8 e4m3) against jnp.dot and, where torch with CUDA is importable,
 cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
 
-    python benchmarks/bench_gemm.py            # the whole sweep, one table (about 7 minutes on an H200)
+    python benchmarks/bench_gemm.py            # the whole sweep, one table (about 10 minutes on an H200)
 
-Both are timed the same two ways, interleaved (`--rounds`, 5 by default, each running every variant once, so
+Both are timed the same three ways, interleaved (`--rounds`, 5 by default, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
@@ -28,17 +28,18 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
 `reps` is at least `--reps` and at small shapes as many as jnp.dot needs for `--min-run-ms` per timed
 run, so that a dispatch and the host's wake-up are not part of what a row measures.
 Every kernel result is first checked against jnp.dot in float32 (all elements, random data).
-Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowest and highest
-ratio to XLA of a single round in the loop ("rounds": the pair timed in the same round, so a range that
-holds 1.0 says the median's distance from it is the run's drift), the lowering the loop took and ptxas's
-registers/spills. `--rounds N` (default 5) times more rounds. `--lowerings auto,mma` times each config through each
-GEMM lowering (jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async +
-ldmatrix + mma.sync, portable), in the same interleaved rounds. `--trace`: the loop's wall time also holds the
-host's pacing of XLA's fori_loop (run from the host by default); after the rounds each jitted loop runs under
-jax.profiler (`--heat` seconds, then once more: that last loop is read) and a second table gives the GPU's own
-time per product (benchmarks/_gpu_trace.py). `--power`: the SM clock and power (NVML) sampled while each runner
-runs, and the energy per product (benchmarks/_gpu_power.py): under the 700 W cap the clock says whether a slower
-runner needs more cycles or ran at a lower clock.
+Prints one row per shape, config and lowering: time, TFLOP/s, ratio to XLA, the lowest and highest ratio to XLA of a
+single round in the loop and in the graph form ("rounds": the pair timed in the same round, so a range that holds
+1.0 says the median's distance from it is the run's drift), the lowering the loop took and ptxas's registers/spills.
+`--rounds N` (default 5) times more rounds. `--lowerings auto,mma` times each config through each GEMM lowering
+(jax_tilescale/codegen/gemm_select.py: sm90 = TMA + wgmma, mma = cp.async + ldmatrix + mma.sync, portable), in the
+same interleaved rounds. `--trace`: the loop's wall time also holds the host's pacing of XLA's fori_loop (run from
+the host by default); after the rounds each jitted loop runs under jax.profiler (`--heat` seconds, then once more:
+that last loop is read), the graph forms too, and a second table gives the GPU's own time per product
+(benchmarks/_gpu_trace.py; a recorded graph's trace misses many of its kernels, so its rows are a rough guide:
+NOTES, twenty-fifth session). `--power`: the SM clock and power (NVML) sampled while each runner runs, and the
+energy per product (benchmarks/_gpu_power.py): under the 700 W cap the clock says whether a slower runner needs more
+cycles or ran at a lower clock.
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
