@@ -34,19 +34,36 @@ class Step:
     max_gap_us: float  # the longest idle time before it (a host stall shows here, not in the medians)
 
 
-def gpu_events(trace_dir: pathlib.Path) -> list[dict]:
-    """The GPU streams' kernels, copies and memsets of the newest trace in `trace_dir` (name, ts and dur in
-    microseconds), by start time; [] when the trace has no GPU (a CPU run)."""
+# The host-side annotation `traced` puts around the run it measures: GPU events from its start on are that run's
+# (the earlier runs were blocked on before it began). Counting back `reps` product kernels instead mixed runs
+# where a recorded graph's kernels are partly missing from the trace (NOTES, twenty-fifth session).
+LAST_RUN = "tilescale measured run"
+
+
+def _trace_events(trace_dir: pathlib.Path) -> list[dict]:
     runs = sorted((trace_dir / "plugins" / "profile").iterdir(), key=os.path.getmtime)
     (path,) = runs[-1].glob("perfetto_trace.json.gz")
-    events = json.load(gzip.open(path))["traceEvents"]
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def measured_run_start(trace_dir: pathlib.Path) -> float | None:
+    """The start (us, the trace's clock) of the newest trace's last LAST_RUN annotation, None without one."""
+    starts = [e["ts"] for e in _trace_events(trace_dir) if e.get("ph") == "X" and e.get("name") == LAST_RUN]
+    return max(starts) if starts else None
+
+
+def gpu_events(trace_dir: pathlib.Path, after: float | None = None) -> list[dict]:
+    """The GPU streams' kernels, copies and memsets of the newest trace in `trace_dir` (name, ts and dur in
+    microseconds), by start time, those starting at `after` or later where it is given; [] when the trace has no
+    GPU (a CPU run)."""
+    events = _trace_events(trace_dir)
     meta = [e for e in events if e.get("ph") == "M"]
     gpu = {e["pid"] for e in meta if e.get("name") == "process_name" and "GPU" in e["args"]["name"]}
     # XLA names a device's streams "Stream #N(...)"; its other device threads summarise ops (not kept)
     streams = {(e["pid"], e["tid"]) for e in meta
                if e.get("name") == "thread_name" and e["pid"] in gpu and e["args"]["name"].startswith("Stream")}
-    return sorted((e for e in events if e.get("ph") == "X" and (e["pid"], e.get("tid")) in streams),
-                  key=lambda e: e["ts"])
+    return sorted((e for e in events if e.get("ph") == "X" and (e["pid"], e.get("tid")) in streams
+                   and (after is None or e["ts"] >= after)), key=lambda e: e["ts"])
 
 
 def with_gaps(events: list[dict]) -> list[tuple[dict, float | None]]:
@@ -88,7 +105,8 @@ def product_step(events: list[dict]) -> Step | None:
 
 def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dict]:
     """`run(*args)` once untraced (compilation), then traced: for `heat_s` seconds and once more; the GPU
-    events of all of it (`last_run(events, reps)` keeps the last run's). The heat runs inside the
+    events of that last run (from its LAST_RUN annotation on; all of the trace's where no annotation is found,
+    and `last_run(events, reps)` keeps the last run's by count). The heat runs inside the
     trace because the H200 reaches its power cap within half a second of GEMM and the profiler's start idles
     the GPU: heated before the trace, the traced loop ran its first products at boost clocks, up to 10%
     faster than the same loop timed at the cap (benchmarks/NOTES.md, 2026-12-03, seventeenth session)."""
@@ -97,5 +115,6 @@ def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dic
         until = time.perf_counter() + heat_s
         while time.perf_counter() < until:
             jax.block_until_ready(run(*args))
-        jax.block_until_ready(run(*args))
-    return gpu_events(trace_dir)
+        with jax.profiler.TraceAnnotation(LAST_RUN):
+            jax.block_until_ready(run(*args))
+    return gpu_events(trace_dir, after=measured_run_start(trace_dir))

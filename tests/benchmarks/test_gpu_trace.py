@@ -104,3 +104,37 @@ def test_only_the_last_loop_is_read_after_the_heat_in_the_same_trace():
     assert np.isclose(step.duration_us, statistics.median(d for _, d in last))
     assert np.isclose(step.mean_interval_us, (last[-1][0] - last[0][0]) / (reps - 1))
     assert trace.last_run(events[: 2 * reps], reps) == events[: 2 * reps]  # no heat: everything
+
+
+def test_the_measured_run_starts_at_its_host_annotation(tmp_path):
+    """GPU events from the LAST_RUN annotation's start on are the measured run's, however many product kernels
+    the earlier runs left in the trace or the measured run lacks."""
+    trace = load_bench("_gpu_trace")
+    rng = np.random.default_rng()
+    events = [*_meta(1, 10, "/host:CPU", "python"), *_meta(2, 20, "/device:GPU:0", "Stream #14(Compute)")]
+    t, runs = 0.0, []
+    for _ in range(int(rng.integers(2, 5))):  # heat runs, then the measured one
+        kernels = int(rng.integers(3, 9))
+        start = t
+        for _ in range(kernels):
+            t += float(rng.uniform(1.0, 3.0))
+            events.append({"ph": "X", "pid": 2, "tid": 20, "ts": t, "dur": 30.0, "name": "ts_gemm_kernel"})
+            t += 30.0
+        runs.append((start, kernels))
+        t += 50.0  # the host's wait and next dispatch between runs
+    last_start, last_kernels = runs[-1]
+    events.append({"ph": "X", "pid": 1, "tid": 10, "ts": last_start - 5.0, "dur": t - last_start,
+                   "name": trace.LAST_RUN})
+    folder = _write(tmp_path, events)
+    start = trace.measured_run_start(folder)
+    assert start == last_start - 5.0
+    got = trace.gpu_events(folder, after=start)
+    assert len(got) == last_kernels and min(e["ts"] for e in got) > last_start
+    assert len(trace.gpu_events(folder)) == sum(k for _, k in runs)
+
+
+def test_a_trace_without_the_annotation_has_no_measured_start(tmp_path):
+    trace = load_bench("_gpu_trace")
+    events = [*_meta(2, 20, "/device:GPU:0", "Stream #1"),
+              {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 4.0, "name": "k"}]
+    assert trace.measured_run_start(_write(tmp_path, events)) is None
