@@ -48,15 +48,22 @@ def _trace_events(trace_dir: pathlib.Path) -> list[dict]:
 
 def measured_run_start(trace_dir: pathlib.Path) -> float | None:
     """The start (us, the trace's clock) of the newest trace's last LAST_RUN annotation, None without one."""
-    starts = [e["ts"] for e in _trace_events(trace_dir) if e.get("ph") == "X" and e.get("name") == LAST_RUN]
-    return max(starts) if starts else None
+    return _measured_start(_trace_events(trace_dir))
 
 
 def gpu_events(trace_dir: pathlib.Path, after: float | None = None) -> list[dict]:
     """The GPU streams' kernels, copies and memsets of the newest trace in `trace_dir` (name, ts and dur in
     microseconds), by start time, those starting at `after` or later where it is given; [] when the trace has no
     GPU (a CPU run)."""
-    events = _trace_events(trace_dir)
+    return _gpu_events(_trace_events(trace_dir), after)
+
+
+def _measured_start(events: list[dict]) -> float | None:
+    starts = [e["ts"] for e in events if e.get("ph") == "X" and e.get("name") == LAST_RUN]
+    return max(starts) if starts else None
+
+
+def _gpu_events(events: list[dict], after: float | None) -> list[dict]:
     meta = [e for e in events if e.get("ph") == "M"]
     gpu = {e["pid"] for e in meta if e.get("name") == "process_name" and "GPU" in e["args"]["name"]}
     # XLA names a device's streams "Stream #N(...)"; its other device threads summarise ops (not kept)
@@ -117,4 +124,5 @@ def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dic
             jax.block_until_ready(run(*args))
         with jax.profiler.TraceAnnotation(LAST_RUN):
             jax.block_until_ready(run(*args))
-    return gpu_events(trace_dir, after=measured_run_start(trace_dir))
+    events = _trace_events(trace_dir)  # read once: a trace of a long run is tens of megabytes of JSON
+    return _gpu_events(events, after=_measured_start(events))

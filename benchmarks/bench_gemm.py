@@ -322,6 +322,16 @@ def round_ratios(times: dict, ref, name) -> tuple[float, float]:
     return min(ratios), max(ratios)
 
 
+def graph_spreads(times: dict, t: dict, ref: str, cublas: str) -> dict:
+    """Each runner's (lowest, highest) per-round ratio to `ref` in the graph form. cuBLAS's loop is a CUDA graph
+    already, so one timing serves both of its columns: its loop median fills its graph time in `t` too."""
+    spread = {name: round_ratios(times, (ref, "graph"), (name, "graph")) for name, how in times if how == "graph"}
+    if (cublas, "loop") in times:
+        t[cublas, "graph"] = t[cublas, "loop"]
+        spread[cublas] = round_ratios(times, (ref, "graph"), (cublas, "loop"))
+    return spread
+
+
 def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, object] | None = None, extra=()) -> str:
     with codegen_settings(lowering, switches or {}):
         module = generate_cuda(kern.trace(a, b, *extra), "sm_90", gemm_lowering=lowering)
@@ -416,11 +426,7 @@ def main() -> None:
         t.update({("host", *key): median(v) for key, v in host.items()})
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times
                   if how == "loop"}
-        spread_graph = {name: round_ratios(times, (XLA, "graph"), (name, "graph")) for name, how in times
-                        if how == "graph"}
-        if torch is not None:  # cuBLAS's loop is a CUDA graph already: one timing serves both columns
-            t["cuBLAS torch", "graph"] = t["cuBLAS torch", "loop"]
-            spread_graph["cuBLAS torch"] = round_ratios(times, (XLA, "graph"), ("cuBLAS torch", "loop"))
+        spread_graph = graph_spreads(times, t, XLA, "cuBLAS torch")
         ref = {how: t[XLA, how] for how in FORMS}
         cub = {how: t.get(("cuBLAS torch", how)) for how in FORMS}
         rows.append(row(shape, XLA, t, XLA, ref, cub, "-", True, spread, spread_graph))
@@ -477,11 +483,7 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     t.update({("host", *key): median(v) for key, v in host.items()})
     best = min(bf16, key=lambda name: t[name, "loop"])
     spread = {name: round_ratios(times, (best, "loop"), (name, "loop")) for name, how in times if how == "loop"}
-    spread_graph = {name: round_ratios(times, (best, "graph"), (name, "graph")) for name, how in times
-                    if how == "graph"}
-    if ("torch._scaled_mm", "loop") in t:
-        t["torch._scaled_mm", "graph"] = t["torch._scaled_mm", "loop"]
-        spread_graph["torch._scaled_mm"] = round_ratios(times, (best, "graph"), ("torch._scaled_mm", "loop"))
+    spread_graph = graph_spreads(times, t, best, "torch._scaled_mm")
     ref = {how: t[best, how] for how in FORMS}
     cub = {how: t.get(("torch._scaled_mm", how)) for how in FORMS}
     got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)

@@ -103,8 +103,6 @@ def _xla_records_while_loops() -> bool:
     return m is not None and "WHILE" in [v.strip().lstrip("+") for v in m.group(1).upper().split(",")]
 
 
-# The same request for one jitted function instead of the whole process.
-LOOP_GRAPH_OPTIONS = ts.testing.LOOP_GRAPH_OPTIONS
 
 
 def _check_loop(kern, mesh, compiler_options: dict | None = None) -> None:
@@ -138,7 +136,7 @@ def test_loop_of_communicating_launches_on_one_pe():
 
 def test_loop_recorded_with_per_jit_options(gpu_mesh):
     """The loop recorded as one graph through `jax.jit(compiler_options=)`, without XLA_FLAGS."""
-    _check_loop(push, gpu_mesh, LOOP_GRAPH_OPTIONS)
+    _check_loop(push, gpu_mesh, ts.testing.LOOP_GRAPH_OPTIONS)
 
 
 def test_replayed_plain_launches_with_left_zero_scratch():
@@ -157,7 +155,8 @@ def test_replayed_plain_launches_with_left_zero_scratch():
     run = jax.jit(calls)
     x = jax.numpy.arange(BLOCKS, dtype=jax.numpy.int32)
     assert "jax_tilescale_launch_graph" in run.lower(x).as_text(), "the lowering kept the plain target"
-    loop = jax.jit(lambda y: jax.lax.fori_loop(0, LOOP, lambda i, z: kern(z), y), compiler_options=LOOP_GRAPH_OPTIONS)
+    loop = jax.jit(lambda y: jax.lax.fori_loop(0, LOOP, lambda i, z: kern(z), y),
+                   compiler_options=ts.testing.LOOP_GRAPH_OPTIONS)
     _handler_calls()
     for _ in range(RUNS):
         assert sorted(np.asarray(run(x)).tolist()) == list(range(BLOCKS))
