@@ -51,6 +51,16 @@ def measured_run_start(trace_dir: pathlib.Path) -> float | None:
     return _measured_start(_trace_events(trace_dir))
 
 
+def measured_run_span(trace_dir: pathlib.Path) -> tuple[float, float] | None:
+    """(start, end) in us, the trace's clock, of the newest trace's last LAST_RUN annotation: the host's view of
+    the measured run, dispatch to the end of the wait; None without one."""
+    runs = [e for e in _trace_events(trace_dir) if e.get("ph") == "X" and e.get("name") == LAST_RUN]
+    if not runs:
+        return None
+    last = max(runs, key=lambda e: e["ts"])
+    return last["ts"], last["ts"] + last["dur"]
+
+
 def gpu_events(trace_dir: pathlib.Path, after: float | None = None) -> list[dict]:
     """The GPU streams' kernels, copies and memsets of the newest trace in `trace_dir` (name, ts and dur in
     microseconds), by start time, those starting at `after` or later where it is given; [] when the trace has no

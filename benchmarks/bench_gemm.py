@@ -62,7 +62,8 @@ afterwards), `/kernel` with it: summed by the tile's last split inside the kerne
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong). `/mc` builds
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/nodep` launched
+plainly instead of as a programmatic dependent of the kernel before it (codegen.cuda.DEPENDENT_LAUNCH off). `/mc` builds
 a pair only where neighbouring blocks provably load the same tile (an even grid x; in a persistent kernel,
 at every wave): the code column says "cluster 2" where it did.
 """
@@ -90,6 +91,7 @@ from _gpu_trace import last_run, product_step, traced
 from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
+from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
@@ -112,7 +114,8 @@ CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g
 SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
             "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
             "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True),
-            "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32)}
+            "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32),
+            "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

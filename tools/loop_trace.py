@@ -5,11 +5,16 @@ to one element). Traced with `jax.profiler` (CUPTI; no other tool needed on the 
 `--heat` seconds of itself in the same trace (the GPU at its power cap, as in the bench), only the last
 loop's kernels read: benchmarks/_gpu_trace.py.
 
-    python tools/loop_trace.py 128x8192x8192 [--config 128x64x64/8/g8/t128] [--reps 20] [--out DIR]
+    python tools/loop_trace.py 128x8192x8192 [--config 128x64x64/8/g8/t128] [--reps 32] [--forms loop,graph]
+        [--out DIR]
 
 Prints, per loop, each kernel's median duration and the median gap before it, the product kernel's median
-start-to-start interval (the GPU's time per product), and the first kernels in order. The raw traces stay
-in DIR (default $OUT or /tmp) for a closer look.
+start-to-start interval (the GPU's time per product), and the first kernels in order. `--forms graph`: also
+the bench's graph form (its products recorded by XLA as one CUDA graph); then, for each form, the measured run
+as the host saw it (dispatch to the end of the wait) against the GPU's span of it (the first kernel's start after
+the dispatch, the last one's end before the wait returned), how many product kernels the trace holds of the
+run's `--reps` (a recorded graph's kernels can be missing from CUPTI's trace), and our launch handler's calls
+per run (fewer than the products: replayed from the graph). The raw traces stay in DIR (default $OUT or /tmp).
 """
 
 from __future__ import annotations
@@ -26,9 +31,36 @@ import jax.numpy as jnp
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _gpu_trace import last_run, product_step, traced, with_gaps  # noqa: E402
-from bench_gemm import loop_and_calls  # noqa: E402
+from _gpu_trace import last_run, measured_run_span, product_step, traced, with_gaps  # noqa: E402
+from bench_gemm import GRAPH_UNROLL, timing_forms, whole_iterations  # noqa: E402
 from profile_gemm import bench_config, gemm  # noqa: E402
+
+
+def handler_calls_per_run(run, a, b, runs: int = 3) -> list[int]:
+    """Our launch handler's calls in each of `runs` runs after a first one (xla_ffi/module.cc counts them)."""
+    from jax_tilescale import _ffi
+
+    jax.block_until_ready(run(a, b))
+    calls = []
+    for _ in range(runs):
+        _ffi.take_handler_times()
+        jax.block_until_ready(run(a, b))
+        calls.append(_ffi.take_handler_times()[0])
+    return calls
+
+
+def span_line(events: list[dict], span: tuple[float, float] | None, reps: int) -> str:
+    """The measured run: the host's span against the GPU's, and the product kernels seen of `reps`."""
+    if span is None or not events:
+        return "  (no annotated run in the trace)"
+    start, end = span
+    name = product_step(events).kernel
+    seen = sum(e["name"] == name for e in events)
+    first, last = events[0]["ts"], max(e["ts"] + e["dur"] for e in events)
+    busy = sum(e["dur"] for e in events)
+    return (f"  run: host {end - start:9.1f} us; first kernel {first - start:7.1f} us after the dispatch, last one "
+            f"ends {end - last:7.1f} us before the wait returned; GPU busy {busy:9.1f} us of its span "
+            f"{last - first:9.1f}; {seen} of {reps} product kernels traced")
 
 
 def summarize(label: str, events: list[dict]) -> None:
@@ -58,7 +90,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", help="MxNxK")
     ap.add_argument("--config", default="", help="a bench_gemm.py --configs entry (default: the table's pick)")
-    ap.add_argument("--reps", type=int, default=20, help="products per loop")
+    ap.add_argument("--reps", type=int, default=32,
+                    help=f"products per loop (the graph form: rounded up to a multiple of {GRAPH_UNROLL})")
+    ap.add_argument("--forms", default="loop", help="loop, graph or both (comma-separated): bench_gemm.py's forms")
     ap.add_argument("--heat", type=float, default=1.0,
                     help="seconds each loop runs in its trace before the loop that is read")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"), help="where the traces are written")
@@ -68,10 +102,17 @@ def main() -> None:
     a = jax.random.normal(ka, (m, k), jnp.bfloat16)
     b = jax.random.normal(kb, (k, n), jnp.bfloat16)
     ours = gemm(m, n, k, jnp.bfloat16, **(bench_config(args.config) if args.config else {}))
+    reps = whole_iterations(args.reps) if "graph" in args.forms else args.reps
     for label, product in {"XLA jnp.dot": lambda x, y: x @ y, "ours": ours}.items():
-        loop, _ = loop_and_calls(product, args.reps)  # the very loop bench_gemm.py times
-        trace_dir = pathlib.Path(args.out) / f"loop_trace_{label.split()[0].lower()}"
-        summarize(f"{args.shape} {label}", last_run(traced(loop, (a, b), trace_dir, args.heat), args.reps))
+        forms = timing_forms(product, reps)  # the very runs bench_gemm.py times
+        for form in args.forms.split(","):
+            run = forms[form]
+            trace_dir = pathlib.Path(args.out) / f"loop_trace_{label.split()[0].lower()}_{form}"
+            events = traced(run, (a, b), trace_dir, args.heat)
+            summarize(f"{args.shape} {label}, {form} form", last_run(events, reps))
+            print(span_line(events, measured_run_span(trace_dir), reps))
+            if label == "ours":
+                print(f"  launch handler calls per run: {handler_calls_per_run(run, a, b)} ({reps} products)")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ namespace jax_tilescale {
   X(cuMemcpyDtoDAsync, PFN_cuMemcpyDtoDAsync_v3020)                                \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                      \
   X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)              \
+  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                                 \
   X(cuMemGetInfo, PFN_cuMemGetInfo_v3020)                                          \
   X(cuMemcpyDtoHAsync, PFN_cuMemcpyDtoHAsync_v3020)                                \
   X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                      \

@@ -19,6 +19,9 @@ struct KernelConfig {
   int64_t smem_bytes = 0;
   bool uses_nvshmem = false;
   bool grid_barrier = false;
+  // The kernel waits for the grid before it in the stream (griddepcontrol.wait) before it touches memory, so
+  // it may be launched as a programmatic dependent: its launch overlaps the end of that grid.
+  bool dependent_launch = false;
 };
 
 // Loads `config.cubin` into the current context (once per process and context; the module stays loaded

@@ -22,4 +22,9 @@ CopyOutCounts TakeCopyOutCounts() {
   return CopyOutCounts{c.copied_out_by_handler.exchange(0), c.copied_out_by_kernel.exchange(0)};
 }
 
+LaunchKinds TakeLaunchKinds() {
+  LaunchCounters& c = Counters();
+  return LaunchKinds{c.plain_launches.exchange(0), c.dependent_launches.exchange(0), c.cooperative_launches.exchange(0)};
+}
+
 }  // namespace jax_tilescale

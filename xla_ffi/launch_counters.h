@@ -1,6 +1,7 @@
 // What the launch handler counts for tests and benchmarks, always on (relaxed atomic adds): host time per
-// call, zero-copy hand-overs, who copied the staged outputs. The Take* functions read and reset them;
-// module.cc gives them to Python (`_ffi.take_handler_times`, `take_zero_copy_counts`, `take_copy_out_counts`).
+// call, zero-copy hand-overs, who copied the staged outputs, launches by kind. The Take* functions read and reset
+// them; module.cc gives them to Python (`_ffi.take_handler_times`, `take_zero_copy_counts`, `take_copy_out_counts`,
+// `take_launch_kinds`).
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,8 @@ struct LaunchCounters {
   std::atomic<uint64_t> direct_buffers{0}, staged_p2p_buffers{0};
   // Staged outputs copied out by the handler, and by the kernel itself (TS_STAGE_KERNEL_OUT).
   std::atomic<uint64_t> copied_out_by_handler{0}, copied_out_by_kernel{0};
+  // Launches by kind: plain (cuLaunchKernel), programmatic dependent (cuLaunchKernelEx), cooperative.
+  std::atomic<uint64_t> plain_launches{0}, dependent_launches{0}, cooperative_launches{0};
 };
 
 // The process's counters.
@@ -44,5 +47,13 @@ struct CopyOutCounts {
   uint64_t by_kernel;
 };
 CopyOutCounts TakeCopyOutCounts();
+
+// Kernel launches by the handler since the last take, by kind (launches XLA replays from a graph are not counted).
+struct LaunchKinds {
+  uint64_t plain;
+  uint64_t dependent;
+  uint64_t cooperative;
+};
+LaunchKinds TakeLaunchKinds();
 
 }  // namespace jax_tilescale

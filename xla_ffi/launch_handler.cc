@@ -150,7 +150,7 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
     int64_t abi_version, std::string_view cubin, std::string_view entry, ffi::Span<const int64_t> grid,
     int64_t threads, int64_t smem_bytes, int64_t scratch_bytes, int64_t wait_timeout_ns, ffi::Span<const int64_t> staged,
     ffi::Span<const int64_t> pe_table, ffi::Span<const int64_t> mesh_shape, ffi::Span<const int64_t> kernel_axes,
-    bool uses_nvshmem, bool grid_barrier, ffi::Span<const int64_t> tensor_maps) {
+    bool uses_nvshmem, bool grid_barrier, bool dependent_launch, ffi::Span<const int64_t> tensor_maps) {
   if (abi_version != TS_ABI_VERSION) {
     return Invalid(entry, "it was generated for calling-convention ABI " + std::to_string(abi_version) +
                               " but this jax_tilescale._ffi implements ABI " + std::to_string(TS_ABI_VERSION) +
@@ -201,6 +201,12 @@ ffi::ErrorOr<std::unique_ptr<LaunchState>> Instantiate(
   c.smem_bytes = smem_bytes;
   c.uses_nvshmem = uses_nvshmem;
   c.grid_barrier = grid_barrier;
+  if (dependent_launch && (grid_barrier || uses_nvshmem)) {
+    // Both launch kinds start only when everything before them in the stream is done (a cooperative launch takes
+    // no launch attributes here; a communicating kernel's peers are ordered by its entry barrier and staging).
+    return Invalid(entry, "`dependent_launch` is for plain kernels only (no grid barrier, no NVSHMEM)");
+  }
+  c.dependent_launch = dependent_launch;
   state->scratch_bytes = scratch_bytes;
   state->wait_timeout_ns = static_cast<uint64_t>(wait_timeout_ns);
   state->staged = ToVector(staged);
@@ -316,12 +322,39 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
   // A grid barrier needs every block resident: a cooperative launch guarantees it (and fails rather than
   // deadlocks when it cannot), where a plain launch only makes it likely.
   CUresult r;
+  const char* how = c.grid_barrier ? "cuLaunchCooperativeKernel" : c.dependent_launch ? "cuLaunchKernelEx"
+                                                                                         : "cuLaunchKernel";
   {
     ScopedNs timed(Counters().launch_ns);
-    r = c.grid_barrier ? cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params)
-                       : cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+    if (c.grid_barrier) {
+      r = cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params);
+    } else if (c.dependent_launch) {
+      // A programmatic dependent launch: the kernel may start before the grid ahead of it in the stream has
+      // finished and flushed; its first statement (griddepcontrol.wait) waits for exactly that, so only the
+      // launch's latency overlaps (docs/calling_convention.md, "Dependent launches").
+      CUlaunchAttribute attr{};
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = gx;
+      config.gridDimY = gy;
+      config.gridDimZ = gz;
+      config.blockDimX = tx;
+      config.blockDimY = 1;
+      config.blockDimZ = 1;
+      config.sharedMemBytes = smem;
+      config.hStream = stream;
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      r = cu.cuLaunchKernelEx(&config, s.fn, params, nullptr);
+    } else {
+      r = cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+    }
   }
-  if (r != CUDA_SUCCESS) return CuFailed(s, c.grid_barrier ? "cuLaunchCooperativeKernel" : "cuLaunchKernel", r);
+  if (r != CUDA_SUCCESS) return CuFailed(s, how, r);
+  (c.grid_barrier ? Counters().cooperative_launches : c.dependent_launch ? Counters().dependent_launches
+                                                                         : Counters().plain_launches)
+      .fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
 }
 
@@ -558,6 +591,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInstantiate, jax_tilescale::Instantiate,
                                   .Attr<ffi::Span<const int64_t>>("kernel_axes")
                                   .Attr<bool>("uses_nvshmem")
                                   .Attr<bool>("grid_barrier")
+                                  .Attr<bool>("dependent_launch")
                                   .Attr<ffi::Span<const int64_t>>("tensor_maps"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsLaunchInitialize, jax_tilescale::Initialize,

@@ -152,6 +152,13 @@ NB_MODULE(_ffi, m) {
       },
       "(staged outputs copied out by the handler, left to the kernel: TS_STAGE_KERNEL_OUT) since the last take, "
       "one per param and launch; resets them.");
+  m.def(
+      "take_launch_kinds",
+      []() {
+        const ts::LaunchKinds k = ts::TakeLaunchKinds();
+        return std::make_tuple(k.plain, k.dependent, k.cooperative);
+      },
+      "(plain, programmatic dependent, cooperative) kernel launches by the handler since the last take; resets them.");
   m.def("clear_peer_memory", []() { ts::PeerMemory::Get().Clear(); }, "Zero-copy off (every buffer staged).");
   m.def("peer_memory_on", []() { return ts::PeerMemory::Get().on(); });
   m.def(

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TS_ABI_VERSION 6
+#define TS_ABI_VERSION 7
 #define TS_MAX_BUFFERS 32
 #define TS_LAUNCH_ARGS_BYTES 360  // sizeof(TsLaunchArgs): 4 + 4 + 8 + 8 + 32 * 8 + 8 + 8 + 8 + 8 + 4 + 4 + 8 + 4 * 8 (LP64)
 #define TS_WAIT_FAULT_BYTES 384   // sizeof(TsWaitFault)

@@ -46,6 +46,9 @@ TS_ABI_VERSION = abi.ABI_VERSION
 TS_MAX_BUFFERS = abi.MAX_BUFFERS
 LAUNCH_ARGS_BYTES = abi.LAUNCH_ARGS_BYTES  # sizeof(TsLaunchArgs), static_assert-ed in the generated source
 SCRATCH_NAME = "ts_scratch"  # the launch's scratch base in the generated kernel
+# Plain kernels on sm_90 and later are launched as programmatic dependents (CudaModule.dependent_launch); False
+# launches every kernel plainly (an A/B switch: benchmarks/bench_gemm.py's `/nodep`).
+DEPENDENT_LAUNCH = True
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class CudaModule:
     tensor_maps: tuple[int, ...] = ()  # the handler's `tensor_maps` attribute (TENSOR_MAP_FIELDS per map)
     notes: tuple[str, ...] = ()  # GEMM loops that took another lowering than the preferred one, and why
     scratch_left_zero: bool = False  # a plain kernel's scratch is all `left_zero` buffers: no end of call
+    # The kernel's first statement waits for the grid before it (ts_wait_for_prior_grid), so the handler launches
+    # it as a programmatic dependent of that grid (the `dependent_launch` attribute): plain kernels on sm_90+.
+    dependent_launch: bool = False
 
     @property
     def graph_safe(self) -> bool:
@@ -259,6 +265,9 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     if end:  # a kernel with an end of call (it communicates or has scratch) reads its number (a plain one's: 0)
         start = [f"const uint64_t {SEQ_NAME} = ts_launch_seq(args);  {comment('this launch: read once, first thing')}",
                  *start]
+    dependent = dependent_launch(uses_nvshmem, layout.barrier_offset is not None, arch)
+    if dependent:  # before anything else touches memory (the launch number above is a kernel parameter)
+        start = [f"ts_wait_for_prior_grid();  {comment('a dependent launch: the grid before it has ended')}", *start]
     out += [
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
         *indent(start),
@@ -288,7 +297,15 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         tensor_maps=plan.tensor_map_fields() if plan is not None else (),
         notes=tuple(notes),
         scratch_left_zero=left_zero,
+        dependent_launch=dependent,
     )
+
+
+def dependent_launch(uses_nvshmem: bool, grid_barrier: bool, arch: str) -> bool:
+    """Whether a kernel is launched as a programmatic dependent of the grid before it (CudaModule.dependent_launch):
+    a plain one (a communicating kernel's launch is ordered with its peers by its staging and entry barrier, and a
+    cooperative launch takes no launch attributes) on a GPU with griddepcontrol (sm_90 and later)."""
+    return DEPENDENT_LAUNCH and not uses_nvshmem and not grid_barrier and int(arch[3:].rstrip("a")) >= 90
 
 
 def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...] = ()) -> list[str]:

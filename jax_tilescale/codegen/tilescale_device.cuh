@@ -215,6 +215,16 @@ __device__ __noinline__ void ts_fail(const char* where, const char* what, long l
 }
 #endif
 
+// The first statement of a kernel launched as a programmatic dependent (CudaModule.dependent_launch): its blocks
+// may start while the grid before it in the stream is still finishing, and wait here until that grid has ended and
+// its writes are visible, before they read or write any memory. So a launch behaves as a plain one, but its
+// launch latency overlaps the end of the grid before it (docs/calling_convention.md, "Dependent launches").
+__device__ __forceinline__ void ts_wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Division by zero and bad indices stop the kernel; host builds of these helpers (tests)
 // return 0 instead.
 #ifdef __CUDA_ARCH__

@@ -72,6 +72,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         kernel_axes=np.asarray(kernel_axes, np.int64),
         uses_nvshmem=bool(module.uses_nvshmem),
         grid_barrier=bool(module.grid_barrier),
+        dependent_launch=bool(module.dependent_launch),
         wait_timeout_ns=np.int64(wait_timeout_ns(call.wait_timeout_s)),
         tensor_maps=np.asarray(aliased_tensor_maps(k, module.tensor_maps), np.int64),
     )
