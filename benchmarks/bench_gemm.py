@@ -115,7 +115,9 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
             "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True),
             "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32),
-            "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False)}
+            "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
+            "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
+            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

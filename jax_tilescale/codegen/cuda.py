@@ -49,6 +49,12 @@ SCRATCH_NAME = "ts_scratch"  # the launch's scratch base in the generated kernel
 # Plain kernels on sm_90 and later are launched as programmatic dependents (CudaModule.dependent_launch); False
 # launches every kernel plainly (an A/B switch: benchmarks/bench_gemm.py's `/nodep`).
 DEPENDENT_LAUNCH = True
+# Where a dependent launch waits: False, first thing; True, after the plan's set-up (its mbarriers initialised,
+# before any statement), so that the set-up overlaps the grid before it too (`/late`).
+DEPENDENT_WAIT_AFTER_SETUP = False
+# A kernel lets the kernel after it launch (griddepcontrol.launch_dependents) as soon as all its blocks have begun,
+# instead of when they end (`/trig`): helps only where the kernel after it is a dependent launch (one of ours).
+DEPENDENT_TRIGGER_EARLY = False
 
 
 @dataclass(frozen=True)
@@ -266,13 +272,16 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         start = [f"const uint64_t {SEQ_NAME} = ts_launch_seq(args);  {comment('this launch: read once, first thing')}",
                  *start]
     dependent = dependent_launch(uses_nvshmem, layout.barrier_offset is not None, arch)
-    if dependent:  # before anything else touches memory (the launch number above is a kernel parameter)
-        start = [f"ts_wait_for_prior_grid();  {comment('a dependent launch: the grid before it has ended')}", *start]
+    wait = [f"ts_wait_for_prior_grid();  {comment('a dependent launch: the grid before it has ended')}",
+            *(["ts_launch_dependents();"] if DEPENDENT_TRIGGER_EARLY else [])] if dependent else []
+    late = bool(wait) and DEPENDENT_WAIT_AFTER_SETUP and plan is not None
+    if wait and not late:  # before anything else touches memory (a plain kernel's launch number is a parameter)
+        start = [*wait, *start]
     out += [
         f'extern "C" __global__ void __launch_bounds__({frame.launch_bounds}){cluster} {entry}({params}) {{',
         *indent(start),
         *indent(_prologue(ctx)),
-        *indent(_frame_body(ctx)),
+        *indent(_frame_body(ctx, wait if late else [])),
         *indent(end),
         "}",
         "",
@@ -373,18 +382,19 @@ def _scratch_left_zero(layout: Layout) -> bool:
             and all(b.left_zero for b in layout.signal_offsets))
 
 
-def _frame_body(ctx: Ctx) -> list:
+def _frame_body(ctx: Ctx, wait: list[str]) -> list:
     """The kernel's statements as the plan's frame arranges them: after the plan's accumulators,
     or, warp-specialised, split between the producer warpgroup (the plan's producer program) and
     the kernel's own threads (gemm_sm90's docstring has the picture); in a kernel that
     communicates, with a head before the split and a tail after the join that every thread of the
-    block runs (gemm_sm90_comm)."""
+    block runs (gemm_sm90_comm). `wait`: a dependent launch's wait, put right after the plan's set-up (which
+    touches shared memory only)."""
     plan, body = ctx.plan, ctx.kernel.body
     if plan is None:
         return emit_body(body, ctx)
     frame = plan.frame
     if not frame.warp_specialised:
-        return [*plan.setup(ctx), *plan.accumulators(), *emit_body(body, ctx)]
+        return [*plan.setup(ctx), *wait, *plan.accumulators(), *emit_body(body, ctx)]
     user = frame.user_threads
     split_end = len(body) - frame.tail
     # the head and the tail: every thread of the block, as if the kernel had that many (no plan
@@ -399,6 +409,7 @@ def _frame_body(ctx: Ctx) -> list:
     return [
         *(cluster if frame.cluster > 1 else []),
         *plan.setup(ctx),
+        *wait,
         *head,
         f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
         f"{INDENT}ts_setmaxnreg_dec<{frame.producer_regs}>();",

@@ -225,6 +225,14 @@ __device__ __forceinline__ void ts_wait_for_prior_grid() {
 #endif
 }
 
+// Lets the kernel after this one in the stream launch, if it is a dependent launch, once every block of this one has
+// passed here (or ended): its blocks then wait in ts_wait_for_prior_grid until this grid has ended.
+__device__ __forceinline__ void ts_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Division by zero and bad indices stop the kernel; host builds of these helpers (tests)
 // return 0 instead.
 #ifdef __CUDA_ARCH__

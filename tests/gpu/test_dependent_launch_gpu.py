@@ -12,9 +12,11 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
+from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.lowering.cuda import cuda_arch
 from tests.conftest import load_example
@@ -28,16 +30,21 @@ SCALE = 1.0 / math.sqrt(K)  # 1/32: exact in bfloat16, so the kernel's product a
 GEMM_TILES = dict(block_m=128, block_n=256, block_k=64, num_stages=4, split_k=1)
 
 
-@ts.kernel(out_shape=jax.ShapeDtypeStruct((M, K), jnp.bfloat16), grid=(M // BM,), threads=128)
-def scaled(y, x):
-    """x = y * SCALE, rounded to bfloat16: reads the GEMM's output the moment the GEMM ends."""
-    rows = T.ds(T.program_id(0) * BM, BM)
-    y_s = T.alloc_shared((BM, K), jnp.bfloat16)
-    t = T.alloc_fragment((BM, K), jnp.float32)
-    T.copy(y[rows, :], y_s)
-    for i, j in T.Parallel(BM, K):
-        t[i, j] = y_s[i, j] * SCALE
-    T.copy(t, x[rows, :])
+def _scaled() -> ts.TileKernel:
+    """x = y * SCALE, rounded to bfloat16: reads the GEMM's output the moment the GEMM ends. A new kernel per test,
+    so that each test lowers it under its own code generator settings."""
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((M, K), jnp.bfloat16), grid=(M // BM,), threads=128)
+    def scaled(y, x):
+        rows = T.ds(T.program_id(0) * BM, BM)
+        y_s = T.alloc_shared((BM, K), jnp.bfloat16)
+        t = T.alloc_fragment((BM, K), jnp.float32)
+        T.copy(y[rows, :], y_s)
+        for i, j in T.Parallel(BM, K):
+            t[i, j] = y_s[i, j] * SCALE
+        T.copy(t, x[rows, :])
+
+    return scaled
 
 
 def _launch_kinds() -> tuple[int, int, int]:
@@ -53,7 +60,7 @@ def _inputs():
 
 
 def test_plain_kernels_are_dependent_launches():
-    gemm = gemm_example.gemm(M, K, K, jnp.bfloat16, **GEMM_TILES)
+    gemm, scaled = gemm_example.gemm(M, K, K, jnp.bfloat16, **GEMM_TILES), _scaled()
     x, w = _inputs()
     arch = cuda_arch()
     assert int(arch[3:]) >= 90, f"this test needs sm_90 or later (griddepcontrol), the GPU is {arch}"
@@ -66,11 +73,17 @@ def test_plain_kernels_are_dependent_launches():
         f"launches by kind (plain, dependent, cooperative): {(plain, dependent, cooperative)}, want (0, 2, 0)")
 
 
-def test_chain_of_dependent_kernels_matches_jnp_dot_at_every_step():
+@pytest.mark.parametrize("early", [False, True], ids=["trigger_at_end", "trigger_early_wait_late"])
+def test_chain_of_dependent_kernels_matches_jnp_dot_at_every_step(monkeypatch, early):
     """Each GEMM reads what the scaling kernel before it wrote, each scaling what the GEMM before it wrote, and
     XLA reuses their buffers from step to step (a write after the read of the step before): every step's product is
-    checked against jnp.dot in float32 of that step's input, and the scaling against numpy's."""
-    gemm = gemm_example.gemm(M, K, K, jnp.bfloat16, **GEMM_TILES)
+    checked against jnp.dot in float32 of that step's input, and the scaling against numpy's. `early`: every kernel
+    lets the next one launch as soon as its own blocks have begun (codegen.cuda.DEPENDENT_TRIGGER_EARLY), so the
+    next kernel's blocks are resident and waiting while this one runs, and the GEMM waits after its set-up
+    (DEPENDENT_WAIT_AFTER_SETUP): a wait that did not hold would read stale data here."""
+    monkeypatch.setattr(codegen_cuda, "DEPENDENT_TRIGGER_EARLY", early)
+    monkeypatch.setattr(codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", early)
+    gemm, scaled = gemm_example.gemm(M, K, K, jnp.bfloat16, **GEMM_TILES), _scaled()
     x, w = _inputs()
 
     def step(carry, _):
