@@ -132,4 +132,38 @@ int64_t LoadedModuleCount() {
   return n;
 }
 
+CUresult LaunchGrid(const DriverApi& cu, const KernelConfig& c, CUfunction fn, CUstream stream, void** params,
+                    const char** api) {
+  const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
+             gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
+             smem = static_cast<unsigned>(c.smem_bytes);
+  if (c.grid_barrier) {
+    *api = "cuLaunchCooperativeKernel";
+    return cu.cuLaunchCooperativeKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params);
+  }
+  if (!c.dependent_launch) {
+    *api = "cuLaunchKernel";
+    return cu.cuLaunchKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+  }
+  // A programmatic dependent launch: the kernel may start before the grid ahead of it in the stream has finished
+  // and flushed; its first statement (griddepcontrol.wait) waits for exactly that, so only the launch's latency
+  // overlaps (docs/calling_convention.md, "Dependent launches").
+  *api = "cuLaunchKernelEx";
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = gx;
+  config.gridDimY = gy;
+  config.gridDimZ = gz;
+  config.blockDimX = tx;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = smem;
+  config.hStream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cu.cuLaunchKernelEx(&config, fn, params, nullptr);
+}
+
 }  // namespace jax_tilescale

@@ -1,5 +1,5 @@
 // Loading a generated kernel: cubin -> CUmodule (cached per process) -> CUfunction, with the checks and
-// attributes its launch configuration needs.
+// attributes its launch configuration needs; and launching it the way that configuration asks.
 #pragma once
 
 #include <cuda.h>
@@ -29,6 +29,12 @@ struct KernelConfig {
 // `config.entry`, raises its dynamic shared memory limit when needed and, for a grid barrier, checks that
 // all blocks can be resident at once. Returns "" and sets *fn, or an error message (without prefix).
 std::string LoadKernel(const DriverApi& cu, const KernelConfig& config, CUfunction* fn);
+
+// Launches `fn` with the grid, block and shared memory of `config` on `stream`: cooperatively for a grid barrier
+// (every block resident, or an error rather than a deadlock), as a programmatic dependent of the grid before it
+// for `dependent_launch`, plainly otherwise. *api names the driver call made, for the caller's error message.
+CUresult LaunchGrid(const DriverApi& cu, const KernelConfig& config, CUfunction fn, CUstream stream, void** params,
+                    const char** api);
 
 int64_t LoadedModuleCount();
 

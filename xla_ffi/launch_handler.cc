@@ -315,43 +315,14 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
     maps = s.maps.data();  // cuLaunchKernel copies the parameters before it returns
   }
   void* params[] = {&args, maps};
-  const KernelConfig& c = s.config;
-  const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
-             gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
-             smem = static_cast<unsigned>(c.smem_bytes);
-  // A grid barrier needs every block resident: a cooperative launch guarantees it (and fails rather than
-  // deadlocks when it cannot), where a plain launch only makes it likely.
+  const char* api = nullptr;
   CUresult r;
-  const char* how = c.grid_barrier ? "cuLaunchCooperativeKernel" : c.dependent_launch ? "cuLaunchKernelEx"
-                                                                                         : "cuLaunchKernel";
   {
     ScopedNs timed(Counters().launch_ns);
-    if (c.grid_barrier) {
-      r = cu.cuLaunchCooperativeKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params);
-    } else if (c.dependent_launch) {
-      // A programmatic dependent launch: the kernel may start before the grid ahead of it in the stream has
-      // finished and flushed; its first statement (griddepcontrol.wait) waits for exactly that, so only the
-      // launch's latency overlaps (docs/calling_convention.md, "Dependent launches").
-      CUlaunchAttribute attr{};
-      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attr.value.programmaticStreamSerializationAllowed = 1;
-      CUlaunchConfig config{};
-      config.gridDimX = gx;
-      config.gridDimY = gy;
-      config.gridDimZ = gz;
-      config.blockDimX = tx;
-      config.blockDimY = 1;
-      config.blockDimZ = 1;
-      config.sharedMemBytes = smem;
-      config.hStream = stream;
-      config.attrs = &attr;
-      config.numAttrs = 1;
-      r = cu.cuLaunchKernelEx(&config, s.fn, params, nullptr);
-    } else {
-      r = cu.cuLaunchKernel(s.fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
-    }
+    r = LaunchGrid(cu, s.config, s.fn, stream, params, &api);
   }
-  if (r != CUDA_SUCCESS) return CuFailed(s, how, r);
+  if (r != CUDA_SUCCESS) return CuFailed(s, api, r);
+  const KernelConfig& c = s.config;
   (c.grid_barrier ? Counters().cooperative_launches : c.dependent_launch ? Counters().dependent_launches
                                                                          : Counters().plain_launches)
       .fetch_add(1, std::memory_order_relaxed);
