@@ -128,6 +128,7 @@ def test_the_measured_run_starts_at_its_host_annotation(tmp_path):
     folder = _write(tmp_path, events)
     start = trace.measured_run_start(folder)
     assert start == last_start - 5.0
+    assert np.allclose(trace.measured_run_span(folder), (last_start - 5.0, last_start - 5.0 + (t - last_start)))
     got = trace.gpu_events(folder, after=start)
     assert len(got) == last_kernels and min(e["ts"] for e in got) > last_start
     assert len(trace.gpu_events(folder)) == sum(k for _, k in runs)
@@ -137,4 +138,5 @@ def test_a_trace_without_the_annotation_has_no_measured_start(tmp_path):
     trace = load_bench("_gpu_trace")
     events = [*_meta(2, 20, "/device:GPU:0", "Stream #1"),
               {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 4.0, "name": "k"}]
-    assert trace.measured_run_start(_write(tmp_path, events)) is None
+    folder = _write(tmp_path, events)
+    assert trace.measured_run_start(folder) is None and trace.measured_run_span(folder) is None
