@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
+from jax_tilescale.runtime import peer_memory
 from tests.primitives.util import F32, assert_equal, per_device, random_rows
 
 ROWS, COLS, BM = 128, 256, 32
@@ -68,7 +69,9 @@ def _check_replays(kern, mesh, by_per_call: int) -> None:
     rng = np.random.default_rng(21)
     x = random_rows(rng, n, (ROWS, COLS))
     placed = ts.testing.place(x, mesh, spec)
-    assert "jax_tilescale_launch_graph" in run.lower(placed).as_text(), "the lowering kept the plain target"
+    assert "jax_tilescale_launch_graph" in run.lower(placed).as_text(), (
+        f"the lowering kept the plain target; zero-copy: {peer_memory.status()} (it is off where XLA's pool cannot be "
+        "exported, e.g. with XLA_PYTHON_CLIENT_PREALLOCATE=false)")
     want = np.roll(per_device(x, n), by_per_call * CALLS, axis=0).reshape(x.shape)
     _handler_calls()
     for _ in range(RUNS):  # the same buffers every run: XLA replays what it recorded
