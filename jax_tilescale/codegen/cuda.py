@@ -34,6 +34,7 @@ from .context import Ctx
 from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, SEQ_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
+from .gemm_sm80 import arch_number
 from .layout import Layout, plan_layout
 from .stage_in import kernel_copied_in
 from .stage_out import copy_lines, copying_waits, stage_out
@@ -314,7 +315,7 @@ def dependent_launch(uses_nvshmem: bool, grid_barrier: bool, arch: str) -> bool:
     """Whether a kernel is launched as a programmatic dependent of the grid before it (CudaModule.dependent_launch):
     a plain one (a communicating kernel's launch is ordered with its peers by its staging and entry barrier, and a
     cooperative launch takes no launch attributes) on a GPU with griddepcontrol (sm_90 and later)."""
-    return DEPENDENT_LAUNCH and not uses_nvshmem and not grid_barrier and int(arch[3:].rstrip("a")) >= 90
+    return DEPENDENT_LAUNCH and not uses_nvshmem and not grid_barrier and (arch_number(arch) or 0) >= 90
 
 
 def _call_start(kernel: KernelIR, call_free: bool, kernel_in: tuple[Buffer, ...] = ()) -> list[str]:
