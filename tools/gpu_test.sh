@@ -226,6 +226,10 @@ if [ "${1:-}" = bench ] && want bench_gemm; then  # one GPU is enough: the first
   # shellcheck disable=SC2086
   step bench_gemm env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/bench_gemm.py ${BENCH_GEMM_ARGS:-}
 fi
+if [ "${1:-}" = bench ] && want chain_time; then  # an MLP's two products in a row, dependent-launch variants
+  # shellcheck disable=SC2086
+  step chain_time env CUDA_VISIBLE_DEVICES=0 python3 tools/chain_time.py ${CHAIN_TIME_ARGS:-4096x4096x14336}
+fi
 if [[ " ${STEPS:-} " == *" profile_gemm "* ]]; then  # only when asked for: Nsight Compute of XLA's GEMM and ours
   # PROFILE_SHAPES (comma-separated), each shape's report in $LOG/profile_<shape>/; SECTIONS as profile_gemm.sh reads it
   profile_shapes() {
