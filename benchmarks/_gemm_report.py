@@ -67,9 +67,9 @@ def print_traced(rows) -> None:
     print("\nGPU time per product in the loop (jax.profiler trace, medians): the product kernel's duration, its "
           "start-to-start interval (gaps included) and the idle gap before it, the mean interval (a wall clock's view: "
           "host stalls included) and the longest gap; xXLA: to the mean of XLA's two traces "
-          "(first and last)")
+          "(first and last); n: the product kernels the trace holds of the run's (CUPTI can miss a recorded graph's)")
     print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7} "
-          f"{'mean us':>8} {'max gap':>8}  kernel")
+          f"{'mean us':>8} {'max gap':>8} {'n':>5}  kernel")
     xla: dict[str, list[float]] = {}
     for shape, what, step in rows:
         if what.startswith(XLA) and step is not None:
@@ -81,4 +81,4 @@ def print_traced(rows) -> None:
         ref = statistics.fmean(xla[shape]) if shape in xla else None
         ratio = f"{ref / step.interval_us:5.2f}" if ref is not None else "    -"
         print(f"{shape:>22} {what:>34} {step.duration_us:10.2f} {step.interval_us:12.2f} {ratio} {step.gap_us:7.2f}"
-              f" {step.mean_interval_us:8.2f} {step.max_gap_us:8.2f}  {step.kernel[:60]}")
+              f" {step.mean_interval_us:8.2f} {step.max_gap_us:8.2f} {step.count:5d}  {step.kernel[:60]}")

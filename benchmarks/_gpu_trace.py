@@ -32,6 +32,7 @@ class Step:
     gap_us: float  # median idle time before it
     mean_interval_us: float  # first start to last start over the intervals: what a wall clock sees, stalls included
     max_gap_us: float  # the longest idle time before it (a host stall shows here, not in the medians)
+    count: int = 0  # how many of it the events hold (CUPTI can miss a recorded graph's kernels: fewer than the run's)
 
 
 # The host-side annotation `traced` puts around the run it measures: GPU events from its start on are that run's
@@ -117,7 +118,7 @@ def product_step(events: list[dict]) -> Step | None:
                 statistics.median(intervals) if intervals else nan,
                 statistics.median(mine_gaps) if mine_gaps else nan,
                 statistics.fmean(intervals) if intervals else nan,
-                max(mine_gaps) if mine_gaps else nan)
+                max(mine_gaps) if mine_gaps else nan, len(mine))
 
 
 def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dict]:

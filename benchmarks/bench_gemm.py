@@ -36,10 +36,10 @@ single round in the loop and in the graph form ("rounds": the pair timed in the 
 same interleaved rounds. `--trace`: the loop's wall time also holds the host's pacing of XLA's fori_loop (run from
 the host by default); after the rounds each jitted loop runs under jax.profiler (`--heat` seconds, then once more:
 that last loop is read), the graph forms too, and a second table gives the GPU's own time per product
-(benchmarks/_gpu_trace.py; a recorded graph's trace misses many of its kernels, so its rows are a rough guide:
-NOTES, twenty-fifth session). `--power`: the SM clock and power (NVML) sampled while each runner runs, and the
-energy per product (benchmarks/_gpu_power.py): under the 700 W cap the clock says whether a slower runner needs more
-cycles or ran at a lower clock.
+(benchmarks/_gpu_trace.py; CUPTI can miss many of a recorded graph's kernels, a different runner's in each
+process: its `n` column says how many of the run's it read; NOTES, twenty-sixth session). `--power`: the SM clock
+and power (NVML) sampled while each runner runs, and the energy per product (benchmarks/_gpu_power.py): under the
+700 W cap the clock says whether a slower runner needs more cycles or ran at a lower clock.
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]

@@ -58,6 +58,7 @@ def test_the_product_kernel_and_its_medians_come_from_the_gpu_streams_only(tmp_p
     assert np.isclose(step.gap_us, statistics.median(gaps[1:]))  # the first has nothing before it
     assert np.isclose(step.mean_interval_us, (starts[-1] - starts[0]) / (n - 1))
     assert np.isclose(step.max_gap_us, max(gaps[1:]))
+    assert step.count == n  # every product kernel of the loop
 
 
 def test_a_trace_without_a_gpu_has_no_step(tmp_path):
@@ -140,3 +141,14 @@ def test_a_trace_without_the_annotation_has_no_measured_start(tmp_path):
               {"ph": "X", "pid": 2, "tid": 20, "ts": 0.0, "dur": 4.0, "name": "k"}]
     folder = _write(tmp_path, events)
     assert trace.measured_run_start(folder) is None and trace.measured_run_span(folder) is None
+
+
+def test_the_traced_table_says_how_many_product_kernels_it_read(capsys):
+    trace, report = load_bench("_gpu_trace"), load_bench("_gemm_report")
+    rng = np.random.default_rng()
+    counts = [int(c) for c in rng.integers(2, 500, 2)]
+    rows = [("128x8192x8192", name, trace.Step("k", 40.0, 41.0, 1.0, 41.5, 3.0, c))
+            for name, c in zip(("XLA jnp.dot", "ts pick graph"), counts)]
+    report.print_traced(rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].split()[-2] == str(counts[0]) and lines[-1].split()[-2] == str(counts[1])
