@@ -49,17 +49,14 @@ def _trace_events(trace_dir: pathlib.Path) -> list[dict]:
 
 def measured_run_start(trace_dir: pathlib.Path) -> float | None:
     """The start (us, the trace's clock) of the newest trace's last LAST_RUN annotation, None without one."""
-    return _measured_start(_trace_events(trace_dir))
+    span = _measured_span(_trace_events(trace_dir))
+    return span[0] if span else None
 
 
 def measured_run_span(trace_dir: pathlib.Path) -> tuple[float, float] | None:
     """(start, end) in us, the trace's clock, of the newest trace's last LAST_RUN annotation: the host's view of
     the measured run, dispatch to the end of the wait; None without one."""
-    runs = [e for e in _trace_events(trace_dir) if e.get("ph") == "X" and e.get("name") == LAST_RUN]
-    if not runs:
-        return None
-    last = max(runs, key=lambda e: e["ts"])
-    return last["ts"], last["ts"] + last["dur"]
+    return _measured_span(_trace_events(trace_dir))
 
 
 def gpu_events(trace_dir: pathlib.Path, after: float | None = None) -> list[dict]:
@@ -69,9 +66,12 @@ def gpu_events(trace_dir: pathlib.Path, after: float | None = None) -> list[dict
     return _gpu_events(_trace_events(trace_dir), after)
 
 
-def _measured_start(events: list[dict]) -> float | None:
-    starts = [e["ts"] for e in events if e.get("ph") == "X" and e.get("name") == LAST_RUN]
-    return max(starts) if starts else None
+def _measured_span(events: list[dict]) -> tuple[float, float] | None:
+    runs = [e for e in events if e.get("ph") == "X" and e.get("name") == LAST_RUN]
+    if not runs:
+        return None
+    last = max(runs, key=lambda e: e["ts"])
+    return last["ts"], last["ts"] + last["dur"]
 
 
 def _gpu_events(events: list[dict], after: float | None) -> list[dict]:
@@ -136,4 +136,5 @@ def traced(run, args: tuple, trace_dir: pathlib.Path, heat_s: float) -> list[dic
         with jax.profiler.TraceAnnotation(LAST_RUN):
             jax.block_until_ready(run(*args))
     events = _trace_events(trace_dir)  # read once: a trace of a long run is tens of megabytes of JSON
-    return _gpu_events(events, after=_measured_start(events))
+    span = _measured_span(events)
+    return _gpu_events(events, after=span[0] if span else None)

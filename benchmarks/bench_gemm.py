@@ -168,6 +168,18 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
     return cfg, switches
 
 
+def parse_entry(text: str) -> tuple[dict, dict[tuple, object]]:
+    """parse_config, and also `table` with switch suffixes only (`table/nodep`): gemm()'s table pick at each shape,
+    lowered under those switches (the tools that time one config at a time: tools/run_constant.py, chain_time.py)."""
+    head, *suffixes = text.split("/")
+    if head != "table":
+        return parse_config(text)
+    unknown = [s for s in suffixes if s not in SWITCHES]
+    if unknown:
+        raise ValueError(f"variant {text!r}: unknown switch {unknown[0]!r} (known: {', '.join(SWITCHES)})")
+    return {}, {(SWITCHES[s][0], SWITCHES[s][1]): SWITCHES[s][2] for s in suffixes}
+
+
 @contextlib.contextmanager
 def codegen_settings(lowering: str, switches: dict[tuple, object]):
     """$TILESCALE_GEMM_LOWERING and the code generator switches, set while a kernel is lowered."""
@@ -253,15 +265,24 @@ def whole_iterations(reps: int) -> int:
     return -(-reps // GRAPH_UNROLL) * GRAPH_UNROLL
 
 
-def replayed(run, a, b, reps: int) -> bool:
-    """Whether one run of `reps` products of our kernel launched most of them from XLA's recorded graph, not
-    through the launch handler (the handler counts its calls: xla_ffi/module.cc)."""
+def handler_calls_per_run(run, a, b, runs: int = 3) -> list[int]:
+    """Our launch handler's calls in each of `runs` runs of `run(a, b)` after a first one (xla_ffi/module.cc counts
+    them)."""
     from jax_tilescale import _ffi
 
     jax.block_until_ready(run(a, b))
-    _ffi.take_handler_times()
-    jax.block_until_ready(run(a, b))
-    return _ffi.take_handler_times()[0] < reps
+    calls = []
+    for _ in range(runs):
+        _ffi.take_handler_times()
+        jax.block_until_ready(run(a, b))
+        calls.append(_ffi.take_handler_times()[0])
+    return calls
+
+
+def replayed(run, a, b, reps: int) -> bool:
+    """Whether one run of `reps` products of our kernel launched most of them from XLA's recorded graph, not
+    through the launch handler."""
+    return handler_calls_per_run(run, a, b, runs=1)[0] < reps
 
 
 def reps_for(a, b, reps: int, min_run_ms: float) -> int:

@@ -27,11 +27,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
 from bench_gemm import (  # noqa: E402
-    SWITCHES,
     gemm,
     interleaved_times,
     median,
-    parse_config,
+    parse_entry,
     round_ratios,
     timing_forms,
     whole_iterations,
@@ -40,17 +39,6 @@ from bench_gemm import (  # noqa: E402
 
 XLA = "XLA jnp.dot"
 FORMS = ("loop", "graph")
-
-
-def variant(entry: str) -> tuple[dict, dict]:
-    """(gemm() keyword arguments, code generator switches) of one --variants entry."""
-    head, *suffixes = entry.split("/")
-    if head != "table":
-        return parse_config(entry)
-    unknown = [s for s in suffixes if s not in SWITCHES]
-    if unknown:
-        raise ValueError(f"variant {entry!r}: unknown switch {unknown[0]!r} (known: {', '.join(SWITCHES)})")
-    return {}, {(SWITCHES[s][0], SWITCHES[s][1]): SWITCHES[s][2] for s in suffixes}
 
 
 def chain_of(first, second):
@@ -71,12 +59,11 @@ def main() -> None:
     kx, k1, k2 = jax.random.split(jax.random.key(0), 3)
     x = jax.random.normal(kx, (m, k), jnp.bfloat16)
     ws = (jax.random.normal(k1, (k, f), jnp.bfloat16) * (k ** -0.5), jax.random.normal(k2, (f, k), jnp.bfloat16))
-    ws = tuple(w.astype(jnp.bfloat16) for w in ws)
     xla = chain_of(lambda a, b: a @ b, lambda a, b: a @ b)
     want = np.asarray(jax.jit(xla)(x, ws), np.float32)
     runners = {(XLA, how): run for how, run in timing_forms(xla, reps).items() if how in FORMS}
     for entry in args.variants.split(","):
-        cfg, switches = variant(entry)
+        cfg, switches = parse_entry(entry)
         ours = chain_of(gemm(m, f, k, jnp.bfloat16, **cfg), gemm(m, k, f, jnp.bfloat16, **cfg))
         got = np.asarray(with_settings("auto", switches, jax.jit(ours))(x, ws), np.float32)
         err, scale = float(np.abs(got - want).max()), float(np.abs(want).max())

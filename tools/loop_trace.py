@@ -32,21 +32,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _gpu_trace import last_run, measured_run_span, product_step, traced, with_gaps  # noqa: E402
-from bench_gemm import GRAPH_UNROLL, timing_forms, whole_iterations  # noqa: E402
+from bench_gemm import GRAPH_UNROLL, handler_calls_per_run, timing_forms, whole_iterations  # noqa: E402
 from profile_gemm import bench_config, gemm  # noqa: E402
-
-
-def handler_calls_per_run(run, a, b, runs: int = 3) -> list[int]:
-    """Our launch handler's calls in each of `runs` runs after a first one (xla_ffi/module.cc counts them)."""
-    from jax_tilescale import _ffi
-
-    jax.block_until_ready(run(a, b))
-    calls = []
-    for _ in range(runs):
-        _ffi.take_handler_times()
-        jax.block_until_ready(run(a, b))
-        calls.append(_ffi.take_handler_times()[0])
-    return calls
 
 
 def span_line(events: list[dict], span: tuple[float, float] | None, reps: int) -> str:
@@ -54,8 +41,7 @@ def span_line(events: list[dict], span: tuple[float, float] | None, reps: int) -
     if span is None or not events:
         return "  (no annotated run in the trace)"
     start, end = span
-    name = product_step(events).kernel
-    seen = sum(e["name"] == name for e in events)
+    seen = product_step(events).count
     first, last = events[0]["ts"], max(e["ts"] + e["dur"] for e in events)
     busy = sum(e["dur"] for e in events)
     return (f"  run: host {end - start:9.1f} us; first kernel {first - start:7.1f} us after the dispatch, last one "

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
-from bench_gemm import GRAPH_UNROLL, XLA, gemm, parse_config, timing_forms, with_settings  # noqa: E402
+from bench_gemm import GRAPH_UNROLL, XLA, gemm, parse_entry, timing_forms, with_settings  # noqa: E402
 
 
 def line(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -61,7 +61,7 @@ def main() -> None:
         torch.matmul(*held)
         torch.cuda.synchronize()
     entry = args.config
-    cfg, switches = ({}, {}) if entry == "table" else parse_config(entry)  # {}: gemm() picks from its table
+    cfg, switches = parse_entry(entry)  # `table`: gemm() picks from its table
     ours = gemm(m, n, k, jnp.bfloat16, **cfg)
     runners = {}
     for reps in counts:
