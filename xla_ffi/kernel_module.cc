@@ -137,13 +137,15 @@ CUresult LaunchGrid(const DriverApi& cu, const KernelConfig& c, CUfunction fn, C
   const auto gx = static_cast<unsigned>(c.grid[0]), gy = static_cast<unsigned>(c.grid[1]),
              gz = static_cast<unsigned>(c.grid[2]), tx = static_cast<unsigned>(c.threads),
              smem = static_cast<unsigned>(c.smem_bytes);
-  if (c.grid_barrier) {
-    *api = "cuLaunchCooperativeKernel";
-    return cu.cuLaunchCooperativeKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params);
-  }
-  if (!c.dependent_launch) {
-    *api = "cuLaunchKernel";
-    return cu.cuLaunchKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+  switch (LaunchKindOf(c)) {
+    case LaunchKind::kCooperative:
+      *api = "cuLaunchCooperativeKernel";
+      return cu.cuLaunchCooperativeKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params);
+    case LaunchKind::kPlain:
+      *api = "cuLaunchKernel";
+      return cu.cuLaunchKernel(fn, gx, gy, gz, tx, 1, 1, smem, stream, params, nullptr);
+    case LaunchKind::kDependent:
+      break;
   }
   // A programmatic dependent launch: the kernel may start before the grid ahead of it in the stream has finished
   // and flushed; its first statement (griddepcontrol.wait) waits for exactly that, so only the launch's latency

@@ -24,7 +24,8 @@ CopyOutCounts TakeCopyOutCounts() {
 
 LaunchKinds TakeLaunchKinds() {
   LaunchCounters& c = Counters();
-  return LaunchKinds{c.plain_launches.exchange(0), c.dependent_launches.exchange(0), c.cooperative_launches.exchange(0)};
+  auto take = [&c](LaunchKind kind) { return c.launches[static_cast<int>(kind)].exchange(0); };
+  return LaunchKinds{take(LaunchKind::kPlain), take(LaunchKind::kDependent), take(LaunchKind::kCooperative)};
 }
 
 }  // namespace jax_tilescale

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernel_module.h"
+
 namespace jax_tilescale {
 
 struct LaunchCounters {
@@ -16,8 +18,8 @@ struct LaunchCounters {
   std::atomic<uint64_t> direct_buffers{0}, staged_p2p_buffers{0};
   // Staged outputs copied out by the handler, and by the kernel itself (TS_STAGE_KERNEL_OUT).
   std::atomic<uint64_t> copied_out_by_handler{0}, copied_out_by_kernel{0};
-  // Launches by kind: plain (cuLaunchKernel), programmatic dependent (cuLaunchKernelEx), cooperative.
-  std::atomic<uint64_t> plain_launches{0}, dependent_launches{0}, cooperative_launches{0};
+  // Launches by kind, indexed by LaunchKind (kernel_module.h).
+  std::atomic<uint64_t> launches[kLaunchKindCount] = {};
 };
 
 // The process's counters.

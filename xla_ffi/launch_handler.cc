@@ -322,10 +322,7 @@ ffi::Error LaunchKernel(const DriverApi& cu, LaunchState& s, CUstream stream, Ts
     r = LaunchGrid(cu, s.config, s.fn, stream, params, &api);
   }
   if (r != CUDA_SUCCESS) return CuFailed(s, api, r);
-  const KernelConfig& c = s.config;
-  (c.grid_barrier ? Counters().cooperative_launches : c.dependent_launch ? Counters().dependent_launches
-                                                                         : Counters().plain_launches)
-      .fetch_add(1, std::memory_order_relaxed);
+  Counters().launches[static_cast<int>(LaunchKindOf(s.config))].fetch_add(1, std::memory_order_relaxed);
   return ffi::Error::Success();
 }
 

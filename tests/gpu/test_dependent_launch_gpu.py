@@ -73,6 +73,32 @@ def test_plain_kernels_are_dependent_launches():
         f"launches by kind (plain, dependent, cooperative): {(plain, dependent, cooperative)}, want (0, 2, 0)")
 
 
+def test_plain_launches_when_dependent_launches_are_off(monkeypatch):
+    """With codegen.cuda.DEPENDENT_LAUNCH off the same kernels are generated without the wait and launched plainly
+    (the handler's launch and its count read one decision: kernel_module.h, LaunchKindOf), and still right."""
+    monkeypatch.setattr(codegen_cuda, "DEPENDENT_LAUNCH", False)
+    gemm, scaled = gemm_example.gemm(M, K, K, jnp.bfloat16, **GEMM_TILES), _scaled()
+    x, w = _inputs()
+    for module in (generate_cuda(gemm.trace(x, w), cuda_arch()), generate_cuda(scaled.trace(x), cuda_arch())):
+        assert not module.dependent_launch, f"{module.entry} is a dependent launch with DEPENDENT_LAUNCH off"
+    _launch_kinds()
+    got = np.asarray(jax.block_until_ready(jax.jit(lambda a, b: scaled(gemm(a, b)))(x, w)), np.float32)
+    assert _launch_kinds() == (2, 0, 0), "launches by kind (plain, dependent, cooperative), want (2, 0, 0)"
+    want = np.asarray(jnp.dot(x.astype(jnp.float32), w.astype(jnp.float32)), np.float32) * np.float32(SCALE)
+    err, scale = float(np.abs(got - want).max()), float(np.abs(want).max())
+    assert scale > 0.1 and err <= 2e-2 * scale, f"max error {err} against scale {scale}"
+
+
+def test_grid_barrier_kernels_are_cooperative_launches(gpu_mesh):
+    """A kernel whose blocks meet (barrier_all with four blocks) is launched cooperatively, never as a dependent,
+    and counted so (on every PE: each process counts its own launches)."""
+    from tests.primitives import test_sync as sync_checks
+
+    _launch_kinds()
+    sync_checks.check_many_blocks(gpu_mesh, 0)  # checked against numpy's shift of the rows
+    assert _launch_kinds() == (0, 0, 1), "launches by kind (plain, dependent, cooperative), want (0, 0, 1)"
+
+
 @pytest.mark.parametrize("early", [False, True], ids=["trigger_at_end", "trigger_early_wait_late"])
 def test_chain_of_dependent_kernels_matches_jnp_dot_at_every_step(monkeypatch, early):
     """Each GEMM reads what the scaling kernel before it wrote, each scaling what the GEMM before it wrote, and
