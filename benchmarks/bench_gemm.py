@@ -211,10 +211,19 @@ def with_settings(lowering: str, switches: dict[tuple, object], fn):
     return run
 
 
-def loop_and_calls(product, reps: int):
-    """(loop, calls): functions of (a, b) that run `reps` products, jitted (see the docstring)."""
-    loop = jax.jit(lambda x, y: jax.lax.fori_loop(
-        0, reps, lambda i, acc: acc + product(x, y)[0, 0].astype(jnp.float32), jnp.float32(0)))
+def loop_and_calls(product, reps: int, whole: bool = False):
+    """(loop, calls): functions of (a, b) that run `reps` products, jitted (see the docstring). `whole`: the loop
+    also carries each product's whole result and returns the last (`finishes_in_xla`)."""
+    def body(x, y):
+        def step(i, carry):
+            out = product(x, y)
+            return carry[0] + out[0, 0].astype(jnp.float32), (out if whole else carry[1])
+
+        kept = _zeros_like_result(product, x, y) if whole else ()
+        acc, last = jax.lax.fori_loop(0, reps, step, (jnp.float32(0), kept))
+        return (acc, last) if whole else acc
+
+    loop = jax.jit(body)
     call = jax.jit(product)
 
     def calls(a, b):
@@ -229,19 +238,40 @@ def loop_and_calls(product, reps: int):
     return (lambda a, b: loop(a, b)), calls
 
 
-def graph_loop(product, reps: int):
+def _zeros_like_result(product, x, y) -> jax.Array:
+    result = jax.eval_shape(product, x, y)
+    return jnp.zeros(result.shape, result.dtype)
+
+
+def finishes_in_xla(kern) -> bool:
+    """Whether a product's last step is XLA's, after our kernel: a split-K sum of partials (examples/gemm.py's
+    SplitK, reduce="xla"). Taking one element of such a product let XLA fuse the sum into that element's slice
+    and compute one element of it, so the loop and graph forms timed the partials' kernel without their sum
+    (twenty-seventh session, NOTES); those forms carry the whole result of each such product instead, which XLA
+    must then write in full."""
+    return getattr(kern, "reduce", None) == "xla" and getattr(kern, "splits", 1) > 1
+
+
+def graph_loop(product, reps: int, whole: bool = False):
     """A function of (a, b) that runs `reps` products (a multiple of GRAPH_UNROLL) as the graph form (the
-    docstring): GRAPH_UNROLL products per iteration of a loop XLA records as one CUDA graph."""
+    docstring): GRAPH_UNROLL products per iteration of a loop XLA records as one CUDA graph. `whole`: every product's
+    whole result is carried (as loop_and_calls')."""
     if reps % GRAPH_UNROLL:
         raise ValueError(f"the graph form runs whole iterations of {GRAPH_UNROLL} products, not {reps}")
 
     def unrolled(*pairs):  # GRAPH_UNROLL (x, y) pairs: the same two arrays, as distinct parameters
-        def step(i, acc):
+        def step(i, carry):
+            acc, kept = carry
+            outs = []
             for j in range(GRAPH_UNROLL):
-                acc = acc + product(pairs[2 * j], pairs[2 * j + 1])[0, 0].astype(jnp.float32)
-            return acc
+                out = product(pairs[2 * j], pairs[2 * j + 1])
+                acc = acc + out[0, 0].astype(jnp.float32)
+                outs.append(out)
+            return acc, (tuple(outs) if whole else kept)
 
-        return jax.lax.fori_loop(0, reps // GRAPH_UNROLL, step, jnp.float32(0))
+        kept = tuple(_zeros_like_result(product, *pairs[:2]) for _ in range(GRAPH_UNROLL)) if whole else ()
+        acc, kept = jax.lax.fori_loop(0, reps // GRAPH_UNROLL, step, (jnp.float32(0), kept))
+        return (acc, kept) if whole else acc
 
     graph = jax.jit(unrolled, compiler_options=GRAPH_OPTIONS)
     # The same buffers through distinct parameters: XLA cannot tell the products equal, so it keeps every one
@@ -254,10 +284,12 @@ def graph_loop(product, reps: int):
     return run
 
 
-def timing_forms(product, reps: int) -> dict:
-    """FORMS -> a function of (a, b) running `reps` products that way (the docstring)."""
-    loop, calls = loop_and_calls(product, reps)
-    return {"loop": loop, "graph": graph_loop(product, reps), "calls": calls}
+def timing_forms(product, reps: int, whole: bool | None = None) -> dict:
+    """FORMS -> a function of (a, b) running `reps` products that way (the docstring); `whole`: the loop and graph
+    forms carry each product's whole result (by default where `finishes_in_xla(product)`)."""
+    whole = finishes_in_xla(product) if whole is None else whole
+    loop, calls = loop_and_calls(product, reps, whole)
+    return {"loop": loop, "graph": graph_loop(product, reps, whole), "calls": calls}
 
 
 def whole_iterations(reps: int) -> int:

@@ -7,16 +7,21 @@ The three levers, and when each pays:
   under the power cap) but needs 192 accumulators per thread, so only fp16/bf16 on the Hopper
   plan take it, on a persistent grid whose epilogue borrows the ring's last stages; 128x256 is the
   portable default;
-- narrow tiles: a problem with fewer 128x256 tiles than half the SMs whose 64x128 tiles make about
-  one wave (128 x 8192 x 8192: 32 tiles of 128x256, 128 of 64x128 on 132 SMs) takes 64x128 tiles, one
-  consumer warpgroup and 8 stages, with no split and so no partials to sum, the two blocks of a tile
-  column next to each other (group_m 2: B's column read once from HBM for both, in rows of 256 bytes).
-  Measured (benchmarks/NOTES.md, 2026-12-03): the kernel level with XLA's in a trace at 128 x 8192 x 8192
-  (128x64 tiles, the pick before: 0.93-0.97x). Under half a wave of them the product must also be
-  memory-bound: a block's 64 x 128 x K product takes as long as it takes (NARROW_BLOCK_S_PER_K), so
-  fewer blocks keep up only where B's and A's bytes from HBM take as long (`narrow_keeps_up`: 64 x 8192 x 8192,
-  64 blocks, 1.01x XLA where split-K 4 gave 0.83x; 128 x 4096 x 8192, 64 blocks, 0.74x against split-K 4's
-  0.89x);
+- skinny products (M up to SKINNY_M, too few 128x256 tiles for half the SMs: a decoder's tokens times a weight) are
+  bound by the weight's bytes from HBM. There the pick is the fastest by an estimate (`skinny_seconds`) among
+  NARROW (64x128 tiles, one consumer warpgroup, 8 stages, the two blocks of a tile column next to each other:
+  group_m 2, B's column read once from HBM for both, in rows of 256 bytes), NARROW_WIDE (64x256, 5 stages) and
+  the default tiles, each unsplit or split along K: each wave of blocks takes the longer of a block's products
+  (BLOCK_S_PER_K, measured per tile shape) and its share of the operands' bytes at HBM_BYTES_PER_S, and a split
+  adds its float32 partials' bytes (written, then read by XLA's sum) and the sum's own kernel. Measured on the
+  H200 (benchmarks/NOTES.md, twenty-seventh session, loop / graph x XLA, with the sums timed whole): 128 x 14336 x
+  4096 NARROW_WIDE 1.01 / 0.95 where the old pick (split-K 2 of 128x256) gave 0.79 / 0.76; 128 x 4096 x 14336
+  NARROW split 2 0.95 / 0.94 (split-K 8 of 128x256: 0.86 / 0.79); 128 x 4096 x 4096 NARROW split 2 0.98 / 0.97
+  (0.63 / 0.62); 128 x 6144 x 4096 NARROW unsplit 1.14 / 1.17; 128 x 8192 x 8192 NARROW unsplit, level with XLA's
+  kernel in a trace (2026-12-03);
+- narrow tiles for larger M: a problem with fewer 128x256 tiles than half the SMs whose 64x128 tiles make about
+  one wave takes NARROW, and below half a wave (down to a third) where the product is memory-bound
+  (`narrow_keeps_up`: a block's 64 x 128 x K product takes as long as it takes, NARROW_BLOCK_S_PER_K);
 - split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
   float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
   than the tile's last split summing them inside the kernel);
@@ -39,7 +44,7 @@ Explicit arguments to `gemm()` always win over the table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -89,10 +94,18 @@ PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_
 # skinny: 64x128 tiles, one consumer warpgroup (m64n128), 8 stages of 24 KiB, a tile column's two blocks
 # adjacent (they share B's column)
 NARROW = GemmConfig(block_m=64, block_n=128, num_stages=8, threads=128, group_m=2)
+# skinny too, a tile column twice as wide: 64x256 tiles, one consumer warpgroup (m64n256), 5 stages of 40 KiB
+NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, group_m=2)
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
 # read rate skinny products reach (XLA's and ours, ~3.3-3.5 TB/s at 128 x 8192 x 8192): benchmarks/NOTES.md
 NARROW_BLOCK_S_PER_K = 36e-6 / 8192
 HBM_BYTES_PER_S = 3.5e12
+# A block's time per element of K by tile shape (benchmarks/NOTES.md): NARROW's above; NARROW_WIDE 46.2 us at K = 8192
+# (128 x 8192 x 8192, 64 blocks: one warpgroup of m64n256 short of the tensor rate); DEFAULT ~28 us at K = 2048
+# (2048^3, one wave)
+BLOCK_S_PER_K = {NARROW: NARROW_BLOCK_S_PER_K, NARROW_WIDE: 46.2e-6 / 8192, GemmConfig(): 28e-6 / 2048}
+SKINNY_M = 256  # up to this M, a product with few 128x256 tiles is picked by skinny_seconds
+SPLIT_SUM_S = 2e-6  # XLA's sum of a split's partials: its own kernel's start and end, besides the bytes it moves
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
 MAX_SPLIT_K = 8
 
@@ -130,6 +143,8 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if dt.itemsize != 2 or dt.kind not in "fV":  # bf16 is kind 'V' to numpy
         return DEFAULT
     tiles = tiles_of(m, n, DEFAULT)
+    if 2 * tiles <= sm_count and m <= SKINNY_M:
+        return skinny_pick(m, n, k, sm_count)
     narrow = tiles_of(m, n, NARROW)
     if 2 * tiles <= sm_count and narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
         return NARROW  # too few wide tiles, about one wave of narrow ones: no split, no partials
@@ -143,6 +158,39 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if tiles > sm_count:
         return DEFAULT_PERSISTENT  # more than one wave: the blocks stay and walk the tiles
     return DEFAULT
+
+
+def splits_of(k: int, cfg: GemmConfig) -> list[int]:
+    """The splits of K a product may take at `cfg`'s block_k: 1, and every split up to MAX_SPLIT_K that divides the
+    k-steps (examples/gemm.py's SplitK) and leaves each block at least MIN_K_STEPS_PER_SPLIT of them."""
+    k_steps = _ceildiv(k, cfg.block_k)
+    return [1] + [s for s in range(2, MAX_SPLIT_K + 1) if k_steps % s == 0 and k_steps >= s * MIN_K_STEPS_PER_SPLIT]
+
+
+def skinny_seconds(m: int, n: int, k: int, cfg: GemmConfig, split: int, sm_count: int) -> float:
+    """The estimated time of an m x n x k product at `cfg`'s tiles split `split` ways along K, where the operands'
+    bytes bound it (module doc): each wave of blocks takes the longer of one block's products and the wave's share
+    of the operands' bytes from HBM; a split adds its partials' bytes, written and read back, C's, and the sum's
+    kernel."""
+    blocks = tiles_of(m, n, cfg) * split
+    block_s = _ceildiv(_ceildiv(k, cfg.block_k), split) * cfg.block_k * BLOCK_S_PER_K[cfg]
+    operands_s = 2 * (m * k + k * n + m * n) / HBM_BYTES_PER_S
+    seconds, left = 0.0, blocks
+    while left > 0:
+        wave = min(left, sm_count)
+        seconds += max(block_s, operands_s * wave / blocks)
+        left -= wave
+    if split > 1:
+        seconds += (2 * 4 * split + 2) * m * n / HBM_BYTES_PER_S + SPLIT_SUM_S
+    return seconds
+
+
+def skinny_pick(m: int, n: int, k: int, sm_count: int) -> GemmConfig:
+    """The fastest by skinny_seconds of NARROW, NARROW_WIDE and the default tiles, each unsplit or split along K (the
+    first of them, fewest splits first, where two estimates are equal)."""
+    options = [(cfg, s) for cfg in BLOCK_S_PER_K for s in splits_of(k, cfg)]
+    cfg, split = min(options, key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
+    return cfg if split == 1 else replace(cfg, split_k=split)
 
 
 def narrow_keeps_up(m: int, n: int, sm_count: int) -> bool:

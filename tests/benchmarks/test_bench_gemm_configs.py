@@ -247,3 +247,39 @@ def test_cublas_loop_is_a_graph_or_says_it_is_not(refuse, capsys):
     else:
         assert graph is not None and len(runs) == 2  # the warm-up, then the body under capture
         assert log.index("enter side") < log.index("enter capture") and log[-1] == "sync"
+
+
+def test_split_k_sums_are_timed_whole_in_the_loop_and_graph_forms():
+    """A split-K product whose partials XLA sums (examples/gemm.py's SplitK, reduce="xla") is timed with its whole
+    sum: taking one element of it let XLA compute one element of the sum (the fusion's result a scalar), so the
+    loop and graph forms carry every product's whole result for it, and the compiled loop holds a fusion that
+    writes all of C. A product XLA does not finish keeps the one-element form."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    bench = load_bench("bench_gemm")
+    m, n, k = 128, 256, 512
+    split = bench.gemm(m, n, k, jnp.bfloat16, block_m=64, block_n=128, num_stages=2, threads=128, split_k=2)
+    assert bench.finishes_in_xla(split)
+    assert not bench.finishes_in_xla(bench.gemm(m, n, k, jnp.bfloat16, block_m=64, block_n=128, num_stages=2,
+                                                threads=128))
+    assert not bench.finishes_in_xla(lambda x, y: x @ y)
+    ka, kb = jax.random.split(jax.random.key(5))
+    a, b = jax.random.normal(ka, (m, k), jnp.bfloat16), jax.random.normal(kb, (k, n), jnp.bfloat16)
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    reps = bench.GRAPH_UNROLL
+    forms = bench.timing_forms(split, reps)
+    acc, last = forms["loop"](a, b)
+    np.testing.assert_allclose(np.asarray(last, np.float64), want, atol=0.03 * np.abs(want).max())
+    assert abs(float(acc) - reps * float(last[0, 0])) <= 1e-3 * abs(float(acc)) + 1e-3
+    acc_g, kept = forms["graph"](a, b)
+    assert abs(float(acc_g) - float(acc)) <= 1e-3 * abs(float(acc)) + 1e-3
+    assert len(kept) == bench.GRAPH_UNROLL and all(np.array_equal(np.asarray(x), np.asarray(last)) for x in kept)
+    whole_sums = [line for line in jax.jit(forms["loop"]).lower(a, b).compile().as_text().splitlines()
+                  if " fusion(" in line and f"= bf16[{m},{n}]" in line and "tilescale_call" in line]
+    assert whole_sums, "no fusion writes the whole split-K sum: the loop would time the partials alone"
+    one = bench.timing_forms(split, reps, whole=False)["loop"]
+    assert not [line for line in jax.jit(one).lower(a, b).compile().as_text().splitlines()
+                if " fusion(" in line and f"= bf16[{m},{n}]" in line and "tilescale_call" in line], (
+        "the one-element form now writes the whole sum: finishes_in_xla's reason is gone, revisit it")

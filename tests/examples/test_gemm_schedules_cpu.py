@@ -3,13 +3,22 @@ float32 on random data at ragged shapes, and the tile table's (codegen/gemm_tabl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.codegen.gemm_table import DEFAULT, DEFAULT_PERSISTENT, NARROW, GemmConfig, pick_config
+from jax_tilescale.codegen.gemm_table import (
+    DEFAULT,
+    DEFAULT_PERSISTENT,
+    NARROW,
+    NARROW_WIDE,
+    pick_config,
+    skinny_seconds,
+)
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -99,11 +108,15 @@ def test_persistent_matches_dot_at_ragged_shapes(dtype, m, n, k, sms):
 
 def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 128 tiles of 64x128: one wave
-    assert pick_config(256, 4096, 8192, jnp.bfloat16, 132) == NARROW  # 128 of them (4 rows of 32)
-    assert pick_config(128, 4096, 8192, jnp.bfloat16, 132).split_k > 1  # 64 of them: too few, split K
+    assert pick_config(128, 4096, 8192, jnp.bfloat16, 132) == replace(NARROW, split_k=2)  # 64 of them: split K
     assert pick_config(64, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 64 too, but memory-bound: they keep up
     assert pick_config(64, 2048, 8192, jnp.bfloat16, 132).split_k > 1  # 16: under a third of the SMs
-    assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == GemmConfig(split_k=8)  # 32 narrow tiles: split
+    assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == replace(NARROW, split_k=4)  # 32 narrow tiles: split
+    # 224 tiles of 64x128 would take two waves; 112 of 64x256 one, unsplit (no partials to sum)
+    assert pick_config(128, 14336, 4096, jnp.bfloat16, 132) == NARROW_WIDE
+    assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW  # 96 of 64x128: no split, no partials
+    # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
+    assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     wide = pick_config(8192, 8192, 8192, jnp.bfloat16, 132)
     assert wide.block_m == 256 and wide.persistent  # the widest tiles when they fill waves, one block per SM
@@ -142,3 +155,18 @@ def test_every_table_pick_takes_the_hopper_plan_as_asked(m, n, k):
     mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
                                    jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
     assert mod.arch == "sm_90a" and mod.notes == (), (pick_config(m, n, k, jnp.bfloat16, 132).describe(), mod.notes)
+
+
+def test_skinny_estimate_weighs_waves_bytes_and_partials():
+    """skinny_seconds (codegen/gemm_table.py): a second wave costs a second block time; a product bound by its
+    operands' bytes takes their time however its blocks run; a split adds its partials' bytes and the sum's kernel."""
+    sms = 132
+    one_wave = skinny_seconds(128, 14336, 4096, NARROW_WIDE, 1, sms)  # 112 blocks
+    two_waves = skinny_seconds(128, 14336, 4096, NARROW, 1, sms)  # 224 blocks
+    assert two_waves > one_wave
+    operands = 2 * (128 * 4096 + 4096 * 14336 + 128 * 14336) / 3.5e12
+    assert one_wave == pytest.approx(operands)  # the bytes, not the products, bound it
+    unsplit = skinny_seconds(128, 4096, 4096, NARROW, 1, sms)  # 64 blocks of 64 k-steps
+    split = skinny_seconds(128, 4096, 4096, NARROW, 2, sms)  # 128 blocks of 32, plus the sum
+    assert split < unsplit
+    assert skinny_seconds(128, 4096, 4096, DEFAULT, 8, sms) > split  # eight partials of each element cost more

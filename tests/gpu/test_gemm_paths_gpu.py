@@ -29,6 +29,8 @@ CONFIGS = {
     "128x128/t128/b2": dict(block_m=128, block_n=128, block_k=64, num_stages=3, threads=128, blocks_per_sm=2),
     # the skinny shapes' pick (codegen/gemm_table.NARROW): 64x128 tiles, 8 stages, a tile column's blocks adjacent
     "64x128/8/g2/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=8, threads=128, group_m=2),
+    # the skinny pick with twice the tile columns (codegen/gemm_table.NARROW_WIDE): one warpgroup of m64n256
+    "64x256/5/g2/t128": dict(block_m=64, block_n=256, block_k=64, num_stages=5, threads=128, group_m=2),
     # the pick before it (2026-12-02 to 12-03): 128x64 tiles, 8 stages
     "128x64/8/t128": dict(block_m=128, block_n=64, block_k=64, num_stages=8, threads=128),
 }
@@ -135,6 +137,24 @@ def test_persistent_matches_dot(m, n, k, cfg):
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 2 * n + k)
     assert generate_cuda(kern.trace(a, b), "sm_90").arch == "sm_90a"
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m,n,k", [
+    (128, 14336, 4096),  # a decoder's MLP up-projection: NARROW_WIDE, unsplit
+    (128, 4096, 14336),  # its down-projection: NARROW split in two, the partials summed by XLA
+    (100, 3000, 4096),  # ragged M and N (the tiles' edges), NARROW_WIDE split in four
+    (16, 6144, 4096),  # a few tokens: NARROW split in two, 48 of 64 rows of every tile past M
+])
+def test_table_pick_for_skinny_products_matches_dot(m, n, k):
+    """gemm() with no tile arguments at skinny shapes (codegen/gemm_table.skinny_pick), against the float64 product
+    of random data, and bit-identical on a second run (a split's partials are summed in split order)."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), num_sms=132)
+    cfg = pick_config(m, n, k, jnp.bfloat16, 132)
+    assert cfg.block_m == 64 and isinstance(kern, gemm_example.SplitK) == (cfg.split_k > 1), cfg
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
+    first = jax.jit(kern)(a, b)
+    _close(first, a, b, "bfloat16")
+    assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(jax.jit(kern)(a, b).astype(jnp.float32)))
 
 
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (2500, 3100, 1500)])  # 512 and 260 tiles, the second ragged
