@@ -103,7 +103,7 @@ HBM_BYTES_PER_S = 3.5e12
 # A block's time per element of K by tile shape (benchmarks/NOTES.md): NARROW's above; NARROW_WIDE 46.2 us at K = 8192
 # (128 x 8192 x 8192, 64 blocks: one warpgroup of m64n256 short of the tensor rate); DEFAULT ~28 us at K = 2048
 # (2048^3, one wave)
-BLOCK_S_PER_K = {NARROW: NARROW_BLOCK_S_PER_K, NARROW_WIDE: 46.2e-6 / 8192, GemmConfig(): 28e-6 / 2048}
+BLOCK_S_PER_K = {NARROW: NARROW_BLOCK_S_PER_K, NARROW_WIDE: 46.2e-6 / 8192, DEFAULT: 28e-6 / 2048}
 SKINNY_M = 256  # up to this M, a product with few 128x256 tiles is picked by skinny_seconds
 SPLIT_SUM_S = 2e-6  # XLA's sum of a split's partials: its own kernel's start and end, besides the bytes it moves
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates
