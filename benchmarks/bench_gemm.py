@@ -8,7 +8,8 @@ Both are timed the same three ways, interleaved (`--rounds`, 5 by default, each 
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
 `--heat` seconds of the same runner (steady state under the GPU's power cap):
 - loop: one jitted `fori_loop` of `reps` products, each reduced to one element so that nothing
-  else is timed (the method of the issue and of shared/reference/gemm_ceiling.py); cuBLAS's the same
+  else is timed (the method of the issue and of shared/reference/gemm_ceiling.py), except where XLA finishes the
+  product after our kernel (a split-K sum: `finishes_in_xla`), whose whole result the loop carries; cuBLAS's the same
   iterations recorded as one CUDA graph (the GPU's time, not torch's dispatch from Python);
 - graph: the products back to back on the GPU, as cuBLAS's graph runs them (whose column it shares): the
   jitted `fori_loop` with GRAPH_UNROLL products per iteration (each on the same arrays passed as parameters of
