@@ -63,22 +63,23 @@ def print_power(rows) -> None:
 
 
 def print_traced(rows) -> None:
-    """`--trace`: the GPU's time per product in each loop (no host in it), ratio to XLA's at the same shape."""
+    """`--trace`: the GPU's time per product in each loop (no host in it), ratio to XLA's at the same shape in the
+    same form. `rows`: (shape, form, what, step)."""
     print("\nGPU time per product in the loop (jax.profiler trace, medians): the product kernel's duration, its "
           "start-to-start interval (gaps included) and the idle gap before it, the mean interval (a wall clock's view: "
-          "host stalls included) and the longest gap; xXLA: to the mean of XLA's two traces "
+          "host stalls included) and the longest gap; xXLA: to the mean of XLA's two traces in the same form "
           "(first and last); n: the product kernels the trace holds of the run's (CUPTI can miss a recorded graph's)")
     print(f"{'shape':>22} {'what':>34} {'kernel us':>10} {'interval us':>12} {'xXLA':>5} {'gap us':>7} "
           f"{'mean us':>8} {'max gap':>8} {'n':>5}  kernel")
-    xla: dict[str, list[float]] = {}
-    for shape, what, step in rows:
+    xla: dict[tuple[str, str], list[float]] = {}
+    for shape, form, what, step in rows:
         if what.startswith(XLA) and step is not None:
-            xla.setdefault(shape, []).append(step.interval_us)
-    for shape, what, step in rows:
+            xla.setdefault((shape, form), []).append(step.interval_us)
+    for shape, form, what, step in rows:
         if step is None:
             print(f"{shape:>22} {what:>34}  no GPU kernels traced")
             continue
-        ref = statistics.fmean(xla[shape]) if shape in xla else None
+        ref = statistics.fmean(xla[shape, form]) if (shape, form) in xla else None
         ratio = f"{ref / step.interval_us:5.2f}" if ref is not None else "    -"
         print(f"{shape:>22} {what:>34} {step.duration_us:10.2f} {step.interval_us:12.2f} {ratio} {step.gap_us:7.2f}"
               f" {step.mean_interval_us:8.2f} {step.max_gap_us:8.2f} {step.count:5d}  {step.kernel[:60]}")

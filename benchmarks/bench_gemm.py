@@ -480,7 +480,7 @@ def main() -> None:
                     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "bench_gemm_traces" / re.sub(r"\W+", "_",
                                                                                                      label)
                     events = last_run(traced(runners[name, how], (a, b), where, args.heat), reps)
-                    trace_rows.append((shape, label, product_step(events)))
+                    trace_rows.append((shape, how, label, product_step(events)))
         t = {key: median(v) for key, v in times.items()}
         t.update({("host", *key): median(v) for key, v in host.items()})
         spread = {name: round_ratios(times, (XLA, "loop"), (name, "loop")) for name, how in times

@@ -147,8 +147,28 @@ def test_the_traced_table_says_how_many_product_kernels_it_read(capsys):
     trace, report = load_bench("_gpu_trace"), load_bench("_gemm_report")
     rng = np.random.default_rng()
     counts = [int(c) for c in rng.integers(2, 500, 2)]
-    rows = [("128x8192x8192", name, trace.Step("k", 40.0, 41.0, 1.0, 41.5, 3.0, c))
-            for name, c in zip(("XLA jnp.dot", "ts pick graph"), counts)]
+    rows = [("128x8192x8192", "loop", name, trace.Step("k", 40.0, 41.0, 1.0, 41.5, 3.0, c))
+            for name, c in zip(("XLA jnp.dot", "ts pick"), counts)]
     report.print_traced(rows)
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2].split()[-2] == str(counts[0]) and lines[-1].split()[-2] == str(counts[1])
+
+
+def test_the_traced_table_compares_each_form_with_xlas_in_that_form(capsys):
+    """A graph row's ratio is to XLA's graph traces, a loop row's to XLA's loop traces (not to a mean of both)."""
+    trace, report = load_bench("_gpu_trace"), load_bench("_gemm_report")
+    rng = np.random.default_rng()
+    xla_loop, xla_graph, ours = (float(v) for v in rng.uniform(20.0, 60.0, 3))
+
+    def step(interval):
+        return trace.Step("k", interval - 1.0, interval, 1.0, interval, 3.0, 16)
+
+    rows = [("128x8192x8192", "loop", "XLA jnp.dot", step(xla_loop)),
+            ("128x8192x8192", "graph", "XLA jnp.dot graph", step(xla_graph)),
+            ("128x8192x8192", "loop", "ts pick", step(ours)),
+            ("128x8192x8192", "graph", "ts pick graph", step(ours))]
+    report.print_traced(rows)
+    lines = capsys.readouterr().out.splitlines()
+    ratios = {line[23:57].strip(): float(line[57:].split()[2]) for line in lines[-4:]}  # what -> xXLA
+    assert abs(ratios["ts pick"] - xla_loop / ours) <= 0.006
+    assert abs(ratios["ts pick graph"] - xla_graph / ours) <= 0.006
