@@ -47,12 +47,6 @@ def _trace_events(trace_dir: pathlib.Path) -> list[dict]:
     return json.load(gzip.open(path))["traceEvents"]
 
 
-def measured_run_start(trace_dir: pathlib.Path) -> float | None:
-    """The start (us, the trace's clock) of the newest trace's last LAST_RUN annotation, None without one."""
-    span = _measured_span(_trace_events(trace_dir))
-    return span[0] if span else None
-
-
 def measured_run_span(trace_dir: pathlib.Path) -> tuple[float, float] | None:
     """(start, end) in us, the trace's clock, of the newest trace's last LAST_RUN annotation: the host's view of
     the measured run, dispatch to the end of the wait; None without one."""

@@ -348,10 +348,10 @@ def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int =
     times: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, run in runners.items():
-            _run_for(run, a, b, heat_s / 2)
+            run_for(run, a, b, heat_s / 2)
             if sampler is not None:
                 sampler.start()
-            _run_for(run, a, b, heat_s / 2)
+            run_for(run, a, b, heat_s / 2)
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             elapsed = time.perf_counter() - t0
@@ -363,7 +363,7 @@ def interleaved_times(runners: dict[str, object], a, b, reps: int, rounds: int =
     return times
 
 
-def _run_for(run, a, b, seconds: float) -> None:
+def run_for(run, a, b, seconds: float) -> None:
     """`run(a, b)` again and again, each blocked on, until `seconds` have passed (none for 0)."""
     until = time.perf_counter() + seconds
     while time.perf_counter() < until:

@@ -27,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
 from bench_gemm import (  # noqa: E402
+    XLA,
     finishes_in_xla,
     gemm,
     interleaved_times,
@@ -38,8 +39,7 @@ from bench_gemm import (  # noqa: E402
     with_settings,
 )
 
-XLA = "XLA jnp.dot"
-FORMS = ("loop", "graph")
+FORMS = ("loop", "graph")  # bench_gemm.py's forms a chain is timed in (its calls form is host-bound here)
 
 
 def chain_of(first, second):

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
-from bench_gemm import GRAPH_UNROLL, XLA, gemm, parse_entry, timing_forms, with_settings  # noqa: E402
+from bench_gemm import GRAPH_UNROLL, XLA, gemm, parse_entry, run_for, timing_forms, with_settings  # noqa: E402
 
 
 def line(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -74,9 +74,7 @@ def main() -> None:
     walls: dict[tuple, list[float]] = {key: [] for key in runners}
     for _ in range(args.runs):
         for key, run in runners.items():
-            until = time.perf_counter() + args.heat
-            while time.perf_counter() < until:
-                jax.block_until_ready(run(a, b))
+            run_for(run, a, b, args.heat)
             t0 = time.perf_counter()
             jax.block_until_ready(run(a, b))
             walls[key].append(time.perf_counter() - t0)

@@ -143,11 +143,12 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if dt.itemsize != 2 or dt.kind not in "fV":  # bf16 is kind 'V' to numpy
         return DEFAULT
     tiles = tiles_of(m, n, DEFAULT)
-    if 2 * tiles <= sm_count and m <= SKINNY_M:
-        return skinny_pick(m, n, k, sm_count)
-    narrow = tiles_of(m, n, NARROW)
-    if 2 * tiles <= sm_count and narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
-        return NARROW  # too few wide tiles, about one wave of narrow ones: no split, no partials
+    if 2 * tiles <= sm_count:  # too few wide tiles
+        if m <= SKINNY_M:
+            return skinny_pick(m, n, k, sm_count)
+        narrow = tiles_of(m, n, NARROW)
+        if narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
+            return NARROW  # about one wave of narrow ones: no split, no partials
     split = split_for(m, n, k, DEFAULT, sm_count)
     if split > 1:
         return GemmConfig(split_k=split)

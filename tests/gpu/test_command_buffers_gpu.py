@@ -106,8 +106,6 @@ def _xla_records_while_loops() -> bool:
     return m is not None and "WHILE" in [v.strip().lstrip("+") for v in m.group(1).upper().split(",")]
 
 
-
-
 def _check_loop(kern, mesh, compiler_options: dict | None = None) -> None:
     """LOOP shifts in a jitted fori_loop: XLA's while loop runs the same call site with the same buffers
     every iteration (recorded once into a graph when XLA_FLAGS or `compiler_options` ask for WHILE), and
