@@ -59,7 +59,8 @@ row per shape is "our best config".
 
 A config's optional suffixes: `/sN` split-K over N blocks per tile (the partials summed by XLA
 afterwards), `/kernel` with it: summed by the tile's last split inside the kernel instead
-(examples/gemm.py's SplitK reduce="kernel"; `/xla` names the default), `/p` the persistent tile
+(examples/gemm.py's SplitK reduce="kernel"; `/xla` names the default; `/cluster`: a tile's splits are one
+thread-block cluster adding through shared memory, reduce="cluster"), `/p` the persistent tile
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
@@ -161,10 +162,10 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["threads"] = int(suffix[1:])
         elif suffix.startswith("b") and suffix[1:].isdigit():
             cfg["blocks_per_sm"] = int(suffix[1:])
-        elif suffix in ("xla", "kernel"):
+        elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, p, pp, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

@@ -29,8 +29,13 @@ import numpy as np
 import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.codegen.gemm_table import DEFAULT, HOPPER_SMS, PERSISTENT, GemmConfig, pick_config
+from jax_tilescale.codegen.layout import shared_budget
 
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to max |C|
+# SplitK's cluster form pads its partner tile's rows by 8 floats: a warp's pair stores of wgmma's accumulator
+# layout (8 rows x 4 column pairs) then meet each bank at most twice, the least for 8-byte accesses (rows of
+# 128 or 256 floats alone put all 8 rows on the same banks).
+PARTNER_PAD = 8
 
 
 # --- config + kernels -------------------------------------------------------------------------
@@ -151,11 +156,18 @@ class SplitK:
 
     `reduce="xla"` (gemm()'s default: measured faster, 0.063 vs 0.097 ms at 128 x 8192 x 8192 on the
     H200, benchmarks/NOTES.md): the kernel writes the slabs only and XLA sums them afterwards in the
-    same order (a second pass over 2 x split_k x 4 bytes per element of C)."""
+    same order (a second pass over 2 x split_k x 4 bytes per element of C).
+
+    `reduce="cluster"` (Hopper): a tile's splits are one thread-block cluster (`ts.kernel(cluster=)`)
+    and add in shared memory, no slab or counter in global memory: in each round the odd-numbered
+    half of the remaining splits stores its partial sum into the shared tile of its partner
+    `step` ranks below (`T.cluster_tile`), the cluster meets (`T.cluster_sync`), and the partner adds
+    it to its registers; split 0 stores C. A pairwise tree in a fixed order: deterministic. Splits: a
+    power of two up to 8 (a cluster's limit)."""
 
     def __init__(self, m: int, n: int, k: int, dtype, cfg: GemmConfig, reduce: str = "xla"):
-        if reduce not in ("kernel", "xla"):
-            raise ValueError(f"split_reduce must be 'kernel' or 'xla', not {reduce!r}")
+        if reduce not in ("kernel", "xla", "cluster"):
+            raise ValueError(f"split_reduce must be 'kernel', 'xla' or 'cluster', not {reduce!r}")
         self.m, self.n, self.dtype, self.cfg, self.reduce = m, n, jnp.dtype(dtype), cfg, reduce
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
@@ -165,13 +177,22 @@ class SplitK:
             raise ValueError(f"split_k={cfg.split_k} does not divide the {k_steps} k-steps of K={k} at "
                              f"block_k={bk}: use one of {divisors[:12]}")
         self.splits = splits = cfg.split_k
+        if reduce == "cluster" and (splits & (splits - 1) or splits > 8):
+            raise ValueError(f"split_reduce='cluster' adds the splits of a tile in one cluster of at most 8 blocks, "
+                             f"pairwise: split_k must be 2, 4 or 8, not {splits}")
         per = k_steps // splits
+        stages = cfg.num_stages
+        if reduce == "cluster":  # the pipeline's stages that fit beside the partner tile (2 KiB: alignment, barriers)
+            room = shared_budget("sm_90", cfg.blocks_per_sm) - bm * (bn + PARTNER_PAD) * 4 - 2048
+            stages = max(2, min(stages, room // ((bm * bk + bk * bn) * self.dtype.itemsize)))
         self.rows = rows = tiles_m * bm  # the "xla" form's slabs: every tile row of one split
         tiles = tiles_m * tiles_n
         group = group_of(tiles_m, cfg)
         if reduce == "kernel":
             slabs = jax.ShapeDtypeStruct((splits * tiles * bm, bn), jnp.float32)
             out_shape = (jax.ShapeDtypeStruct((m, n), dtype), slabs)
+        elif reduce == "cluster":
+            out_shape = jax.ShapeDtypeStruct((m, n), dtype)
         else:
             out_shape = jax.ShapeDtypeStruct((splits * rows, n), jnp.float32)
 
@@ -180,7 +201,7 @@ class SplitK:
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared((bk, bn), dtype)
             T.clear(C_f)
-            for ko in T.Pipelined(per, num_stages=cfg.num_stages):
+            for ko in T.Pipelined(per, num_stages=stages):
                 # the last k-step of the last split may pass K: its columns/rows past K read zeros
                 T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
                 T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
@@ -223,7 +244,28 @@ class SplitK:
                             C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
                 T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
-        self.kernel = gemm_split_k if reduce == "kernel" else gemm_split_k_partials
+        @ts.kernel(**launch, cluster=(1, 1, splits))
+        def gemm_split_k_cluster(A, B, C):
+            tm, tn, _, _ = tile()
+            rank = T.cluster_rank()  # the split: the cluster is the tile's splits along grid z
+            C_f = T.alloc_fragment((bm, bn), jnp.float32)
+            partner = T.alloc_shared((bm, bn + PARTNER_PAD), jnp.float32)  # a partner's partial sum, added here
+            partial(A, B, C_f, tm, tn, rank)
+            step = 1
+            while step < splits:  # traced: the rounds are top-level statements, as cluster_sync needs
+                if rank % (2 * step) == step:
+                    T.copy(C_f, T.cluster_tile(partner[:, :bn], rank - step))
+                T.cluster_sync()  # the stores into `partner` are done
+                if rank % (2 * step) == 0:
+                    for i, j in T.Parallel(bm, bn):
+                        C_f[i, j] = C_f[i, j] + partner[i, j]
+                step *= 2
+                if step < splits:
+                    T.cluster_sync()  # `partner` is read: the next round may store into it
+            if rank == 0:
+                T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
+
+        self.kernel = {"kernel": gemm_split_k, "cluster": gemm_split_k_cluster, "xla": gemm_split_k_partials}[reduce]
 
     def trace(self, a, b):
         """The kernel's IR (what the code generator and bench_gemm.py's resources read)."""
@@ -232,6 +274,8 @@ class SplitK:
     def __call__(self, a: jax.Array, b: jax.Array) -> jax.Array:
         if self.reduce == "kernel":
             return self.kernel(a, b)[0]
+        if self.reduce == "cluster":
+            return self.kernel(a, b)
         slabs = self.kernel(a, b).reshape(self.splits, self.rows, self.n)
         total = slabs[0]
         for s in range(1, self.splits):  # a fixed order: deterministic, unlike atomics

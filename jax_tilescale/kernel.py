@@ -50,6 +50,7 @@ class KernelSpec:
     replicated: tuple[int, ...] = ()
     blocks_per_sm: int = 1  # checked with the traced kernel (ir/verify.py)
     pingpong: bool = False  # the Hopper plan's consumer schedule of a persistent tile loop (KernelIR.pingpong)
+    cluster: tuple[int, ...] = ()  # blocks per cluster along each grid axis (KernelIR.cluster; () none)
     # input_output_aliases as sorted (input index, output index) pairs; the inputs' range, shapes and
     # dtypes are checked with the arguments (`check_aliases`), the rest here.
     aliases: tuple[tuple[int, int], ...] = ()
@@ -120,7 +121,7 @@ class KernelSpec:
              interpret: bool | InterpretOptions | None, name: str | None,
              wait_timeout_s: float | None = None, replicated: bool | Sequence[int] = False,
              blocks_per_sm: int = 1, input_output_aliases: Mapping[int, int] | None = None,
-             pingpong: bool = False) -> KernelSpec:
+             pingpong: bool = False, cluster: int | Sequence[int] | None = None) -> KernelSpec:
         """The spec of `@kernel(...)`'s arguments: one output or a tuple of them, an int or a tuple grid,
         one axis name or several. The grid and threads are checked with the traced kernel (ir/verify.py)."""
         loc = _fn_loc(fn)
@@ -152,7 +153,22 @@ class KernelSpec:
         if all(isinstance(x, int) for p in pairs for x in p):
             pairs = tuple(sorted(pairs))  # one spec (and one IR) however the dict was ordered
         return KernelSpec(norm, is_tuple, grid_t, threads, axes, interpret, kernel_name, wait, loc, which,
-                          blocks_per_sm, pingpong, pairs)
+                          blocks_per_sm, pingpong, _cluster_shape(cluster, grid_t, kernel_name, loc), pairs)
+
+
+def _cluster_shape(cluster: Any, grid: tuple[int, ...], name: str, loc: SourceLoc | None) -> tuple[int, ...]:
+    """`cluster=` as one int per grid axis: an int is the cluster along axis 0, a shorter sequence
+    is padded with 1s; no cluster (None, or every axis 1) is (). The grid is checked with the traced
+    kernel (ir/verify_cluster.py)."""
+    if cluster is None:
+        return ()
+    shape = (cluster,) if isinstance(cluster, int) and not isinstance(cluster, bool) else cluster
+    if not isinstance(shape, (tuple, list)) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in shape) or len(shape) > len(grid):
+        raise KernelTraceError(f"kernel {name}: cluster must be a positive int or one positive int per grid axis "
+                               f"(at most {len(grid)} for the grid {grid}), got {cluster!r}", loc)
+    shape = tuple(shape) + (1,) * (len(grid) - len(shape))
+    return () if all(c == 1 for c in shape) else shape
 
 
 def _fn_loc(fn: Callable[..., Any]) -> SourceLoc | None:
@@ -306,6 +322,7 @@ def _trace_cached(
         input_vma=input_vma,
         blocks_per_sm=spec.blocks_per_sm,
         pingpong=spec.pingpong,
+        cluster=spec.cluster,
     )
     return verify_kernel(dataclasses.replace(ir, aliases=spec.aliases) if spec.aliases else ir)
 
@@ -324,6 +341,7 @@ def kernel(
     blocks_per_sm: int = 1,
     input_output_aliases: Mapping[int, int] | None = None,
     pingpong: bool = False,
+    cluster: int | Sequence[int] | None = None,
 ) -> Any:
     """Decorator: `fn(*input_refs, *output_refs)` becomes a JAX-callable tile kernel.
 
@@ -368,11 +386,16 @@ def kernel(
       (jax_tilescale/codegen/gemm_sm90_pingpong.py says which loops qualify; one that does not is
       built the shared way and the generated source's header says why). A whole tile must fit one
       warpgroup's registers: block_m x block_n at most 128 x 192. The interpreter ignores it.
+    cluster: Hopper's thread-block clusters: blocks per cluster along each grid axis (an int: along
+      axis 0), at most 8 in all, dividing the grid. A cluster's blocks run at once, each on its own
+      SM, and may read and write each other's shared tiles (`T.cluster_tile`, ordered by
+      `T.cluster_sync()`; `T.cluster_rank()` is the block's rank in its cluster). The interpreter
+      runs them the same way and reports races between them. Needs sm_90 on the GPU.
     """
 
     def wrap(f: Callable[..., Any]) -> TileKernel:
         return TileKernel(f, KernelSpec.make(f, out_shape, grid, threads, mesh_axes, interpret, name,
                                              wait_timeout_s, replicated, blocks_per_sm, input_output_aliases,
-                                             pingpong))
+                                             pingpong, cluster))
 
     return wrap(fn) if fn is not None else wrap

@@ -22,9 +22,10 @@ from .regions import clipped_side, element_offset, merged_dims, row_major_stride
 from .tile_ops import float_literal, storage_type
 
 
-def typed_base(ctx: Ctx, buf: Buffer, loc) -> str:
+def typed_base(ctx: Ctx, buf: Buffer, loc, base: str | None = None) -> str:
+    """`buf`'s pointer as its element type; `base` (bytes) instead of its own pointer: a mapping of it."""
     t = storage_type(buf.dtype, loc)
-    return f"reinterpret_cast<{t}*>({ctx.pointers[buf]})"
+    return f"reinterpret_cast<{t}*>({ctx.pointers[buf] if base is None else base})"
 
 
 # ---- loops -------------------------------------------------------------------------------------
@@ -86,9 +87,12 @@ def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
     return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), *ctx.block_sync()]
 
 
-def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = ()) -> list[str]:
+def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),
+                   bases: dict[str, str] | None = None) -> list[str]:
     """`dst = src` element by element, converting the element type (round to nearest even).
-    `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`)."""
+    `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`). `bases`:
+    "src" or "dst" -> a mapping of that side's buffer to use instead of its pointer (a peer's)."""
+    bases = bases or {}
     st, dt = storage_type(src.buffer.dtype, loc), storage_type(dst.buffer.dtype, loc)
     dims = merged_dims(src, dst, clip_dims)
     count = math.prod(d.size for d in dims)
@@ -112,8 +116,8 @@ def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int
             move = f"if ({inside}) {move}"
     return [
         *setup,
-        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc)};",
-        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc)};",
+        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc, bases.get('src'))};",
+        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc, bases.get('dst'))};",
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {ctx.kernel.threads}u) {{",
         *indent(decompose("ts_i", dims, idx)),
         f"{INDENT}{move}",

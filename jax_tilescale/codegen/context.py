@@ -35,13 +35,14 @@ from .layout import Layout, PlanMemory
 class Frame:
     """The block's threads: the kernel's own (`user_threads`, which run its statements) and, in a
     warp-specialised frame, a producer warpgroup on top that feeds them (`gemm_sm90`), with the
-    register split between the two (setmaxnreg) and the cluster along grid x."""
+    register split between the two (setmaxnreg) and the block's cluster: blocks per cluster along
+    grid x, y, z (a multicast pair's (2, 1, 1), or the kernel's own, `ts.kernel(cluster=)`)."""
 
     user_threads: int
     producer_threads: int = 0
     producer_regs: int = 0
     consumer_regs: int = 0
-    cluster: int = 1
+    cluster: tuple[int, int, int] = (1, 1, 1)
     # A kernel that communicates (gemm_sm90_comm): its first `head` and last `tail` top-level
     # statements run on every thread of the block, before the split and after the join; after the
     # join every thread has `join_regs` registers.
@@ -56,6 +57,10 @@ class Frame:
     @property
     def warp_specialised(self) -> bool:
         return self.producer_threads > 0
+
+    @property
+    def cluster_blocks(self) -> int:
+        return math.prod(self.cluster)
 
     @property
     def total_threads(self) -> int:
@@ -75,6 +80,12 @@ class Frame:
         warp-specialised frame named barrier 1 over the kernel's own threads (`__syncthreads`
         would wait for the producer too)."""
         return f"ts_named_sync(1, {self.user_threads});" if self.warp_specialised else "__syncthreads();"
+
+
+def kernel_cluster(kernel: KernelIR) -> tuple[int, int, int]:
+    """The kernel's cluster shape along grid x, y, z ((1, 1, 1): none)."""
+    dims = (*kernel.cluster, 1, 1, 1)[:3]
+    return (int(dims[0]), int(dims[1]), int(dims[2]))
 
 
 class GemmPlan(PlanMemory, Protocol):
@@ -151,11 +162,14 @@ class Ctx:
 
     @property
     def frame(self) -> Frame:
+        own = kernel_cluster(self.kernel)
         if self.plan is None:
-            return Frame(self.kernel.threads, blocks_per_sm=self.kernel.blocks_per_sm)
+            return Frame(self.kernel.threads, blocks_per_sm=self.kernel.blocks_per_sm, cluster=own)
         frame = self.plan.frame
         if frame.blocks_per_sm != self.kernel.blocks_per_sm:  # a plan that leaves the registers to ptxas
             frame = replace(frame, blocks_per_sm=self.kernel.blocks_per_sm)
+        if math.prod(own) > 1:  # the kernel's clusters (a plan multicasts only without them)
+            frame = replace(frame, cluster=own)
         return frame
 
     def block_sync(self, note: str = "") -> list[str]:

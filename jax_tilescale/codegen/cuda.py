@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 from dataclasses import dataclass, replace
 
 from .. import abi
 from ..errors import KernelTraceError
+from ..ir.cluster import ClusterSync
 from ..ir.kernel_ir import KernelIR
-from ..ir.nodes import Buffer, BufferKind
+from ..ir.nodes import BarrierAll, Buffer, BufferKind
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
-from . import collectives, comm, compute, control, stage_in, tile_ops
+from . import cluster, collectives, comm, compute, control, stage_in, tile_ops
 from .body import RESTORE, emit_body, emit_stmt
 from .call_free import call_free
 from .call_free import header_lines as call_free_header
@@ -97,7 +99,7 @@ def device_header(name: str = "tilescale_device.cuh") -> str:
 
 
 # The modules whose rules fill body.EMIT (each registers its own when imported).
-RULE_MODULES = (compute, comm, collectives, control, tile_ops)
+RULE_MODULES = (cluster, compute, comm, collectives, control, tile_ops)
 
 
 # ---- assembly -----------------------------------------------------------------------------------
@@ -186,6 +188,19 @@ def _check_supported(kernel: KernelIR) -> None:
             raise KernelTraceError(f"kernel {kernel.name}: {buf} has a dtype the GPU backend cannot move", kernel.loc)
 
 
+def _check_cluster(kernel: KernelIR, arch: str) -> None:
+    """Thread-block clusters (ts.kernel(cluster=)) need sm_90, and a launch that is not cooperative."""
+    if math.prod(kernel.cluster) <= 1:
+        return
+    if (arch_number(arch) or 0) < 90:
+        raise KernelTraceError(f"kernel {kernel.name}: thread-block clusters (cluster={kernel.cluster}) need an sm_90 "
+                               f"GPU or later; this one is {arch}", kernel.loc)
+    if any(isinstance(s, BarrierAll) for s in kernel.body) and math.prod(kernel.grid) > 1:
+        raise KernelTraceError(f"kernel {kernel.name}: barrier_all/sync_all between the blocks of a kernel with "
+                               "clusters is not supported (the grid barrier needs a cooperative launch, which takes "
+                               "no cluster shape); meet the blocks of a cluster with T.cluster_sync()", kernel.loc)
+
+
 def _entry_name(kernel: KernelIR) -> str:
     return f"ts_{c_identifier(kernel.name)}"
 
@@ -199,6 +214,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     load/store reachable (one node), which a call-free kernel needs (codegen/call_free.py)."""
     verify_kernel(kernel)
     _check_supported(kernel)
+    _check_cluster(kernel, arch)
     plan, notes = select_plan(kernel, arch, gemm_lowering)
     free = call_free(kernel, p2p_peers)
     kernel_in = kernel_copied_in(kernel, free.on)
@@ -256,7 +272,7 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
         out += [*stage_in.declarations(kernel, kernel_in), ""]
     if kernel_out:
         out += [*stage_out_declarations(kernel_out, copying), ""]
-    cluster = f" __cluster_dims__({frame.cluster}, 1, 1)" if frame.cluster > 1 else ""
+    cluster = f" __cluster_dims__({', '.join(map(str, frame.cluster))})" if frame.cluster_blocks > 1 else ""
     left_zero = not uses_nvshmem and _scratch_left_zero(layout)
     start, end = _call_start(kernel, free.on, kernel_in), _call_end(kernel, layout, free.on, left_zero)
     if kernel_in:
@@ -391,11 +407,14 @@ def _frame_body(ctx: Ctx, wait: list[str]) -> list:
     block runs (gemm_sm90_comm). `wait`: a dependent launch's wait, put right after the plan's set-up (which
     touches shared memory only)."""
     plan, body = ctx.plan, ctx.kernel.body
+    frame = ctx.frame
+    # A cluster's blocks meet before any addresses a peer's tiles and before any ends (ir/cluster.py)
+    meet = ["ts_cluster_sync();  // the cluster's blocks: all started / all done with each other's tiles"]
+    ends = meet if frame.cluster_blocks > 1 else []
     if plan is None:
-        return emit_body(body, ctx)
-    frame = plan.frame
+        return [*ends, *emit_body(body, ctx), *ends]
     if not frame.warp_specialised:
-        return [*plan.setup(ctx), *wait, *plan.accumulators(), *emit_body(body, ctx)]
+        return [*plan.setup(ctx), *wait, *ends, *plan.accumulators(), *emit_body(body, ctx), *ends]
     user = frame.user_threads
     split_end = len(body) - frame.tail
     # the head and the tail: every thread of the block, as if the kernel had that many (no plan
@@ -406,15 +425,20 @@ def _frame_body(ctx: Ctx, wait: list[str]) -> list:
     tail = [line for n in range(split_end, len(body)) for line in emit_stmt(body[n], whole, str(n))]
     join = {side: ([f"{INDENT}ts_setmaxnreg_{side}<{frame.join_regs}>();  // the tail runs on every thread: "
                     "an even share of the registers"] if frame.tail else []) for side in ("inc", "dec")}
-    cluster = ["const uint32_t ts_crank = ts_cluster_rank();  // this block's rank in its cluster pair"]
+    cluster = ["const uint32_t ts_crank = ts_cluster_rank();  // this block's rank in its cluster", "(void)ts_crank;"]
+    # The producer meets the cluster as often as the consumers' statements do (top-level cluster_syncs only:
+    # ir/verify_cluster.py), so every barrier.cluster round counts every thread of the cluster.
+    syncs = sum(isinstance(body[n], ClusterSync) for n in range(frame.head, split_end))
     return [
-        *(cluster if frame.cluster > 1 else []),
+        *(cluster if frame.cluster_blocks > 1 else []),
         *plan.setup(ctx),
         *wait,
         *head,
         f"if (threadIdx.x >= {user}) {{  // producer warpgroup: TMA copies of the pipelined loops",
         f"{INDENT}ts_setmaxnreg_dec<{frame.producer_regs}>();",
         *indent(plan.producer(ctx)),
+        *([f"{INDENT}for (int ts_c = 0; ts_c < {syncs}; ++ts_c) ts_cluster_sync();  // the consumers' cluster_syncs"]
+          if syncs else []),
         *join["inc"],
         f"}} else {{  // consumer warpgroups: the kernel's own {user} threads",
         f"{INDENT}ts_setmaxnreg_inc<{frame.consumer_regs}>();",
@@ -424,7 +448,7 @@ def _frame_body(ctx: Ctx, wait: list[str]) -> list:
         *join["dec"],
         "}",
         # a peer may still multicast into this block's tiles or arrive on its barriers until both are done
-        *(["ts_cluster_sync();"] if frame.cluster > 1 else []),
+        *(["ts_cluster_sync();"] if frame.cluster_blocks > 1 else []),
         *(["__syncthreads();  // the producer and the consumers meet: the tail runs on every thread"]
           if frame.tail else []),
         *tail,

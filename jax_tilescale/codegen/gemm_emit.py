@@ -20,14 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.cluster import ClusterCopy
 from ..ir.expr import affine_form
 from ..ir.nodes import Buffer, Copy, Fill, Loop, Region, Stmt
 from ..ir.tile_ops import Parallel
+from .cluster import PEER_NAME, peer_base
 from .common import INDENT, indent
 from .compute import typed_base
 from .context import Ctx, Frame
 from .expr_printer import c_expr, c_identifier, var_name
-from .gemm_pattern import PlannedLoop, register_epilogue
+from .gemm_pattern import PlannedLoop, as_local_copy, register_epilogue
 from .regions import element_offset, row_major_strides
 from .tile_ops import ValuePrinter, enclosing_ranges, float_literal, storage_type
 
@@ -133,6 +135,8 @@ class TensorCorePlan(ABC):
                 lambda e: [f"{name}{e(0)} = {v};", f"{name}{e(1)} = {v};"])
         if isinstance(stmt, Parallel) and (st := register_epilogue(stmt, registers)) is not None:
             return self.epilogue_lines(stmt, st.dst.buffer, ctx)
+        if isinstance(stmt, ClusterCopy) and registers & {stmt.src.buffer, stmt.dst.buffer}:
+            return self.cluster_lines(stmt, ctx)
         if isinstance(stmt, Copy) and stmt.src.buffer in registers:
             return self.store_lines(stmt, ctx)
         if isinstance(stmt, Copy) and stmt.dst.buffer in registers:
@@ -148,6 +152,18 @@ class TensorCorePlan(ABC):
         """A window copied into the register fragment `s.dst`."""
         setup, load = fragment_load(s, ctx)
         return _synced(ctx, self.LOAD_SYNC, [*setup, *self.pair_walk(s.dst.buffer).for_each_pair(load)])
+
+    def cluster_lines(self, s: ClusterCopy, ctx: Ctx) -> list[str]:
+        """The register fragment copied into a peer block's shared tile, or out of one (codegen/cluster.py):
+        as a copy to or from this block's tile, through the peer's mapping of it."""
+        copy = as_local_copy(s)
+        if s.remote_dst:
+            setup, store = fragment_store(copy, ctx, base=PEER_NAME)
+            return _synced(ctx, self.STORE_SYNC, [*peer_base(s, ctx), *setup,
+                                                  *self.pair_walk(s.src.buffer).for_each_pair(store)])
+        setup, load = fragment_load(copy, ctx, base=PEER_NAME)
+        return _synced(ctx, self.LOAD_SYNC, [*peer_base(s, ctx), *setup,
+                                             *self.pair_walk(s.dst.buffer).for_each_pair(load)])
 
     def epilogue_lines(self, s: Parallel, frag: Buffer, ctx: Ctx) -> list[str]:
         """An element-wise update of the register fragment `frag` (gemm_pattern.register_epilogue):
@@ -226,11 +242,11 @@ def even(offset) -> bool:
     return form is not None and form[1] % 2 == 0 and all(c % 2 == 0 for c in form[0].values())
 
 
-def fragment_store(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
+def fragment_store(s: Copy, ctx: Ctx, base: str | None = None) -> tuple[list[str], PairLines]:
     """A register fragment copied into its (global or shared) window, for a plan's pair loops: the
     set-up lines (the room left in a clipped window, the window's pointer `ts_dst`) and `pair(e)`.
     Pairs of 16- or 32-bit elements in contiguous rows go in one aligned store; elements past the
-    end of a clipped window are skipped."""
+    end of a clipped window are skipped. `base`: a mapping of the window's buffer (a peer block's)."""
     buf, dst = s.src.buffer, s.dst
     t = storage_type(dst.buffer.dtype, s.loc)
     r_stride, c_stride = row_major_strides(dst.buffer.shape)[-2:]
@@ -249,11 +265,11 @@ def fragment_store(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
         def store(e: Callable[[int], str]) -> list[str]:
             return [_guarded(f"ts_dst[(int64_t)ts_row * {r_stride} + (int64_t)(ts_col + {j}) * {c_stride}] = "
                              f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
-    pointer = f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};"
+    pointer = f"{t}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc, base)} + {c_expr(element_offset(dst))};"
     return [*setup, pointer], store
 
 
-def fragment_load(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
+def fragment_load(s: Copy, ctx: Ctx, base: str | None = None) -> tuple[list[str], PairLines]:
     """A window copied into a register fragment, for a plan's pair loops: the set-up lines (as in
     `fragment_store`, the pointer `ts_src`) and `pair(e)`; elements past the end of a clipped
     window read as zero."""
@@ -271,7 +287,7 @@ def fragment_load(s: Copy, ctx: Ctx) -> tuple[list[str], PairLines]:
             lines.append(f"{name}{e(j)} = {f'({cond}) ? {value} : 0.0f' if cond else value};")
         return lines
 
-    pointer = f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};"
+    pointer = f"const {t}* const ts_src = {typed_base(ctx, src.buffer, s.loc, base)} + {c_expr(element_offset(src))};"
     return [*setup, pointer], load
 
 

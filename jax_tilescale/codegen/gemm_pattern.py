@@ -15,6 +15,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
+from ..ir.cluster import ClusterCopy
 from ..ir.expr import Const
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, Loop, Region, Stmt
 from ..ir.tile_ops import Parallel, Store
@@ -134,7 +135,10 @@ def fragment_use_ok(s: Stmt, registers: set[Buffer]) -> bool:
     """Whether `s`, which names a fragment the plan keeps in `registers`, uses it the way the
     plans lower (gemm_emit.TensorCorePlan.lines): a fill of the whole fragment, a copy of the
     whole fragment to or from a window of its shape (in the window's last two dimensions) that is
-    not a register fragment too, or an element-wise update of it (`register_epilogue`)."""
+    not a register fragment too (a peer block's shared tile too: `T.cluster_tile`), or an element-wise
+    update of it (`register_epilogue`)."""
+    if isinstance(s, ClusterCopy):
+        s = as_local_copy(s)
     if isinstance(s, Fill):
         return whole(s.dst)
     if isinstance(s, Parallel):
@@ -143,6 +147,12 @@ def fragment_use_ok(s: Stmt, registers: set[Buffer]) -> bool:
         return False
     frag, window = (s.src, s.dst) if s.src.buffer in registers else (s.dst, s.src)
     return whole(frag) and len(window.sizes) >= 2 and window.sizes[-2:] == frag.sizes
+
+
+def as_local_copy(s: ClusterCopy) -> Copy:
+    """A cluster copy as the plain copy of the same regions: the plans lower it so, with the peer's
+    tile addressed through its mapping (gemm_emit.TensorCorePlan.lines)."""
+    return Copy(s.src, s.dst, loc=s.loc)
 
 
 def register_epilogue(s: Parallel, registers: set[Buffer] | frozenset[Buffer]) -> Store | None:

@@ -146,10 +146,10 @@ class Sm90Plan(TensorCorePlan):
         """A producer warpgroup on top of the kernel's threads; `setmaxnreg` moves registers from it
         to the consumers."""
         if self.regions is None:
-            return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
+            return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, (self.cluster, 1, 1),
                          blocks_per_sm=self.blocks_per_sm, consumers_apart=self.pingpong is not None)
         join = join_registers(self.consumer_regs, self.user_threads + WARPGROUP) if self.regions.tail else 0
-        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, self.cluster,
+        return Frame(self.user_threads, WARPGROUP, PRODUCER_REGS, self.consumer_regs, (self.cluster, 1, 1),
                      self.regions.head, self.regions.tail, join, self.blocks_per_sm)
 
     def register_buffers(self) -> frozenset[Buffer]:
@@ -215,8 +215,9 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
-        # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first
-        meet = "ts_cluster_sync();" if self.cluster > 1 else "__syncthreads();"
+        # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
+        # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)
+        meet = "ts_cluster_sync();" if ctx.frame.cluster_blocks > 1 else "__syncthreads();"
         lines += [f"{INDENT}ts_mbar_init_fence();", "}", meet]
         return lines
 
@@ -576,7 +577,8 @@ def _pair_shares(copy: Copy, gl: GemmLoop, grid: tuple[int, ...]) -> bool:
 
 def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
-    if not MULTICAST or gl.by_threads:  # a multicast stage's barriers count TMA bytes only
+    # a multicast stage's barriers count TMA bytes only; the kernel's own clusters are not pairs along x
+    if not MULTICAST or gl.by_threads or kernel.cluster:
         return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
         if _pair_shares(op.copy, gl, kernel.grid):

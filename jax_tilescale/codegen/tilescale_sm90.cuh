@@ -164,17 +164,8 @@ __device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }
 
-// ---- clusters of two blocks sharing a tile through TMA multicast ----
-__device__ __forceinline__ uint32_t ts_cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of every block of the cluster (also orders the mbarrier initialisations before
-// any peer's use of them).
-__device__ __forceinline__ void ts_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
+// ---- clusters of two blocks sharing a tile through TMA multicast (ts_cluster_rank, ts_cluster_sync:
+// tilescale_compute.cuh) ----
 // Box (x, y) into the same shared-memory offset of every block in `mask`, each block's barrier at
 // `bar`'s offset receiving the bytes that land in it.
 __device__ __forceinline__ void ts_tma_load_2d_multicast(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x,

@@ -16,14 +16,14 @@ import numpy as np
 
 from ..ir.control import THREAD_VAR
 from ..ir.nodes import BarrierAll, Copy, Fence, Fill, Gemm, Loop, Put, Quiet, Region, SignalWait, Stmt
-from . import collective_rules, comm, control, tile_ops
+from . import cluster_rules, collective_rules, comm, control, tile_ops
 from .block import INTERPRET, BlockContext, Body, RunKind, run_body
 from .memory import SIGNAL_MODULUS, ResolvedRegion
 from .transfers import SignalDelivery
 from .waits import SignalWaitOn, Wait
 
 # The modules whose rules fill block.INTERPRET besides this one's (each registers its own).
-RULE_MODULES = (comm, collective_rules, control, tile_ops)
+RULE_MODULES = (cluster_rules, comm, collective_rules, control, tile_ops)
 
 
 @INTERPRET.register(Copy)
@@ -136,3 +136,6 @@ def block_program(ctx: BlockContext, body: tuple[Stmt, ...]) -> Generator[Wait |
     yielded wait is ready.
     """
     yield from run_body(ctx, body)
+    end = cluster_rules.end_of_block(ctx)  # a cluster's blocks end together (interpret/cluster_rules.py)
+    if end is not None:
+        yield end

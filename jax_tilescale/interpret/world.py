@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import DeadlockError, InterpreterTimeoutError, KernelRuntimeError, RaceError
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import BLOCK_LOCAL, BarrierAll, BufferKind, Put, Stmt
+from .clusters import Clusters
 from .collectives import Call, CollectiveWait, TeamCollectives
 from .coverage import CoverageTracker
 from .memory import Access, AccessKind, Block, LaunchMemory, ResolvedRegion
@@ -68,6 +69,7 @@ class World:
             self.memory.observers.append(self.coverage.observe)
         self.transfers = TransferQueue(options.reorder_unfenced, self.race if options.detect_races else None)
         self.barrier = Barrier(self.num_pes * len(self.blocks), "barrier_all")
+        self.clusters = Clusters(kernel.cluster)  # T.cluster_sync rounds (cluster_rules.py)
         self.collectives = TeamCollectives(self.num_pes)  # barrier_all_block, broadcast, fcollect, ...
         # A write to a PE's memory may satisfy waits on it, also those of peers (remote waits).
         self.memory.observers.append(self._on_access)

@@ -34,6 +34,9 @@ class KernelIR:
     # output j is returned in input i's buffer, and inside the kernel both refs name that one memory, so
     # the output starts with the input's contents. Every later layer reads the pairing from here.
     aliases: tuple[tuple[int, int], ...] = ()
+    # Blocks per thread-block cluster along each grid axis (`ts.kernel(cluster=)`, ir/cluster.py);
+    # () for a kernel without clusters.
+    cluster: tuple[int, ...] = ()
 
     @property
     def params(self) -> tuple[Buffer, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .cluster import ClusterCopy, ClusterSync
 from .control import If, LocalStore, format_cond
 from .expr import Expr, format_expr
 from .kernel_ir import KernelIR
@@ -92,6 +93,18 @@ def _wait_until(s: WaitUntil) -> str:
 @PRINT.register(Quiet, Fence, BarrierAll, TeamBarrier)
 def _no_operands(s: Stmt) -> str:
     return f"{s.op_name}()"
+
+
+@PRINT.register(ClusterSync)
+def _cluster_sync(s: ClusterSync) -> str:
+    return f"{s.op_name}()"
+
+
+@PRINT.register(ClusterCopy)
+def _cluster_copy(s: ClusterCopy) -> str:
+    rank = format_expr(s.rank)
+    src, dst = (f"cluster_tile({r}, rank={rank})" if r is s.remote else str(r) for r in (s.src, s.dst))
+    return f"copy({src} -> {dst})"
 
 
 @PRINT.register(Broadcast)
@@ -204,6 +217,7 @@ def format_kernel(kernel: KernelIR, with_locs: bool = False) -> str:
         f"kernel {kernel.name}(grid={kernel.grid}, threads={kernel.threads}, "
         f"mesh_axes={axes_text}, num_pes={kernel.num_pes}"
         + (f", blocks_per_sm={kernel.blocks_per_sm}" if kernel.blocks_per_sm != 1 else "")
+        + (f", cluster={kernel.cluster}" if kernel.cluster else "")
         + (", pingpong=True)" if kernel.pingpong else ")")
     )
     lines = [header]

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 
 from ..errors import KernelTraceError
-from . import verify_comm, verify_compute, verify_control, verify_tile_ops
+from . import verify_cluster, verify_comm, verify_compute, verify_control, verify_tile_ops
 from .kernel_ir import KernelIR
 from .verify_base import var_ranges, verify_body
 
 # The modules whose rules fill verify_base.VERIFY (each registers its own when imported).
-RULE_MODULES = (verify_comm, verify_compute, verify_control, verify_tile_ops)
+RULE_MODULES = (verify_cluster, verify_comm, verify_compute, verify_control, verify_tile_ops)
 
 MAX_GRID_DIMS = 3
 MAX_THREADS = 1024
@@ -47,5 +47,6 @@ def verify_kernel(kernel: KernelIR) -> KernelIR:
         raise KernelTraceError(
             f"mesh axis sizes {sizes} do not make the PE space {kernel.mesh_axes} of {kernel.num_pes} PEs", loc
         )
+    verify_cluster.check_cluster(kernel)
     verify_body(kernel.body, kernel, var_ranges(kernel))
     return kernel

@@ -25,6 +25,8 @@ count may be given and must agree).
   broadcast[_warp|_block], fcollect[_warp|_block];
 - distributed views (`views`): view(ref, layout) with FullRow, FullCol, Replica or a PartitionSpec;
   `copy` and `atomic_add` take view regions (global coordinates);
+- thread-block clusters (`cluster`, with `ts.kernel(cluster=)`): cluster_rank, cluster_tile (a peer
+  block's shared tile as a side of `copy`), cluster_sync;
 - enums: SignalOp (SET, ADD), Cmp (EQ, NE, GT, GE, LT, LE), Scope (THREAD, WARP, BLOCK).
 """
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from ..ir.nodes import Cmp, Scope, SignalOp
 from .alloc import MemLevel, alloc
+from .cluster import cluster_rank, cluster_sync, cluster_tile
 from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
 from .control import (
     Else,
@@ -175,6 +178,9 @@ __all__ = [
     "cast",
     "ceildiv",
     "clear",
+    "cluster_rank",
+    "cluster_sync",
+    "cluster_tile",
     "copy",
     "cumsum",
     "ds",

@@ -11,6 +11,7 @@ from ..ir.buffers import MemLevel
 from ..ir.nodes import BLOCK_LOCAL, CLIP_KINDS, SIGNAL_DTYPE, Buffer, BufferKind, Copy
 from ..ir.verify_base import overhanging_dims
 from ._common import RefLike, region
+from .cluster import ClusterTile, cluster_copy
 from .naming import assigned_name
 from .refs import Ref, as_region
 from .source import user_source_loc
@@ -74,6 +75,8 @@ def copy(src: RefLike, dst: RefLike) -> None:
     """
     if is_view(src) or is_view(dst):  # a distributed view on one side (views.py)
         return copy_view(src, dst)
+    if isinstance(src, ClusterTile) or isinstance(dst, ClusterTile):  # a peer block's tile (cluster.py)
+        return cluster_copy(src, dst)
     state = current_trace("copy")
     loc = user_source_loc()
     src_r, dst_r = (as_region(r, f"copy: {role}", loc, clip=True) for r, role in ((src, "src"), (dst, "dst")))

@@ -32,6 +32,7 @@ class TraceState:
     num_pes: int
     mesh_axes: tuple[str, ...] = ()
     mesh_axis_sizes: tuple[int, ...] = ()
+    cluster: tuple[int, ...] = ()  # blocks per cluster along each grid axis (() none): KernelIR.cluster
     # Input buffer name -> the kernel mesh axes shard_map types it as varying over (check_vma on):
     # what the kernel knows of its in_specs (T.view checks layouts against it). Empty: unknown.
     input_vma: dict[str, frozenset[str]] = field(default_factory=dict)

@@ -31,16 +31,19 @@ def trace_kernel(
     input_vma: Sequence[frozenset[str] | None] | None = None,
     blocks_per_sm: int = 1,
     pingpong: bool = False,
+    cluster: tuple[int, ...] = (),
 ) -> KernelIR:
     """Calls `fn(*input_refs, *output_refs)` under a fresh trace and returns its IR.
 
     `mesh_axis_sizes` gives the size of each of `mesh_axes` (for `T.axis_index` and `T.pe_of`);
     it may be left out when there is at most one axis (its size is then `num_pes`). `input_vma`:
     per input, the mesh axes shard_map types it as varying over (None: not known). `blocks_per_sm`:
-    `ts.kernel`'s, recorded in the IR for the code generator, as `pingpong`.
+    `ts.kernel`'s, recorded in the IR for the code generator, as `pingpong`; `cluster` as normalised by
+    `ts.kernel` (one int per grid axis, or () for none).
     """
     sizes = _axis_sizes(mesh_axes, num_pes, mesh_axis_sizes)
-    state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes)
+    state = TraceState(grid=grid, threads=threads, num_pes=num_pes, mesh_axes=tuple(mesh_axes), mesh_axis_sizes=sizes,
+                       cluster=tuple(cluster))
     names = _parameter_names(fn, len(inputs) + len(outputs))
     in_bufs = tuple(
         Buffer(state.fresh_name(names[i], f"in{i}"), tuple(shape), np.dtype(dtype), BufferKind.INPUT)
@@ -84,6 +87,7 @@ def trace_kernel(
         loc=loc,
         blocks_per_sm=blocks_per_sm,
         pingpong=pingpong,
+        cluster=tuple(cluster),
     )
 
 

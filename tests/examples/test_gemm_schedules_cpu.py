@@ -92,6 +92,34 @@ def test_split_k_summed_by_xla_sums_in_split_order():
     assert np.array_equal(np.asarray(first), want)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,split", [(130, 70, 96, 2), (150, 40, 64, 4), (70, 96, 256, 8)])
+def test_split_k_in_a_cluster_matches_dot_at_ragged_shapes(dtype, m, n, k, split):
+    """A tile's splits as one cluster adding through shared memory (reduce="cluster"), ragged M and N."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), split_k=split, split_reduce="cluster", **SMALL_TILES)
+    assert kern.kernel.spec.cluster == (1, 1, split)
+    got, want = _product(m, n, k, dtype, m + 2 * n + k, split_k=split, split_reduce="cluster", **SMALL_TILES)
+    _assert_close(got, want, dtype)
+
+
+def test_split_k_in_a_cluster_adds_pairwise_in_a_fixed_order():
+    """Four splits: (p0 + p1) + (p2 + p3), each partial the float32 product of its quarter of K, bit for bit."""
+    m, n, k = 64, 32, 128
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=4, split_reduce="cluster", **SMALL_TILES)
+    rng = np.random.default_rng(11)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    got = np.asarray(jax.jit(kern)(a, b))
+    parts = [np.asarray(jax.jit(gemm_example.gemm(m, n, 32, jnp.dtype(jnp.float32), **SMALL_TILES))(
+        a[:, 32 * s:32 * (s + 1)], b[32 * s:32 * (s + 1)])) for s in range(4)]
+    assert np.array_equal(got, (parts[0] + parts[1]) + (parts[2] + parts[3]))
+
+
+def test_split_k_in_a_cluster_needs_a_power_of_two_up_to_eight():
+    with pytest.raises(ValueError, match="split_k must be 2, 4 or 8, not 3"):
+        gemm_example.gemm(64, 64, 96, jnp.dtype(jnp.float32), split_k=3, split_reduce="cluster", **SMALL_TILES)
+
+
 def test_a_split_that_does_not_divide_the_k_steps_is_refused():
     with pytest.raises(ValueError, match=r"split_k=3 does not divide the 5 k-steps of K=72 .*use one of \[1, 5\]"):
         gemm_example.gemm(64, 64, 72, jnp.dtype(jnp.float32), split_k=3, **SMALL_TILES)
