@@ -10,7 +10,9 @@ checked against jnp.dot. The parts, cumulative (all but `whole` leave C wrong: t
 - `whole`:    the example's kernel (the add, every round).
 
 And `xla` (jnp.dot) and `table` (the table's pick at the shape) beside them; a part named with `/nodep`
-(`launch/nodep`) is built launched plainly, not as a programmatic dependent (codegen.cuda.DEPENDENT_LAUNCH).
+(`launch/nodep`) is built launched plainly, not as a programmatic dependent (codegen.cuda.DEPENDENT_LAUNCH), and
+one named with `/np` (`plain/np`, `launch/np`) has no partner tile in shared memory (the stages may then use its
+room: `--config`'s stage count applies).
 
     python tools/cluster_parts.py [--shape 128x4096x14336] [--config 64x128x64/8/g2/t128/s2] [--reps 200]
 """
@@ -39,7 +41,7 @@ from jax_tilescale.codegen import cuda as codegen_cuda  # noqa: E402
 PARTS = ("plain", "launch", "sync", "exchange", "whole")
 
 
-def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
+def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str, partner_tile: bool = True):
     """The cluster form up to `part` (module doc)."""
     dtype = jnp.dtype(jnp.bfloat16)
     bm, bn, bk, splits = cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k
@@ -54,7 +56,8 @@ def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
         A_s = T.alloc_shared((bm, bk), dtype)
         B_s = T.alloc_shared((bk, bn), dtype)
         C_f = T.alloc_fragment((bm, bn), jnp.float32)
-        partner = T.alloc_shared((bm, bn + PARTNER_PAD), jnp.float32)
+        if partner_tile:
+            partner = T.alloc_shared((bm, bn + PARTNER_PAD), jnp.float32)
         T.clear(C_f)
         for ko in T.Pipelined(per, num_stages=cfg.num_stages):
             T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
@@ -93,8 +96,8 @@ def main() -> None:
     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "cluster_parts"
     rows = []
     for name in args.parts.split(","):
-        part, _, flag = name.partition("/")
-        codegen_cuda.DEPENDENT_LAUNCH = flag != "nodep"
+        part, *flags = name.split("/")
+        codegen_cuda.DEPENDENT_LAUNCH = "nodep" not in flags
         if part == "xla":
             product = lambda x, y: x @ y
         elif part == "table":
@@ -102,7 +105,7 @@ def main() -> None:
         elif part == "whole":
             product = whole
         else:
-            product = cluster_part(m, n, k, cfg, part)
+            product = cluster_part(m, n, k, cfg, part, partner_tile="np" not in flags)
         loop, _ = loop_and_calls(product, args.reps)
         step = product_step(last_run(traced(loop, (a, b), where / part, args.heat), args.reps))
         rows.append((name, step))
