@@ -158,9 +158,8 @@ class SplitK:
     H200, benchmarks/NOTES.md): the kernel writes the slabs only and XLA sums them afterwards in the
     same order (a second pass over 2 x split_k x 4 bytes per element of C).
 
-    `reduce="cluster"` (Hopper): a tile's splits are one thread-block cluster (`ts.kernel(cluster=)`;
-    with the neighbouring tile that reads the same tiles of B, where the grouped order has one) and add
-    in shared memory, no slab or counter in global memory: in each round the odd-numbered
+    `reduce="cluster"` (Hopper): a tile's splits are one thread-block cluster (`ts.kernel(cluster=)`)
+    and add in shared memory, no slab or counter in global memory: in each round the odd-numbered
     half of the remaining splits stores its partial sum into the shared tile of its partner
     `step` ranks below (`T.cluster_tile`), the cluster meets (`T.cluster_sync`), and the partner adds
     it to its registers; split 0 stores C. A pairwise tree in a fixed order: deterministic. Splits: a
@@ -245,29 +244,25 @@ class SplitK:
                             C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
                 T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
-        # The cluster holds the tile's splits along z and, where the grouped order puts two tiles that read the
-        # same tile of B side by side along x (group 2), both: their loads of B then meet in L2 at the same time.
-        pair = 2 if group == 2 and tiles_n % 2 == 0 and 2 * splits <= 8 else 1
-
-        @ts.kernel(**launch, cluster=(pair, 1, splits))
+        @ts.kernel(**launch, cluster=(1, 1, splits))
         def gemm_split_k_cluster(A, B, C):
-            tm, tn, split, _ = tile()
-            rank = T.cluster_rank()  # x % pair + pair * split
+            tm, tn, _, _ = tile()
+            rank = T.cluster_rank()  # the split: the cluster is the tile's splits along grid z
             C_f = T.alloc_fragment((bm, bn), jnp.float32)
             partner = T.alloc_shared((bm, bn + PARTNER_PAD), jnp.float32)  # a partner's partial sum, added here
-            partial(A, B, C_f, tm, tn, split)
+            partial(A, B, C_f, tm, tn, rank)
             step = 1
             while step < splits:  # traced: the rounds are top-level statements, as cluster_sync needs
-                if split % (2 * step) == step:
-                    T.copy(C_f, T.cluster_tile(partner[:, :bn], rank - step * pair))
+                if rank % (2 * step) == step:
+                    T.copy(C_f, T.cluster_tile(partner[:, :bn], rank - step))
                 T.cluster_sync()  # the stores into `partner` are done
-                if split % (2 * step) == 0:
+                if rank % (2 * step) == 0:
                     for i, j in T.Parallel(bm, bn):
                         C_f[i, j] = C_f[i, j] + partner[i, j]
                 step *= 2
                 if step < splits:
                     T.cluster_sync()  # `partner` is read: the next round may store into it
-            if split == 0:
+            if rank == 0:
                 T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
         self.kernel = {"kernel": gemm_split_k, "cluster": gemm_split_k_cluster, "xla": gemm_split_k_partials}[reduce]

@@ -102,17 +102,6 @@ def test_split_k_in_a_cluster_matches_dot_at_ragged_shapes(dtype, m, n, k, split
     _assert_close(got, want, dtype)
 
 
-@pytest.mark.parametrize("split", [2, 4])
-def test_split_k_in_a_cluster_with_the_tile_pair_that_shares_b(split):
-    """group_m=2: the cluster also holds the two tiles side by side that read the same tiles of B (x pairs)."""
-    m, n, k = 128, 64, 128
-    cfg = dict(SMALL_TILES, group_m=2)
-    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=split, split_reduce="cluster", **cfg)
-    assert kern.kernel.spec.cluster == (2, 1, split)
-    got, want = _product(m, n, k, jnp.float32, 3 + split, split_k=split, split_reduce="cluster", **cfg)
-    _assert_close(got, want, jnp.float32)
-
-
 def test_split_k_in_a_cluster_adds_pairwise_in_a_fixed_order():
     """Four splits: (p0 + p1) + (p2 + p3), each partial the float32 product of its quarter of K, bit for bit."""
     m, n, k = 64, 32, 128
