@@ -19,7 +19,6 @@ room: `--config`'s stage count applies).
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import sys
@@ -30,9 +29,10 @@ import jax.numpy as jnp
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
-from _gpu_trace import last_run, product_step, traced  # noqa: E402
-from bench_gemm import loop_and_calls, parse_config  # noqa: E402
+sys.path.insert(0, str(ROOT / "tools"))
+from bench_gemm import parse_config  # noqa: E402
 from gemm import PARTNER_PAD, GemmConfig, gemm  # noqa: E402
+from splitk_parts import checked_inputs, parts_arguments, time_part  # noqa: E402
 
 import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
@@ -75,24 +75,11 @@ def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str, partner_til
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="128x4096x14336")
-    ap.add_argument("--config", default="64x128x64/7/g2/t128/s2", help="bench_gemm.py's form, with /sN")
-    ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--heat", type=float, default=1.0)
-    ap.add_argument("--parts", default=",".join(("xla", "table", *PARTS)))
-    args = ap.parse_args()
-    m, n, k = map(int, args.shape.split("x"))
+    args = parts_arguments(__doc__, "128x4096x14336", "64x128x64/7/g2/t128/s2", ",".join(("xla", "table", *PARTS)))
     kwargs, _ = parse_config(args.config)
     cfg = GemmConfig(**kwargs)
-    ka, kb = jax.random.split(jax.random.key(0))
-    a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
-    b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
-    want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
-    whole = gemm(m, n, k, jnp.bfloat16, **kwargs, split_reduce="cluster")
-    err = float(jnp.max(jnp.abs(jax.jit(whole)(a, b).astype(jnp.float32) - want)))
-    print(f"{args.shape} {args.config}: the cluster form, max error {err:.3g} "
-          f"(max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
+    whole = gemm(*map(int, args.shape.split("x")), jnp.bfloat16, **kwargs, split_reduce="cluster")
+    m, n, k, a, b = checked_inputs(args.shape, args.config, whole, "the cluster form")
     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "cluster_parts"
     rows = []
     for name in args.parts.split(","):
@@ -106,10 +93,7 @@ def main() -> None:
             product = whole
         else:
             product = cluster_part(m, n, k, cfg, part, partner_tile="np" not in flags)
-        loop, _ = loop_and_calls(product, args.reps)
-        step = product_step(last_run(traced(loop, (a, b), where / part, args.heat), args.reps))
-        rows.append((name, step))
-        print(f"{name:>14}: {'-' if step is None else f'{step.duration_us:8.2f} us  {step.kernel}'}", flush=True)
+        rows.append((name, time_part(name, product, a, b, args.reps, args.heat, where / name.replace("/", "_"))))
     codegen_cuda.DEPENDENT_LAUNCH = True
     print("\npart            kernel us  interval us")
     for name, step in rows:

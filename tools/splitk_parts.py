@@ -102,28 +102,45 @@ def split_k_part(m: int, n: int, k: int, cfg: GemmConfig, part: str):
     return split_k_part_kernel
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="128x8192x8192")
-    ap.add_argument("--config", default="128x128x64/6/g8/t128/s2", help="bench_gemm.py's form, with /sN")
+def parts_arguments(doc: str, shape: str, config: str, parts: str):
+    """The command line both parts tools share (this one and cluster_parts.py)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default=shape)
+    ap.add_argument("--config", default=config, help="bench_gemm.py's form, with /sN")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--heat", type=float, default=1.0)
-    ap.add_argument("--parts", default=",".join(("xla", *PARTS, "splitk")),
-                    help="which to time, in order (xla, hbm, the parts, splitk: the example's kernel)")
-    args = ap.parse_args()
-    m, n, k = map(int, args.shape.split("x"))
-    kwargs, _ = parse_config(args.config)
-    cfg = GemmConfig(**kwargs)
-    if cfg.split_k < 2:
-        raise SystemExit(f"--config {args.config}: name two or more splits (/s2, /s4, ...)")
+    ap.add_argument("--parts", default=parts, help="which to time, in order")
+    return ap.parse_args()
+
+
+def checked_inputs(shape: str, config: str, whole, what: str):
+    """(m, n, k, a, b) of `shape` (random bf16), after `whole` (a product) is checked against jnp.dot."""
+    m, n, k = map(int, shape.split("x"))
     ka, kb = jax.random.split(jax.random.key(0))
     a = jax.random.normal(ka, (m, k), jnp.float32).astype(jnp.bfloat16)
     b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
     want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
-    whole = gemm(m, n, k, jnp.bfloat16, **kwargs, split_reduce="kernel")
     err = float(jnp.max(jnp.abs(jax.jit(whole)(a, b).astype(jnp.float32) - want)))
-    print(f"{args.shape} {args.config}: SplitK's kernel form, max error {err:.3g} "
-          f"(max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
+    print(f"{shape} {config}: {what}, max error {err:.3g} (max |C| {float(jnp.max(jnp.abs(want))):.3g})", flush=True)
+    return m, n, k, a, b
+
+
+def time_part(name: str, product, a, b, reps: int, heat: float, where: pathlib.Path):
+    """The GPU time of `product`'s kernel in a traced jitted loop of `reps` (benchmarks/_gpu_trace.py), printed."""
+    loop, _ = loop_and_calls(product, reps)
+    step = product_step(last_run(traced(loop, (a, b), where, heat), reps))
+    print(f"{name:>14}: {'-' if step is None else f'{step.duration_us:8.2f} us  {step.kernel}'}", flush=True)
+    return step
+
+
+def main() -> None:
+    args = parts_arguments(__doc__, "128x8192x8192", "128x128x64/6/g8/t128/s2", ",".join(("xla", *PARTS, "splitk")))
+    kwargs, _ = parse_config(args.config)
+    cfg = GemmConfig(**kwargs)
+    if cfg.split_k < 2:
+        raise SystemExit(f"--config {args.config}: name two or more splits (/s2, /s4, ...)")
+    whole = gemm(*map(int, args.shape.split("x")), jnp.bfloat16, **kwargs, split_reduce="kernel")
+    m, n, k, a, b = checked_inputs(args.shape, args.config, whole, "SplitK's kernel form")
     where = pathlib.Path(os.environ.get("OUT", "/tmp")) / "splitk_parts"
     rows = []
     for part in args.parts.split(","):
@@ -136,10 +153,7 @@ def main() -> None:
         else:
             kern = split_k_part(m, n, k, cfg, part)
             product = (lambda x, y, kern=kern: kern(x, y)[0]) if part == "whole" else kern
-        loop, _ = loop_and_calls(product, args.reps)
-        step = product_step(last_run(traced(loop, (a, b), where / part, args.heat), args.reps))
-        rows.append((part, step))
-        print(f"{part:>8}: {'-' if step is None else f'{step.duration_us:8.2f} us  {step.kernel}'}", flush=True)
+        rows.append((part, time_part(part, product, a, b, args.reps, args.heat, where / part)))
     base = dict(rows).get("slab")
     print("\npart      kernel us  over `slab`")
     for part, step in rows:

@@ -34,6 +34,12 @@ def _product(m, n, k, dtype, seed, **cfg):
     return got, want
 
 
+def _random_f32(m, n, k, seed):
+    """A [m, k] and B [k, n], float32, standard normal."""
+    rng = np.random.default_rng(seed)
+    return jnp.asarray(rng.standard_normal((m, k)), jnp.float32), jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+
+
 def _assert_close(got, want, dtype):
     tol = 2e-2 if dtype == jnp.bfloat16 else 1e-4
     assert got.shape == want.shape
@@ -61,9 +67,7 @@ def test_split_k_in_the_kernel_is_deterministic_and_sums_in_split_order(splits):
     m, n, k = 96, 64, 128
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=splits, split_reduce="kernel",
                              **SMALL_TILES)
-    rng = np.random.default_rng(5)
-    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-    b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    a, b = _random_f32(m, n, k, 5)
     first, second = jax.jit(kern)(a, b), jax.jit(kern)(a, b)
     assert np.array_equal(np.asarray(first), np.asarray(second))
     c, w = jax.jit(kern.kernel)(a, b)
@@ -83,9 +87,7 @@ def test_split_k_in_the_kernel_is_deterministic_and_sums_in_split_order(splits):
 def test_split_k_summed_by_xla_sums_in_split_order():
     m, n, k = 96, 64, 128
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=4, split_reduce="xla", **SMALL_TILES)
-    rng = np.random.default_rng(5)
-    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-    b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    a, b = _random_f32(m, n, k, 5)
     first = jax.jit(kern)(a, b)
     slabs = np.asarray(jax.jit(kern.kernel)(a, b)).reshape(4, kern.rows, n)[:, :m]
     want = ((slabs[0] + slabs[1]) + slabs[2]) + slabs[3]
@@ -106,9 +108,7 @@ def test_split_k_in_a_cluster_adds_pairwise_in_a_fixed_order():
     """Four splits: (p0 + p1) + (p2 + p3), each partial the float32 product of its quarter of K, bit for bit."""
     m, n, k = 64, 32, 128
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.float32), split_k=4, split_reduce="cluster", **SMALL_TILES)
-    rng = np.random.default_rng(11)
-    a = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
-    b = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    a, b = _random_f32(m, n, k, 11)
     got = np.asarray(jax.jit(kern)(a, b))
     parts = [np.asarray(jax.jit(gemm_example.gemm(m, n, 32, jnp.dtype(jnp.float32), **SMALL_TILES))(
         a[:, 32 * s:32 * (s + 1)], b[32 * s:32 * (s + 1)])) for s in range(4)]
