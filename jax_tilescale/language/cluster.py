@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import KernelTraceError
 from ..ir.cluster import ClusterCopy, ClusterSync, cluster_size
-from ..ir.expr import Const, Expr, IntLike, program_id_var
+from ..ir.expr import Expr, IntLike, program_id_var
 from ..ir.nodes import Region, SourceLoc
 from ._common import RefLike, expr, region
 from .source import user_source_loc
@@ -39,10 +39,16 @@ def cluster_rank() -> Expr:
     (z % cz)) for block (x, y, z) and cluster (cx, cy, cz) (the GPU's %cluster_ctarank)."""
     loc = user_source_loc()
     cl = _cluster_of(current_trace("cluster_rank"), "cluster_rank", loc)
-    rank: Expr = Const(0)
-    for axis in reversed(range(len(cl))):  # Horner's rule from the last axis: x varies fastest
-        coord = program_id_var(axis) % cl[axis] if cl[axis] > 1 else Const(0)
-        rank = rank * cl[axis] + coord if not (isinstance(rank, Const) and rank.value == 0) else coord
+    terms: list[Expr] = []
+    stride = 1  # x varies fastest
+    for axis, blocks in enumerate(cl):
+        if blocks > 1:
+            coord = program_id_var(axis) % blocks
+            terms.append(coord if stride == 1 else coord * stride)
+        stride *= blocks
+    rank = terms[0]  # a cluster of more than one block has at least one axis of more than one
+    for term in terms[1:]:
+        rank = rank + term
     return rank
 
 
