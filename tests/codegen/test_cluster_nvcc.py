@@ -16,7 +16,7 @@ import pytest
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.compiler import compile_cubin
 from jax_tilescale.compiler.nvcc import ptxas_report
-from tests.compute.cluster_kernels import M, N, pull, rotate
+from tests.compute.cluster_kernels import M, N, pull, rotate, swap_partials
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -51,3 +51,16 @@ def test_split_k_in_a_cluster_builds_on_the_hopper_plan(splits, require_nvcc, se
     report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)) or ""
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
     assert spills and max(spills) == 0, report
+
+
+def test_a_peer_tile_into_the_register_accumulator_builds(require_nvcc, session_cache):
+    """swap_partials: the wgmma accumulator loaded from a peer's tile (the plan's register load through the mapping)."""
+    m, n, k = 128, 256, 1024
+    kern = swap_partials(m, n, k)
+    a, b = jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes  # the Hopper plan, no fallback
+    load = mod.source[mod.source.rindex("copy(cluster_tile(S"):]  # the statement's code, after its comment
+    assert "ts_cluster_map(p_S, ts_rank)" in load and "ts_acc_C_f" in load[:4000]
+    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)) or ""
+    assert max(int(x) for x in re.findall(r"(\d+) bytes spill stores", report)) == 0, report

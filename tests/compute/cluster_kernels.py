@@ -109,3 +109,39 @@ def pull(grid: tuple[int, ...], cluster: tuple[int, ...], interpret: bool | None
         T.copy(F, C[T.ds(t * M, M), :])
 
     return pull_kernel
+
+
+def swap_partials(m: int, n: int, k: int, bm: int = 64, bn: int = 128, bk: int = 64, stages: int = 4,
+                  interpret: bool | None = None) -> ts.TileKernel:
+    """Each tile's two halves of K in a cluster of two blocks (grid z): each block multiplies its half into a
+    float32 accumulator (on Hopper: wgmma's, in registers), stores it into its own shared tile S, the cluster meets,
+    and each block loads the *other* block's S into its accumulator (a peer's tile into registers) and stores it:
+    output rows [split * m, (split + 1) * m) hold the product of the other half of K."""
+    tiles_n, tiles_m, per = n // bn, m // bm, k // bk // 2
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((2 * m, n), jnp.float32), grid=(tiles_n, tiles_m, 2), threads=128,
+               cluster=(1, 1, 2), interpret=interpret)
+    def swap_partials_kernel(A, B, C):
+        tn, tm, split = T.program_id(0), T.program_id(1), T.program_id(2)
+        A_s = T.alloc_shared((bm, bk), jnp.bfloat16)
+        B_s = T.alloc_shared((bk, bn), jnp.bfloat16)
+        S = T.alloc_shared((bm, bn), jnp.float32)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        T.clear(C_f)
+        for ko in T.Pipelined(per, num_stages=stages):
+            T.copy(A[T.ds(tm * bm, bm), T.ds((split * per + ko) * bk, bk)], A_s)
+            T.copy(B[T.ds((split * per + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        T.copy(C_f, S)
+        T.cluster_sync()
+        T.copy(T.cluster_tile(S, 1 - T.cluster_rank()), C_f)
+        T.copy(C_f, C[T.ds(split * m + tm * bm, bm), T.ds(tn * bn, bn)])
+
+    return swap_partials_kernel
+
+
+def swap_partials_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`swap_partials`'s result in float64: the product of K's second half above that of its first."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    half = a.shape[1] // 2
+    return np.concatenate([a[:, half:] @ b[half:], a[:, :half] @ b[:half]])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference
+from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference, swap_partials, swap_partials_reference
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -63,3 +63,13 @@ def test_split_k_in_a_cluster_matches_dot(m, n, k, cfg):
     assert got.shape == want.shape and np.all(np.isfinite(got))
     assert float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
     assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(jax.jit(kern)(a, b).astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 128, 256), (256, 1024, 4096)])
+def test_a_peer_tile_loaded_into_the_register_accumulator(m, n, k):
+    kern = swap_partials(m, n, k)
+    a, b = _inputs(m, n, k, 17 + m)
+    assert not generate_cuda(kern.trace(a, b), "sm_90").notes  # the Hopper plan: the accumulator in registers
+    got = np.asarray(jax.jit(kern)(a, b), np.float64)
+    want = swap_partials_reference(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))
+    assert float(np.max(np.abs(got - want))) <= 1e-4 * float(np.max(np.abs(want)))

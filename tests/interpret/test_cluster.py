@@ -13,7 +13,7 @@ import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.errors import KernelRuntimeError, KernelTraceError, RaceError
-from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference
+from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference, swap_partials, swap_partials_reference
 
 SHAPES = [((4,), (2,)), ((4,), (4,)), ((2, 4), (2, 2)), ((3, 2, 2), (1, 2, 2)), ((2, 2, 2), (2, 1, 2))]
 
@@ -140,3 +140,13 @@ def test_the_code_generator_refuses_clusters_before_sm90_and_with_a_grid_barrier
 
     with pytest.raises(KernelTraceError, match="barrier_all/sync_all between the blocks"):
         generate_cuda(_kernel(body).trace(a), "sm_90")
+
+
+def test_a_peer_tile_loaded_into_a_gemm_accumulator():
+    m, n, k = 64, 128, 256
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    got = np.asarray(jax.jit(swap_partials(m, n, k))(a, b), np.float64)
+    want = swap_partials_reference(a.astype(np.float32), b.astype(np.float32))
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want))
