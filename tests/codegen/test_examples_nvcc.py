@@ -35,6 +35,7 @@ SMALL: dict[str, tuple[Any, dict[str, Any]]] = {
     "allgather": (lambda: line(2), dict(m=64, n=64, dtype="float16")),  # push and pull
     "allgather_gemm": (lambda: line(2), dict(m=64, k=64, n=64, dtype="bfloat16")),
     "cannon": (lambda: load_example("summa").mesh_2d(2), dict(bm=64, bk=64, bn=64, dtype="bfloat16")),
+    "cluster_rowsum": (lambda: line(2), dict(m=20, n=256, dtype="bfloat16")),  # clusters of 4 blocks
     "gemm": (None, dict(m=128, n=256, k=128, dtype="bfloat16")),  # the default (Hopper) tiles
     "moe_dispatch": (lambda: line(2), dict(tokens=32, hidden=64, experts_per_pe=2, dtype="bfloat16")),
     "gemm_reducescatter": (lambda: line(2), dict(m=256, k=64, n=128, dtype="bfloat16")),

@@ -19,6 +19,7 @@ ag_gemm = load_example("allgather_gemm")
 summa = load_example("summa")
 cannon = load_example("cannon")
 softmax = load_example("softmax")
+cluster_rowsum = load_example("cluster_rowsum")
 gemm = load_example("gemm")
 
 
@@ -84,3 +85,18 @@ def test_softmax_check_can_fail(monkeypatch):
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
     monkeypatch.setitem(softmax.TOLERANCE, "bfloat16", 0.0)
     assert not softmax.check(mesh, m=16, n=64, dtype="bfloat16", seed=5)
+
+
+@pytest.mark.parametrize("dtype,n,split,m_per_pe", [("bfloat16", 256, 4, 20), ("float32", 96, 2, 8),
+                                                    ("float16", 64, 8, 3)])
+def test_cluster_rowsum_matches_the_float64_sums(dtype, n, split, m_per_pe):
+    mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
+    assert cluster_rowsum.check(mesh, m=m_per_pe, n=n, dtype=dtype, seed=n + split, split=split)
+
+
+def test_cluster_rowsum_check_can_fail_and_refuses_a_split_of_other_columns(monkeypatch):
+    mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+    monkeypatch.setitem(cluster_rowsum.TOLERANCE, "bfloat16", 0.0)
+    assert not cluster_rowsum.check(mesh, m=16, n=128, dtype="bfloat16", seed=5)
+    with pytest.raises(ValueError, match="split=3 must divide n=128"):
+        cluster_rowsum.rowsum(16, 128, jax.numpy.dtype("float32"), split=3)

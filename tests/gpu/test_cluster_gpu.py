@@ -19,6 +19,7 @@ from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference, 
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
+cluster_rowsum = load_example("cluster_rowsum")
 SHAPES = [((4,), (2,)), ((8,), (8,)), ((2, 4), (2, 2)), ((3, 2, 2), (1, 2, 2)), ((64, 2, 2), (1, 1, 2))]
 
 
@@ -73,3 +74,10 @@ def test_a_peer_tile_loaded_into_the_register_accumulator(m, n, k):
     got = np.asarray(jax.jit(kern)(a, b), np.float64)
     want = swap_partials_reference(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))
     assert float(np.max(np.abs(got - want))) <= 1e-4 * float(np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("dtype,m,n,split", [("bfloat16", 1000, 8192, 4), ("float32", 64, 1024, 8),
+                                             ("float16", 9, 96, 2)])
+def test_cluster_rowsum_example(dtype, m, n, split):
+    mesh = jax.make_mesh((1,), ("x",), devices=jax.devices()[:1])
+    assert cluster_rowsum.check(mesh, m=m, n=n, dtype=dtype, seed=m, split=split)
