@@ -244,14 +244,10 @@ class SplitK:
                             C_f[i, j] = C_f[i, j] + W[(s * tiles + pid) * bm + i, j]
                 T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
-        # The splits along grid x, one cluster: consecutive clusters are then consecutive tiles in grouped order,
-        # which read the same tiles of B (splits along z instead, the clusters of neighbouring tiles landed far
-        # apart and lost B's L2 hits: benchmarks/NOTES.md, twenty-eighth session).
-        @ts.kernel(out_shape=out_shape, grid=(splits, tiles_n, tiles_m), threads=cfg.threads,
-                   blocks_per_sm=cfg.blocks_per_sm, cluster=(splits, 1, 1))
+        @ts.kernel(**launch, cluster=(1, 1, splits))
         def gemm_split_k_cluster(A, B, C):
-            tm, tn = grouped_tile(T.program_id(2) * tiles_n + T.program_id(1), tiles_m, tiles_n, group)
-            rank = T.cluster_rank()  # the split
+            tm, tn, _, _ = tile()
+            rank = T.cluster_rank()  # the split: the cluster is the tile's splits along grid z
             C_f = T.alloc_fragment((bm, bn), jnp.float32)
             partner = T.alloc_shared((bm, bn + PARTNER_PAD), jnp.float32)  # a partner's partial sum, added here
             partial(A, B, C_f, tm, tn, rank)

@@ -44,7 +44,7 @@ def test_split_k_in_a_cluster_builds_on_the_hopper_plan(splits, require_nvcc, se
                              threads=128, split_k=splits, split_reduce="cluster")
     a, b = jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
     mod = generate_cuda(kern.trace(a, b), "sm_90")
-    assert mod.arch == "sm_90a" and f"__cluster_dims__({splits}, 1, 1)" in mod.source
+    assert mod.arch == "sm_90a" and f"__cluster_dims__(1, 1, {splits})" in mod.source
     # the producer meets the cluster once per top-level cluster_sync of the consumers: 2 * rounds - 1
     rounds = splits.bit_length() - 1
     assert f"ts_c < {2 * rounds - 1}; ++ts_c) ts_cluster_sync();" in mod.source

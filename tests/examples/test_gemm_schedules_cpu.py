@@ -99,7 +99,7 @@ def test_split_k_summed_by_xla_sums_in_split_order():
 def test_split_k_in_a_cluster_matches_dot_at_ragged_shapes(dtype, m, n, k, split):
     """A tile's splits as one cluster adding through shared memory (reduce="cluster"), ragged M and N."""
     kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), split_k=split, split_reduce="cluster", **SMALL_TILES)
-    assert kern.kernel.spec.cluster == (split, 1, 1)
+    assert kern.kernel.spec.cluster == (1, 1, split)
     got, want = _product(m, n, k, dtype, m + 2 * n + k, split_k=split, split_reduce="cluster", **SMALL_TILES)
     _assert_close(got, want, dtype)
 
