@@ -12,8 +12,7 @@ from __future__ import annotations
 from ..ir.cluster import ClusterCopy, ClusterSync
 from ..ir.ranges import value_range
 from .body import EMIT
-from .common import copy_loop_parts
-from .compute import cast_copy_loop
+from .compute import copy_lines
 from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr
 from .tile_ops import enclosing_ranges
@@ -42,10 +41,5 @@ def peer_base(s: ClusterCopy, ctx: Ctx) -> list[str]:
 
 @EMIT.register(ClusterCopy)
 def emit_cluster_copy(s: ClusterCopy, ctx: Ctx) -> list[str]:
-    base = peer_base(s, ctx)
-    if s.src.buffer.dtype == s.dst.buffer.dtype:
-        remote = {"dst_base": PEER_NAME} if s.remote_dst else {"src_base": PEER_NAME}
-        setup, loop = copy_loop_parts(ctx, s.src, s.dst, **remote)
-        return [*base, *setup, *loop, *ctx.block_sync()]
-    return [*base, *cast_copy_loop(ctx, s.src, s.dst, s.loc, bases={("dst" if s.remote_dst else "src"): PEER_NAME}),
-            *ctx.block_sync()]
+    remote = {"dst_base": PEER_NAME} if s.remote_dst else {"src_base": PEER_NAME}
+    return [*peer_base(s, ctx), *copy_lines(ctx, s.src, s.dst, s.loc, **remote)]

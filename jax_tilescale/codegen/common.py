@@ -189,12 +189,6 @@ def batched_loop(count: int, lanes: int, idx: str, dims: tuple[Dim, ...], vtype:
     ]
 
 
-def copy_loop(ctx: Ctx, src: Region, dst: Region, clip_dims: tuple[int, ...] = ()) -> list[str]:
-    """The block-wide copy loop (all threads), its pointers first."""
-    setup, loop = copy_loop_parts(ctx, src, dst, clip_dims=clip_dims)
-    return setup + loop
-
-
 def thread0(ctx: Ctx, lines: list[str]) -> list[str]:
     """`lines` issued by thread 0 of the block; in a thread-dependent branch (`ctx.thread_branch`)
     by each thread that took it."""

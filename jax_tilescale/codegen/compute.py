@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import KernelTraceError
 from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
 from .body import EMIT, emit_body
-from .common import INDENT, clip_guard, copy_loop, decompose, indent, index_type
+from .common import INDENT, clip_guard, copy_loop_parts, decompose, indent, index_type
 from .context import Ctx
 from .expr_printer import c_expr, var_name
 from .regions import clipped_side, element_offset, merged_dims, row_major_strides
@@ -80,19 +80,28 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 
 @EMIT.register(Copy)
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
-    if s.src.buffer.dtype == s.dst.buffer.dtype:
-        # One barrier after every copy: it orders shared-memory writes before later reads, and
-        # reads before later overwrites, for whatever statement comes next.
-        return [*copy_loop(ctx, s.src, s.dst, s.clip_dims), *ctx.block_sync()]
-    return [*cast_copy_loop(ctx, s.src, s.dst, s.loc, s.clip_dims), *ctx.block_sync()]
+    return copy_lines(ctx, s.src, s.dst, s.loc, s.clip_dims)
+
+
+def copy_lines(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),
+               src_base: str | None = None, dst_base: str | None = None) -> list[str]:
+    """`dst = src` by the whole block, casting where the dtypes differ, then the block barrier; `src_base` /
+    `dst_base`: a mapping of that side's buffer (bytes) instead of its own pointer (a peer's)."""
+    if src.buffer.dtype == dst.buffer.dtype:
+        setup, loop = copy_loop_parts(ctx, src, dst, src_base=src_base, dst_base=dst_base, clip_dims=clip_dims)
+        lines = setup + loop
+    else:
+        lines = cast_copy_loop(ctx, src, dst, loc, clip_dims, src_base, dst_base)
+    # One barrier after every copy: it orders shared-memory writes before later reads, and
+    # reads before later overwrites, for whatever statement comes next.
+    return [*lines, *ctx.block_sync()]
 
 
 def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),
-                   bases: dict[str, str] | None = None) -> list[str]:
+                   src_base: str | None = None, dst_base: str | None = None) -> list[str]:
     """`dst = src` element by element, converting the element type (round to nearest even).
-    `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`). `bases`:
-    "src" or "dst" -> a mapping of that side's buffer to use instead of its pointer (a peer's)."""
-    bases = bases or {}
+    `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`). `src_base` /
+    `dst_base` as in `copy_lines`."""
     st, dt = storage_type(src.buffer.dtype, loc), storage_type(dst.buffer.dtype, loc)
     dims = merged_dims(src, dst, clip_dims)
     count = math.prod(d.size for d in dims)
@@ -116,8 +125,8 @@ def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int
             move = f"if ({inside}) {move}"
     return [
         *setup,
-        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc, bases.get('src'))};",
-        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc, bases.get('dst'))};",
+        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, loc, src_base)};",
+        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, loc, dst_base)};",
         f"for ({idx} ts_i = threadIdx.x; ts_i < {count}u; ts_i += {ctx.kernel.threads}u) {{",
         *indent(decompose("ts_i", dims, idx)),
         f"{INDENT}{move}",

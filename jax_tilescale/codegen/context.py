@@ -84,8 +84,8 @@ class Frame:
 
 def kernel_cluster(kernel: KernelIR) -> tuple[int, int, int]:
     """The kernel's cluster shape along grid x, y, z ((1, 1, 1): none)."""
-    dims = (*kernel.cluster, 1, 1, 1)[:3]
-    return (int(dims[0]), int(dims[1]), int(dims[2]))
+    x, y, z = (*kernel.cluster, 1, 1, 1)[:3]
+    return x, y, z
 
 
 class GemmPlan(PlanMemory, Protocol):

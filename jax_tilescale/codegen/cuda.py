@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
-import math
 from dataclasses import dataclass, replace
 
 from .. import abi
 from ..errors import KernelTraceError
-from ..ir.cluster import ClusterSync
+from ..ir.cluster import ClusterSync, cluster_size
 from ..ir.kernel_ir import KernelIR
-from ..ir.nodes import BarrierAll, Buffer, BufferKind
+from ..ir.nodes import Buffer, BufferKind
 from ..ir.printer import format_kernel
 from ..ir.verify import verify_kernel
 from . import cluster, collectives, comm, compute, control, stage_in, tile_ops
@@ -37,7 +36,7 @@ from .end_of_call import end_of_call
 from .expr_printer import GRID_VAR_NAMES, PE_VAR_NAME, SEQ_NAME, buffer_pointer_name
 from .gemm_select import select_plan, shared_memory_refusal
 from .gemm_sm80 import arch_number
-from .layout import Layout, plan_layout
+from .layout import Layout, needs_grid_barrier, plan_layout
 from .stage_in import kernel_copied_in
 from .stage_out import copy_lines, copying_waits, stage_out
 from .stage_out import declarations as stage_out_declarations
@@ -190,12 +189,12 @@ def _check_supported(kernel: KernelIR) -> None:
 
 def _check_cluster(kernel: KernelIR, arch: str) -> None:
     """Thread-block clusters (ts.kernel(cluster=)) need sm_90, and a launch that is not cooperative."""
-    if math.prod(kernel.cluster) <= 1:
+    if cluster_size(kernel.cluster) == 1:
         return
     if (arch_number(arch) or 0) < 90:
         raise KernelTraceError(f"kernel {kernel.name}: thread-block clusters (cluster={kernel.cluster}) need an sm_90 "
                                f"GPU or later; this one is {arch}", kernel.loc)
-    if any(isinstance(s, BarrierAll) for s in kernel.body) and math.prod(kernel.grid) > 1:
+    if needs_grid_barrier(kernel):
         raise KernelTraceError(f"kernel {kernel.name}: barrier_all/sync_all between the blocks of a kernel with "
                                "clusters is not supported (the grid barrier needs a cooperative launch, which takes "
                                "no cluster shape); meet the blocks of a cluster with T.cluster_sync()", kernel.loc)
@@ -409,8 +408,8 @@ def _frame_body(ctx: Ctx, wait: list[str]) -> list:
     plan, body = ctx.plan, ctx.kernel.body
     frame = ctx.frame
     # A cluster's blocks meet before any addresses a peer's tiles and before any ends (ir/cluster.py)
-    meet = ["ts_cluster_sync();  // the cluster's blocks: all started / all done with each other's tiles"]
-    ends = meet if frame.cluster_blocks > 1 else []
+    ends = (["ts_cluster_sync();  // the cluster's blocks: all started / all done with each other's tiles"]
+            if frame.cluster_blocks > 1 else [])
     if plan is None:
         return [*ends, *emit_body(body, ctx), *ends]
     if not frame.warp_specialised:

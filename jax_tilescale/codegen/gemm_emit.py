@@ -145,25 +145,26 @@ class TensorCorePlan(ABC):
 
     def store_lines(self, s: Copy, ctx: Ctx) -> list[str]:
         """The register fragment `s.src` copied into its window."""
-        setup, store = fragment_store(s, ctx)
-        return _synced(ctx, self.STORE_SYNC, [*setup, *self.pair_walk(s.src.buffer).for_each_pair(store)])
+        return self._fragment_copy(s, ctx, store=True)
 
     def load_lines(self, s: Copy, ctx: Ctx) -> list[str]:
         """A window copied into the register fragment `s.dst`."""
-        setup, load = fragment_load(s, ctx)
-        return _synced(ctx, self.LOAD_SYNC, [*setup, *self.pair_walk(s.dst.buffer).for_each_pair(load)])
+        return self._fragment_copy(s, ctx, store=False)
 
     def cluster_lines(self, s: ClusterCopy, ctx: Ctx) -> list[str]:
         """The register fragment copied into a peer block's shared tile, or out of one (codegen/cluster.py):
         as a copy to or from this block's tile, through the peer's mapping of it."""
-        copy = as_local_copy(s)
-        if s.remote_dst:
-            setup, store = fragment_store(copy, ctx, base=PEER_NAME)
-            return _synced(ctx, self.STORE_SYNC, [*peer_base(s, ctx), *setup,
-                                                  *self.pair_walk(s.src.buffer).for_each_pair(store)])
-        setup, load = fragment_load(copy, ctx, base=PEER_NAME)
-        return _synced(ctx, self.LOAD_SYNC, [*peer_base(s, ctx), *setup,
-                                             *self.pair_walk(s.dst.buffer).for_each_pair(load)])
+        return self._fragment_copy(as_local_copy(s), ctx, store=s.remote_dst, base=PEER_NAME,
+                                   prelude=peer_base(s, ctx))
+
+    def _fragment_copy(self, s: Copy, ctx: Ctx, store: bool, base: str | None = None,
+                       prelude: list[str] | None = None) -> list[str]:
+        """A register fragment stored into its window (`store`) or loaded from it, the window's buffer addressed
+        through `base` when given (after `prelude`, the lines that define it), between the plan's barriers."""
+        setup, pair = (fragment_store if store else fragment_load)(s, ctx, base)
+        frag = s.src.buffer if store else s.dst.buffer
+        lines = [*(prelude or []), *setup, *self.pair_walk(frag).for_each_pair(pair)]
+        return _synced(ctx, self.STORE_SYNC if store else self.LOAD_SYNC, lines)
 
     def epilogue_lines(self, s: Parallel, frag: Buffer, ctx: Ctx) -> list[str]:
         """An element-wise update of the register fragment `frag` (gemm_pattern.register_epilogue):

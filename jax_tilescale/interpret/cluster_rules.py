@@ -11,8 +11,6 @@ peer's shared memory (owner: that block): unordered with the peer's own accesses
 
 from __future__ import annotations
 
-import math
-
 from ..errors import KernelRuntimeError
 from ..ir.cluster import ClusterCopy, ClusterSync
 from ..ir.expr import format_expr
@@ -35,7 +33,7 @@ def _arrive(ctx: BlockContext, stmt: ClusterSync | None) -> BarrierWait:
 def end_of_block(ctx: BlockContext) -> BarrierWait | None:
     """The cluster's meeting at a block's end (None without clusters): no block of a cluster ends
     while another may still address its tiles."""
-    return _arrive(ctx, None) if math.prod(ctx.world.kernel.cluster) > 1 else None
+    return _arrive(ctx, None) if ctx.world.clusters.size > 1 else None
 
 
 @INTERPRET.register(ClusterSync)

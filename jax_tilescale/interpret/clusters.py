@@ -1,6 +1,6 @@
-"""The thread-block clusters of one launch (ir/cluster.py): which blocks form a cluster, each
-block's rank in it, and one barrier per cluster of each PE (its `T.cluster_sync()` rounds and the
-meeting at the blocks' end: cluster_rules.py)."""
+"""The thread-block clusters of one launch (ir/cluster.py): which blocks form a cluster, the block of
+each rank in it (ranks themselves are index expressions: language/cluster.py), and one barrier per
+cluster of each PE (its `T.cluster_sync()` rounds and the meeting at the blocks' end: cluster_rules.py)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,6 @@ class Clusters:
 
     def origin(self, block: Block) -> Block:
         return tuple(b - b % c for b, c in zip(block, self.shape))
-
-    def rank(self, block: Block) -> int:
-        """x % cx + cx * (y % cy + ...): the GPU's %cluster_ctarank."""
-        rank = 0
-        for b, c in reversed(list(zip(block, self.shape))):
-            rank = rank * c + b % c
-        return rank
 
     def member(self, block: Block, rank: int) -> Block:
         """Block `rank` of `block`'s cluster."""

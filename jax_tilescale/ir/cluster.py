@@ -12,6 +12,7 @@ peer's shared tiles anywhere in between; `T.cluster_sync()` orders those accesse
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .expr import Expr
@@ -56,7 +57,4 @@ class ClusterCopy(Stmt):
 
 def cluster_size(cluster: tuple[int, ...]) -> int:
     """Blocks per cluster (1 for a kernel without clusters, `cluster == ()`)."""
-    n = 1
-    for c in cluster:
-        n *= c
-    return n
+    return math.prod(cluster)
