@@ -12,7 +12,8 @@ checked against jnp.dot. The parts, cumulative (all but `whole` leave C wrong: t
 And `xla` (jnp.dot) and `table` (the table's pick at the shape) beside them; a part named with `/nodep`
 (`launch/nodep`) is built launched plainly, not as a programmatic dependent (codegen.cuda.DEPENDENT_LAUNCH), and
 one named with `/np` (`plain/np`, `launch/np`) has no partner tile in shared memory (the stages may then use its
-room: `--config`'s stage count applies).
+room: `--config`'s stage count applies), and one named with `/g` (`plain/np/g`) takes its tile in the grouped
+order of examples/gemm.py (`grouped_tile`) instead of tm = program_id(1), tn = program_id(0).
 
     python tools/cluster_parts.py [--shape 128x4096x14336] [--config 64x128x64/8/g2/t128/s2] [--reps 200]
 """
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tools"))
 from bench_gemm import parse_config  # noqa: E402
-from gemm import PARTNER_PAD, GemmConfig, gemm  # noqa: E402
+from gemm import PARTNER_PAD, GemmConfig, gemm, group_of, grouped_tile  # noqa: E402
 from splitk_parts import checked_inputs, parts_arguments, time_part  # noqa: E402
 
 import jax_tilescale as ts  # noqa: E402
@@ -41,7 +42,8 @@ from jax_tilescale.codegen import cuda as codegen_cuda  # noqa: E402
 PARTS = ("plain", "launch", "sync", "exchange", "whole")
 
 
-def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str, partner_tile: bool = True):
+def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str, partner_tile: bool = True,
+                 grouped: bool = False):
     """The cluster form up to `part` (module doc)."""
     dtype = jnp.dtype(jnp.bfloat16)
     bm, bn, bk, splits = cfg.block_m, cfg.block_n, cfg.block_k, cfg.split_k
@@ -53,6 +55,8 @@ def cluster_part(m: int, n: int, k: int, cfg: GemmConfig, part: str, partner_til
                cluster=cluster)
     def cluster_part_kernel(A, B, C):
         tm, tn, split = T.program_id(1), T.program_id(0), T.program_id(2)
+        if grouped:
+            tm, tn = grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group_of(tiles_m, cfg))
         A_s = T.alloc_shared((bm, bk), dtype)
         B_s = T.alloc_shared((bk, bn), dtype)
         C_f = T.alloc_fragment((bm, bn), jnp.float32)
@@ -92,7 +96,7 @@ def main() -> None:
         elif part == "whole":
             product = whole
         else:
-            product = cluster_part(m, n, k, cfg, part, partner_tile="np" not in flags)
+            product = cluster_part(m, n, k, cfg, part, partner_tile="np" not in flags, grouped="g" in flags)
         rows.append((name, time_part(name, product, a, b, args.reps, args.heat, where / name.replace("/", "_"))))
     codegen_cuda.DEPENDENT_LAUNCH = True
     print("\npart            kernel us  interval us")

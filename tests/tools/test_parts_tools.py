@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("tool,parts", [
-    ("cluster_parts", "plain,launch/np,sync,exchange,whole/nodep"),
+    ("cluster_parts", "plain,plain/np/g,launch/np,sync,exchange,whole/nodep"),
     ("splitk_parts", "slab,ticket,whole,splitk"),
 ])
 def test_each_part_builds_and_runs_after_the_check(tool, parts):
