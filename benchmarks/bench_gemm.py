@@ -64,8 +64,7 @@ thread-block cluster adding through shared memory, reduce="cluster"), `/p` the p
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/1c` one
-accumulator chain where a warpgroup holds a single m64 slab (gemm_sm90_chains.SPLIT_CHAINS off), `/nodep` launched
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/nodep` launched
 plainly instead of as a programmatic dependent of the kernel before it (codegen.cuda.DEPENDENT_LAUNCH off). `/mc` builds
 a pair only where neighbouring blocks provably load the same tile (an even grid x; in a persistent kernel,
 at every wave): the code column says "cluster 2" where it did.
@@ -95,7 +94,7 @@ from gemm import device_sm_count, gemm
 from gemm_fp8 import gemm_fp8, quantize
 
 from jax_tilescale.codegen import cuda as codegen_cuda
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_chains, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
 from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
 from jax_tilescale.compiler import compile_cubin, ptxas_report
@@ -120,8 +119,7 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32),
             "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
             "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
-            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True),
-            "1c": (gemm_sm90_chains, "SPLIT_CHAINS", False)}
+            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

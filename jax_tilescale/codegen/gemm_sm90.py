@@ -70,7 +70,6 @@ from .context import Ctx, Frame
 from .expr_printer import var_name
 from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step, whole
-from .gemm_sm90_chains import chain_declaration, chain_sum_lines, chain_target, chains_of, odd_chain, odd_scale
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_load import (
     SWIZZLE_REPEAT_ROWS,
@@ -231,17 +230,8 @@ class Sm90Plan(TensorCorePlan):
         return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx, arrange)
 
     def accumulators(self) -> list[str]:
-        odd = {gl.acc for gl in self.loops if self._chains(gl) == 2}
         return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
-                *(chain_declaration(acc_name(b), self.acc_slabs[b], self.acc_n[b]) for b in self.acc_slabs if b in odd),
                 *nested_counters(self.loops)]
-
-    def _chains(self, gl: GemmLoop) -> int:
-        """The loop's accumulator chains (gemm_sm90_chains): two only where the loop runs at least once, so that
-        the odd chain is written before the sum after the loop reads it."""
-        runs = isinstance(gl.loop.extent, int) and gl.loop.extent >= 1
-        instructions = gl.k // k_per_instruction(self.ptx_type)
-        return chains_of(self.acc_slabs[gl.acc], gl.n, instructions) if runs else 1
 
     def consumer_exit(self) -> list[str]:
         """A tile loop's epilogue leaves its last TMA stores in flight (tma_store_lines): the shared
@@ -318,7 +308,6 @@ class Sm90Plan(TensorCorePlan):
         it = iteration(gl, i)  # `i` unless the loop is nested in a tile loop (gemm_sm90_nest)
         acc = acc_name(gl.acc)
         slabs = self.acc_slabs[gl.acc]
-        chains = self._chains(gl)
         a_mn, b_mn = self._a_mn(gl), self._b_mn(gl)
         mma = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
         a, b = gl.a, gl.b
@@ -347,13 +336,8 @@ class Sm90Plan(TensorCorePlan):
                     scale = "0"
                 elif kk == 0 and gl.folded_clear is not None:
                     scale = f"({i} > 0)"  # the first stage overwrites: the clear before the loop is folded in
-                elif chains == 2:
-                    scale = odd_scale(kk, i, gl.gemm.clear_accum) or scale
-                descs.append(f"{mma}({chain_target(acc, kk, chains)}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
-        fences = f"ts_fence_regs({acc}[ts_m]);"
-        if chains == 2:
-            fences = f"{{ {fences} ts_fence_regs({odd_chain(acc)}[ts_m]); }}"
-        fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) {fences}"]
+                descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
+        fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         assert a.stage_bytes % 16 == 0 and b.stage_bytes % 16 == 0
         traced = STAGE_TRACE  # the diagnostic of gemm_sm90_trace: it writes over the product
         held = self._held(gl)
@@ -392,7 +376,6 @@ class Sm90Plan(TensorCorePlan):
             *(self.pingpong.late_turn_lines() if self.pingpong is not None else []),
             "ts_wgmma_wait<0>();",
             *fence,
-            *(chain_sum_lines(acc, slabs, gl.n) if chains == 2 else []),
             *(trace.loop_end(acc, gl.n) if traced else []),
             *(consumer_tail(gl.index, gl.empty(), gl.stages, gl.loop.extent, bool(gl.multicast), held=bool(held))
               if gl.nest else []),

@@ -225,12 +225,12 @@ def scaled_relu_gemm(m: int, n: int, k: int):
     return scaled
 
 
-def chained_gemm(m: int, n: int, k: int, start: str = "clear", block_m: int = 64, block_n: int = 128,
+def started_gemm(m: int, n: int, k: int, start: str = "clear", block_m: int = 64, block_n: int = 128,
                  threads: int = 128):
-    """A bf16 GEMM of `block_m` x `block_n` tiles whose consumer warpgroup may hold a single m64 slab (the case
-    codegen/gemm_sm90_chains splits into two accumulator chains), with the accumulator's start as `start` says:
-    "clear" (T.clear, folded into the loop's first products), "fill" (T.fill with 0.5: C = 0.5 + A @ B), or
-    "each" (T.gemm(clear_accum=True) at every stage: C = the last k-step's product only). A `ts.kernel`."""
+    """A bf16 GEMM of `block_m` x `block_n` tiles (float32 C) whose pipelined loop's accumulator starts as `start`
+    says: "clear" (T.clear, folded into the loop's first products on the Hopper plan), "fill" (T.fill with 0.5:
+    C = 0.5 + A @ B), or "each" (T.gemm(clear_accum=True) at every stage: C = the last k-step's product only).
+    A `ts.kernel`."""
     import jax
     import jax.numpy as jnp
 
@@ -238,7 +238,7 @@ def chained_gemm(m: int, n: int, k: int, start: str = "clear", block_m: int = 64
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32), grid=(n // block_n, m // block_m),
                threads=threads)
-    def chained(A, B, C):
+    def started(A, B, C):
         A_s = T.alloc_shared((block_m, 64), jnp.bfloat16)
         B_s = T.alloc_shared((64, block_n), jnp.bfloat16)
         C_f = T.alloc_fragment((block_m, block_n), jnp.float32)
@@ -252,4 +252,4 @@ def chained_gemm(m: int, n: int, k: int, start: str = "clear", block_m: int = 64
             T.gemm(A_s, B_s, C_f, clear_accum=start == "each")
         T.copy(C_f, C[T.ds(T.program_id(1) * block_m, block_m), T.ds(T.program_id(0) * block_n, block_n)])
 
-    return chained
+    return started

@@ -12,6 +12,7 @@ import pytest
 import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.ir.nodes import Loop
+from tests.codegen.kernels import started_gemm
 from tests.primitives.util import assert_equal, mesh_of, random_rows, shard_run
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -214,6 +215,20 @@ def test_gemm_clear_accum_and_cast_copy():
     want = 2 * (a.astype(np.float32) @ b.astype(np.float32))
     np.testing.assert_array_equal(np.asarray(c16).view(np.uint16), want.astype(BF16).view(np.uint16))
     np.testing.assert_array_equal(np.asarray(h16), want.astype(np.float16))
+
+
+@pytest.mark.parametrize("start", ["clear", "fill", "each"])
+def test_pipelined_accumulator_starts(start):
+    """tests/codegen/kernels.started_gemm, which the GPU runs against the same reference
+    (tests/gpu/test_gemm_paths_gpu.py): cleared, filled with 0.5, or cleared by every stage's gemm."""
+    m, n, k = 64, 128, 256
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((k, n)).astype(BF16)
+    got = np.asarray(jax.jit(started_gemm(m, n, k, start))(a, b), np.float64)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = a64[:, -64:] @ b64[-64:] if start == "each" else a64 @ b64 + (0.5 if start == "fill" else 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 def _trace_err(body, *shapes, match):
