@@ -44,6 +44,9 @@ and power (NVML) sampled while each runner runs, and the energy per product (ben
 
     python benchmarks/bench_gemm.py [--reps 20] [--shapes 8192x8192x8192,...] [--lowerings auto,mma]
         [--configs 128x256x64/4/g8,128x128x32/4/g8/t128,256x192x64/4/g8/direct]
+    python benchmarks/bench_gemm.py --shapes decoder --configs table --fp8-shapes=   # a decoder's 20 projections
+
+`--shapes` takes MxNxK entries and set names: `issue` (the default, issue 16's sweep) and `decoder` (DECODER_SHAPES).
 
 `--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it);
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
@@ -102,6 +105,11 @@ from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
+# `--shapes decoder`: a decoder's projections (N x K of a 4096-wide model with a 14336-wide MLP, and a 6144-wide
+# fused QKV) at token counts from a few to a prefill chunk: where the skinny and narrow picks of the table live
+DECODER_SHAPES = tuple((m, n, k) for m in (16, 128, 256, 512, 1024)
+                       for n, k in ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336)))
+SHAPE_SETS = {"issue": SHAPES, "decoder": DECODER_SHAPES}
 FP8_SHAPES = "8192x8192x8192"
 GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
@@ -120,6 +128,19 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
             "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
             "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True)}
+
+
+def shape_list(text: str) -> list[str]:
+    """`--shapes`: MxNxK entries, and set names (SHAPE_SETS) expanded in place."""
+    shapes = []
+    for entry in text.split(","):
+        if entry in SHAPE_SETS:
+            shapes += ["x".join(map(str, s)) for s in SHAPE_SETS[entry]]
+        elif re.fullmatch(r"\d+x\d+x\d+", entry):
+            shapes.append(entry)
+        else:
+            raise ValueError(f"--shapes: {entry!r} is neither MxNxK nor one of {', '.join(SHAPE_SETS)}")
+    return shapes
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
@@ -411,7 +432,8 @@ def main() -> None:
                     help="more products per timed run where jnp.dot would take less than this (small shapes)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds per shape (medians reported)")
     ap.add_argument("--heat", type=float, default=0.5, help="seconds each runner runs untimed before each timed run")
-    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    ap.add_argument("--shapes", default="issue",
+                    help=f"MxNxK,... or a set's name ({', '.join(SHAPE_SETS)}); default: issue 16's sweep")
     ap.add_argument("--configs", default=CONFIGS,
                     help="tiles/stages/group[/tTHREADS], comma-separated (`table`: the table's pick)")
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
@@ -443,7 +465,7 @@ def main() -> None:
         sampler = Sampler(nvml)
         print(f"power: NVML's {'instantaneous' if nvml.instant else 'averaged (about 1 s)'} reading")
     all_configs: dict[str, tuple] = {}
-    for shape in args.shapes.split(","):
+    for shape in shape_list(args.shapes):
         m, n, k = map(int, shape.split("x"))
         configs = {c: parse_config(c) for c in shape_configs(args.configs, m, n, k)}
         all_configs.update({c: v for c, v in configs.items() if "/table" not in c and "/s" not in c})

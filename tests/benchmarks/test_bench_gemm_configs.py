@@ -53,6 +53,17 @@ def test_named_configs_parse_with_their_suffixes():
         bench.parse_config("128x256x64/3/g8/q")
 
 
+def test_shape_sets_expand_in_place_and_bad_entries_are_refused():
+    bench = load_bench("bench_gemm")
+    issue = ["x".join(map(str, s)) for s in bench.SHAPES]
+    assert bench.shape_list("issue") == issue
+    got = bench.shape_list("64x64x64,decoder,1x2x3")
+    assert got[0] == "64x64x64" and got[-1] == "1x2x3" and len(got) == 2 + len(bench.DECODER_SHAPES)
+    assert "128x14336x4096" in got and "1024x4096x14336" in got and len(set(got)) == len(got)
+    with pytest.raises(ValueError, match="neither MxNxK nor one of issue, decoder"):
+        bench.shape_list("2048x2048")
+
+
 def test_round_ratios_pair_the_runners_round_by_round():
     bench = load_bench("bench_gemm")
     times = {("XLA jnp.dot", "loop"): [1.0, 2.0, 1.0], ("ts", "loop"): [2.0, 2.0, 0.5]}
