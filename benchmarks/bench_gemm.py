@@ -49,6 +49,8 @@ and power (NVML) sampled while each runner runs, and the energy per product (ben
 `--shapes` takes MxNxK entries and set names: `issue` (the default, issue 16's sweep) and `decoder` (DECODER_SHAPES).
 
 `--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it);
+`--configs skinny` the pick and every candidate of the table's skinny estimate, each estimate printed first (to
+check or recalibrate gemm_table.BLOCK_S_PER_K against one run);
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
 128x256, persistent 256x192 (its epilogue through the ring's last stages), 128x256 and 128x192 ping-pong, two
@@ -99,7 +101,14 @@ from gemm_fp8 import gemm_fp8, quantize
 from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
-from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, tiles_of
+from jax_tilescale.codegen.gemm_table import (
+    BLOCK_S_PER_K,
+    GemmConfig,
+    pick_config,
+    skinny_seconds,
+    splits_of,
+    tiles_of,
+)
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
@@ -143,11 +152,26 @@ def shape_list(text: str) -> list[str]:
     return shapes
 
 
+def skinny_estimates(m: int, n: int, k: int) -> dict[str, float]:
+    """Every candidate the table's skinny estimate weighs (gemm_table.skinny_pick: each tile shape of BLOCK_S_PER_K,
+    unsplit or split), described as a --configs entry, with its estimated seconds at this shape."""
+    sms = device_sm_count()
+    out = {}
+    for cfg in BLOCK_S_PER_K:
+        for split in splits_of(k, cfg):
+            entry = cfg.describe() + (f"/s{split}" if split > 1 else "")
+            out[entry] = skinny_seconds(m, n, k, cfg, split, sms)
+    return out
+
+
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     """The --configs entries to time at one shape, the table's pick first ("table" marks it);
     `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
-    stands for the pick there."""
+    stands for the pick there; `--configs skinny`: the pick, then every candidate of the skinny estimate
+    (skinny_estimates), so that one run measures what the estimate weighs."""
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
+    if text == "skinny":
+        return [pick.describe() + "/table", *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
     if text not in ("auto", "table"):
         return [pick.describe() + "/table" if entry == "table" else entry for entry in text.split(",")]
     out = [pick.describe() + "/table"]
@@ -476,6 +500,9 @@ def main() -> None:
         scale = float(jnp.max(jnp.abs(want)))
         reps = reps_for(a, b, args.reps, args.min_run_ms)
         print(f"{shape}: {reps} products per timed run", flush=True)
+        if args.configs == "skinny":
+            for entry, seconds in sorted(skinny_estimates(m, n, k).items(), key=lambda e: e[1]):
+                print(f"  skinny estimate {entry}: {seconds * 1e3:.3f} ms", flush=True)
         kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low, c): gemm(m, n, k, jnp.bfloat16, **cfg)
                    for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}

@@ -53,6 +53,19 @@ def test_named_configs_parse_with_their_suffixes():
         bench.parse_config("128x256x64/3/g8/q")
 
 
+def test_skinny_times_the_pick_and_every_candidate_of_the_estimate():
+    bench = load_bench("bench_gemm")
+    m, n, k = 128, 4096, 14336
+    got = bench.shape_configs("skinny", m, n, k)
+    estimates = bench.skinny_estimates(m, n, k)
+    assert got[0].endswith("/table") and len(set(got)) == len(got)
+    assert set(got[1:]) | {got[0].removesuffix("/table")} == set(estimates)  # the pick is one of the candidates
+    assert min(estimates, key=estimates.get) == got[0].removesuffix("/table")  # the estimate's fastest is the pick
+    for entry in got[1:]:
+        cfg, _ = bench.parse_config(entry)
+        assert cfg["block_m"] == 64 or cfg["block_n"] == 256
+
+
 def test_shape_sets_expand_in_place_and_bad_entries_are_refused():
     bench = load_bench("bench_gemm")
     issue = ["x".join(map(str, s)) for s in bench.SHAPES]
