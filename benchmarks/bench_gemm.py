@@ -92,139 +92,36 @@ import jax.numpy as jnp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _cublas_torch import cublas_runners, torch_cuda
+from _gemm_configs import (  # noqa: F401 (the sets and parsers are bench_gemm's names too: tools and tests use them)
+    CANDIDATES,
+    CONFIGS,
+    DECODER_SHAPES,
+    FP8_SHAPES,
+    SHAPE_SETS,
+    SHAPES,
+    SWITCHES,
+    parse_config,
+    parse_entry,
+    shape_configs,
+    shape_list,
+    skinny_estimates,
+)
 from _gemm_report import FORMS, XLA, print_power, print_table, print_traced, row
 from _gpu_power import Sampler, open_nvml
 from _gpu_trace import last_run, product_step, traced
-from gemm import device_sm_count, gemm
+from gemm import gemm
 from gemm_fp8 import gemm_fp8, quantize
 
-from jax_tilescale.codegen import cuda as codegen_cuda
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
-from jax_tilescale.codegen.gemm_table import (
-    BLOCK_S_PER_K,
-    GemmConfig,
-    pick_config,
-    skinny_seconds,
-    splits_of,
-    tiles_of,
-)
 from jax_tilescale.compiler import compile_cubin, ptxas_report
 from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
-SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
-          (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
-# `--shapes decoder`: a decoder's projections (N x K of a 4096-wide model with a 14336-wide MLP, and a 6144-wide
-# fused QKV) at token counts from a few to a prefill chunk: where the skinny and narrow picks of the table live
-DECODER_SHAPES = tuple((m, n, k) for m in (16, 128, 256, 512, 1024)
-                       for n, k in ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336)))
-SHAPE_SETS = {"issue": SHAPES, "decoder": DECODER_SHAPES}
-FP8_SHAPES = "8192x8192x8192"
 GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
 # (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
 GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
 FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
-# block_m x block_n x block_k / stages / group_m [/ suffixes]; "auto": the table's pick for the shape
-# (codegen/gemm_table.py) + CANDIDATES + split-K 2 and 4 where the shape has fewer tiles than SMs
-CONFIGS = "auto"
-CANDIDATES = "128x256x64/4/g8,256x192x64/4/g8/p,128x256x64/3/g8/p,128x192x64/4/g8/p/pp,128x128x64/3/g8/t128/b2"
-# config suffix -> (module, switch, value) of the code generator
-SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STORE", False),
-            "ring": (gemm_sm90, "BORROW_RING", True), "noring": (gemm_sm90, "BORROW_RING", False),
-            "earlyturn": (gemm_sm90_pingpong, "EARLY_TURN", True),
-            "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32),
-            "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
-            "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
-            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True)}
-
-
-def shape_list(text: str) -> list[str]:
-    """`--shapes`: MxNxK entries, and set names (SHAPE_SETS) expanded in place."""
-    shapes = []
-    for entry in text.split(","):
-        if entry in SHAPE_SETS:
-            shapes += ["x".join(map(str, s)) for s in SHAPE_SETS[entry]]
-        elif re.fullmatch(r"\d+x\d+x\d+", entry):
-            shapes.append(entry)
-        else:
-            raise ValueError(f"--shapes: {entry!r} is neither MxNxK nor one of {', '.join(SHAPE_SETS)}")
-    return shapes
-
-
-def skinny_estimates(m: int, n: int, k: int) -> dict[str, float]:
-    """Every candidate the table's skinny estimate weighs (gemm_table.skinny_pick: each tile shape of BLOCK_S_PER_K,
-    unsplit or split), described as a --configs entry, with its estimated seconds at this shape."""
-    sms = device_sm_count()
-    out = {}
-    for cfg in BLOCK_S_PER_K:
-        for split in splits_of(k, cfg):
-            entry = cfg.describe() + (f"/s{split}" if split > 1 else "")
-            out[entry] = skinny_seconds(m, n, k, cfg, split, sms)
-    return out
-
-
-def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
-    """The --configs entries to time at one shape, the table's pick first ("table" marks it);
-    `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
-    stands for the pick there; `--configs skinny`: the pick, then every candidate of the skinny estimate
-    (skinny_estimates), so that one run measures what the estimate weighs."""
-    pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
-    if text == "skinny":
-        return [pick.describe() + "/table", *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
-    if text not in ("auto", "table"):
-        return [pick.describe() + "/table" if entry == "table" else entry for entry in text.split(",")]
-    out = [pick.describe() + "/table"]
-    if text == "table":
-        return out
-    out += [c for c in CANDIDATES.split(",") if c != pick.describe()]
-    base = GemmConfig()
-    if 2 * tiles_of(m, n, base) <= device_sm_count():
-        out += [f"{base.describe()}/s{s}" for s in (2, 4) if f"{base.describe()}/s{s}" != pick.describe()]
-        out.append(f"{base.describe()}/s4/kernel")  # the partials summed inside the kernel by each tile's last split
-    return out
-
-
-def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
-    """(gemm() keyword arguments, code generator switches: (module, name) -> value) of one --configs entry."""
-    tiles, stages, group, *rest = text.split("/")
-    bm, bn, bk = map(int, tiles.split("x"))
-    cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))
-    switches: dict[tuple, object] = {}
-    for suffix in rest:
-        if suffix == "table":  # gemm() without tile arguments: the table's pick (described by the entry)
-            cfg = {}
-        elif suffix == "p":
-            cfg["persistent"] = True
-        elif suffix == "pp":
-            cfg["pingpong"] = True
-        elif suffix.startswith("s") and suffix[1:].isdigit():
-            cfg["split_k"] = int(suffix[1:])
-        elif suffix in SWITCHES:
-            module, name, value = SWITCHES[suffix]
-            switches[(module, name)] = value
-        elif suffix.startswith("t") and suffix[1:].isdigit():
-            cfg["threads"] = int(suffix[1:])
-        elif suffix.startswith("b") and suffix[1:].isdigit():
-            cfg["blocks_per_sm"] = int(suffix[1:])
-        elif suffix in ("xla", "kernel", "cluster"):
-            cfg["split_reduce"] = suffix
-        else:
-            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, table, {', '.join(SWITCHES)}"
-            raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
-    return cfg, switches
-
-
-def parse_entry(text: str) -> tuple[dict, dict[tuple, object]]:
-    """parse_config, and also `table` with switch suffixes only (`table/nodep`): gemm()'s table pick at each shape,
-    lowered under those switches (the tools that time one config at a time: tools/run_constant.py, chain_time.py)."""
-    head, *suffixes = text.split("/")
-    if head != "table":
-        return parse_config(text)
-    unknown = [s for s in suffixes if s not in SWITCHES]
-    if unknown:
-        raise ValueError(f"variant {text!r}: unknown switch {unknown[0]!r} (known: {', '.join(SWITCHES)})")
-    return {}, {(SWITCHES[s][0], SWITCHES[s][1]): SWITCHES[s][2] for s in suffixes}
 
 
 @contextlib.contextmanager
