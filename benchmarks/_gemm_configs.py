@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from gemm import device_sm_count
 
 from jax_tilescale.codegen import cuda as codegen_cuda
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
 from jax_tilescale.codegen.gemm_table import (
     BLOCK_S_PER_K,
     GemmConfig,
@@ -40,7 +40,8 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "sw64": (gemm_sm90_load, "WIDEST_SWIZZLE", 64), "sw32": (gemm_sm90_load, "WIDEST_SWIZZLE", 32),
             "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
             "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
-            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True)}
+            "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True),
+            "smemx1": (gemm_sm90_probe, "EXTRA_SMEM_READS", 1), "smemx2": (gemm_sm90_probe, "EXTRA_SMEM_READS", 2)}
 
 
 def shape_list(text: str) -> list[str]:

@@ -84,6 +84,7 @@ from .gemm_sm90_load import (
 )
 from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, plan_pingpong
+from .gemm_sm90_probe import extra_reads_lines
 from .gemm_sm90_store import (
     TmaStore,
     plan_borrowed_store,
@@ -361,6 +362,8 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}ts_wgmma_fence();",
             *indent(descs, 1),
             f"{INDENT}ts_wgmma_commit();",
+            *indent(extra_reads_lines(f"ts_smem_addr({ctx.pointers[a.buffer]}) + (uint32_t)(ts_s * {a.stage_bytes})",
+                                      a.stage_bytes), 1),
             *indent(self.pingpong.early_turn_lines(i, gl.loop.extent) if self.pingpong is not None else [], 1),
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",

@@ -45,3 +45,27 @@ def test_tiles_too_narrow_for_the_trace_are_refused():
         trace.loop_end("ts_acc", trace.min_columns() - 8)
 
 
+
+
+NARROW = dict(block_m=64, block_n=128, block_k=64, num_stages=8, threads=128, group_m=2)
+
+
+@pytest.mark.parametrize("cfg", [NARROW, PINGPONG], ids=["narrow", "pingpong"])
+def test_the_shared_memory_probe_reads_each_stage_again_only_when_asked(session_cache, require_nvcc, monkeypatch,
+                                                                         cfg):
+    """gemm_sm90_probe.EXTRA_SMEM_READS: each consumer warpgroup loads the stage's A tile N more times after issuing
+    its products (16 bytes a load, a whole tile per N), and the kernel still builds without spills."""
+    from jax_tilescale.codegen import gemm_sm90_probe
+
+    assert "ts_pa" not in _source(2048, 2048, 1024, cfg).source
+    monkeypatch.setattr(gemm_sm90_probe, "EXTRA_SMEM_READS", 2)
+    mod = _source(2048, 2048, 1024, cfg)
+    consumer = mod.source.split("consumer warpgroups", 1)[1]
+    a_stage = cfg["block_m"] * 64 * 2
+    loads_per_thread = 2 * a_stage // 16 // 128
+    assert f"for (int ts_pr = 0; ts_pr < {loads_per_thread}; ++ts_pr)" in consumer
+    assert f"(uint32_t)(ts_s * {a_stage})" in consumer and f"* 16u % {a_stage}u" in consumer
+    probe_at = consumer.index("ts_pa")  # after the stage's products are issued, before the wait that releases it
+    assert consumer.rindex("ts_wgmma_commit();", 0, probe_at) < probe_at < consumer.index("ts_wgmma_wait<1>", probe_at)
+    report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+    assert "C7510" not in report, report
