@@ -400,16 +400,26 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
         return step
     g, a, b, m, n, k = step
     if m % (64 * consumers):
-        return f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
+        return _tile_advice(m, consumers)
     if n > 256 or n % 8:
-        return f"N tile {n} is not a multiple of 8 up to 256"
+        return f"N tile {n} is not a multiple of 8 up to 256: take one (a multiple of 64 keeps 128-byte swizzles)"
     ptx = WGMMA_INPUT_TYPES[g.a.buffer.dtype]
     if k % k_per_instruction(ptx):
-        return f"K tile {k} is not a multiple of {k_per_instruction(ptx)}"
+        kin = k_per_instruction(ptx)
+        return f"K tile {k} is not a multiple of {kin}: take one ({4 * kin} keeps 128-byte swizzles)"
     if ptx in FP8_TYPES and (g.transpose_a or not g.transpose_b):
         return ("float8 wgmma reads both tiles K-major: store A as M x K and B as N x K "
                 "(T.gemm(A_s, B_s, C, transpose_B=True))")
     return GemmLoop(loop, index, a, b, g, g.c.buffer, m, n, k, loop.num_stages)
+
+
+def _tile_advice(m: int, consumers: int) -> str:
+    """Why an M tile of `m` rows does not split into m64 slabs over `consumers` warpgroups, and what would."""
+    why = f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
+    if m % 64:
+        return f"{why}: wgmma takes 64-row slabs, so take block_m a multiple of 64"
+    fits = " or ".join(str(WARPGROUP * c) for c in range(1, 5) if (m // 64) % c == 0)
+    return f"{why}: at block_m={m} take threads={fits}, or block_m a multiple of {64 * consumers}"
 
 
 def _placement(kernel: KernelIR, loop: Loop, plannable: list[Loop] | None) -> tuple | str:

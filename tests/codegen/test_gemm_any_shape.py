@@ -120,3 +120,22 @@ def test_a_tile_no_lowering_can_hold_is_refused_naming_a_tile_that_fits():
     assert "needs" in msg and "bytes of shared memory" in msg
     assert "256 x 192 float32" in msg and "portable path" in msg and "Use a smaller tile" in msg
     assert "block_m x block_n = 128 x " in msg
+
+
+@pytest.mark.parametrize("cfg,advice", [
+    (dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=256),
+     "M tile 64 is not a multiple of 64 x 2 consumer warpgroups: at block_m=64 take threads=128, or block_m a "
+     "multiple of 128"),
+    (dict(block_m=128, block_n=192, block_k=64, num_stages=3, threads=384),
+     "at block_m=128 take threads=128 or 256, or block_m a multiple of 192"),
+    (dict(block_m=128, block_n=160, block_k=64, num_stages=3, threads=256), None),  # taken (64-byte swizzles)
+])
+def test_a_tile_wgmma_cannot_split_says_which_threads_would(cfg, advice):
+    """Where the Hopper lowering cannot take a configuration, the kernel still runs (mma.sync or the portable path,
+    with a PerformanceWarning carrying the notes), and the wgmma note says which configuration it would take."""
+    mod = generate_cuda(_ir(1024, 1000, 512, cfg), "sm_90")
+    notes = " ".join(mod.notes)
+    if advice is None:
+        assert mod.arch == "sm_90a", notes
+    else:
+        assert mod.arch != "sm_90a" and advice in notes, notes
