@@ -71,6 +71,16 @@ from .expr_printer import var_name
 from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step, whole
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
+from .gemm_sm90_fit import (
+    PRODUCER_REGS,
+    WGMMA_OPERAND_REGS,
+    accumulators_fit,
+    consumer_registers,
+    launch_register_cap,
+    register_advice,
+    spill_note,
+    tile_advice,
+)
 from .gemm_sm90_load import (
     SWIZZLE_REPEAT_ROWS,
     SWIZZLES,
@@ -99,8 +109,6 @@ from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, w
 
 __all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
 
-PRODUCER_REGS = 40  # the producer issues a few TMA instructions: it gives its registers to the consumers
-REGISTER_FILE = 65536
 SMEM_ALIGN = 1024  # swizzled tiles start at 1024-byte boundaries (the swizzle phase is the row's)
 
 
@@ -134,13 +142,7 @@ class Sm90Plan(TensorCorePlan):
 
     @property
     def consumer_regs(self) -> int:
-        if self.blocks_per_sm == 1:
-            per_thread = (REGISTER_FILE - WARPGROUP * PRODUCER_REGS) // self.user_threads
-        else:  # the block's launch share (the launch bounds' registers per thread, in units of 8) less the producer's
-            total = self.user_threads + WARPGROUP
-            launched = REGISTER_FILE // (self.blocks_per_sm * total) // 8 * 8
-            per_thread = (launched * total - WARPGROUP * PRODUCER_REGS) // self.user_threads
-        return min(240, per_thread // 8 * 8)
+        return consumer_registers(self.consumers, self.blocks_per_sm)
 
     @property
     def frame(self) -> Frame:
@@ -400,9 +402,11 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
         return step
     g, a, b, m, n, k = step
     if m % (64 * consumers):
-        return _tile_advice(m, consumers)
+        return tile_advice(m, n, consumers, kernel.blocks_per_sm)
     if n > 256 or n % 8:
         return f"N tile {n} is not a multiple of 8 up to 256: take one (a multiple of 64 keeps 128-byte swizzles)"
+    if n // 2 + WGMMA_OPERAND_REGS > launch_register_cap(consumers, kernel.blocks_per_sm):
+        return register_advice(m, n, consumers, kernel.blocks_per_sm)
     ptx = WGMMA_INPUT_TYPES[g.a.buffer.dtype]
     if k % k_per_instruction(ptx):
         kin = k_per_instruction(ptx)
@@ -411,15 +415,6 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
         return ("float8 wgmma reads both tiles K-major: store A as M x K and B as N x K "
                 "(T.gemm(A_s, B_s, C, transpose_B=True))")
     return GemmLoop(loop, index, a, b, g, g.c.buffer, m, n, k, loop.num_stages)
-
-
-def _tile_advice(m: int, consumers: int) -> str:
-    """Why an M tile of `m` rows does not split into m64 slabs over `consumers` warpgroups, and what would."""
-    why = f"M tile {m} is not a multiple of 64 x {consumers} consumer warpgroups"
-    if m % 64:
-        return f"{why}: wgmma takes 64-row slabs, so take block_m a multiple of 64"
-    fits = " or ".join(str(WARPGROUP * c) for c in range(1, 5) if (m // 64) % c == 0)
-    return f"{why}: at block_m={m} take threads={fits}, or block_m a multiple of {64 * consumers}"
 
 
 def _placement(kernel: KernelIR, loop: Loop, plannable: list[Loop] | None) -> tuple | str:
@@ -498,6 +493,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         pingpong = None
     # ping-pong: each consumer warpgroup holds whole tiles (all the m64 slabs) and stages its own
     slabs = {gl.acc: gl.m // 64 // (1 if pingpong else consumers) for gl in loops}
+    notes += [spill_note(gl.m, gl.n, slabs[gl.acc], consumers, kernel.blocks_per_sm) for gl in loops
+              if not accumulators_fit(slabs[gl.acc], gl.n, consumers, kernel.blocks_per_sm)]
     cluster = 2 if any(gl.multicast for gl in loops) else 1
     stores = _tma_stores(kernel, loops, maps, arch, staging_copies=2 if pingpong else 1)
     plan = Sm90Plan(loops, consumers, slabs, acc_n, maps, ptx.pop(), cluster, stores, regions=regions,

@@ -43,9 +43,9 @@ from .common import c_string, indent
 from .context import Ctx
 from .expr_printer import WHERE_NAME
 from .gemm_pattern import buffers_of
+from .gemm_sm90_fit import REGISTER_FILE
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
-REGISTER_FILE = 65536
 MAX_REGS = 256
 
 

@@ -129,6 +129,14 @@ def test_a_tile_no_lowering_can_hold_is_refused_naming_a_tile_that_fits():
     (dict(block_m=128, block_n=192, block_k=64, num_stages=3, threads=384),
      "at block_m=128 take threads=128 or 256, or block_m a multiple of 192"),
     (dict(block_m=128, block_n=160, block_k=64, num_stages=3, threads=256), None),  # taken (64-byte swizzles)
+    # three consumer warpgroups and the producer: launch bounds of 512 threads, 128 registers a thread, where one
+    # m64n256 wgmma needs 154 (ptxas refused it: C7602) and an m64n192 fits
+    (dict(block_m=192, block_n=256, block_k=64, num_stages=2, threads=384),
+     "one m64n256 wgmma needs 154 registers, more than the 128 a thread has at threads=384 (+ the producer's 128, "
+     "blocks_per_sm=1): take block_n <= 200"),  # one warpgroup would hold 3 x 128 accumulators: none fits
+    (dict(block_m=192, block_n=192, block_k=64, num_stages=2, threads=384), None),
+    (dict(block_m=64, block_n=256, block_k=64, num_stages=2, threads=128, blocks_per_sm=2),
+     "one m64n256 wgmma needs 154 registers, more than the 128 a thread has at threads=128"),
 ])
 def test_a_tile_wgmma_cannot_split_says_which_threads_would(cfg, advice):
     """Where the Hopper lowering cannot take a configuration, the kernel still runs (mma.sync or the portable path,
@@ -139,3 +147,25 @@ def test_a_tile_wgmma_cannot_split_says_which_threads_would(cfg, advice):
         assert mod.arch == "sm_90a", notes
     else:
         assert mod.arch != "sm_90a" and advice in notes, notes
+
+
+@pytest.mark.parametrize("cfg,note", [
+    (dict(block_m=128, block_n=256, block_k=64, num_stages=3, threads=128),
+     "each consumer thread holds 2 x 128 accumulators of an 128 x 256 tile at threads=128, more than its 240 "
+     "registers leave room for: take threads=256 or a smaller tile"),
+    (dict(block_m=256, block_n=208, block_k=64, num_stages=3, threads=256),  # 234 of 232: 2 KB of spills measured
+     "each consumer thread holds 2 x 104 accumulators of an 256 x 208 tile at threads=256, more than its 232"),
+    (dict(block_m=256, block_n=192, block_k=64, num_stages=4, threads=256), None),  # the 8192^3 pick: no spills
+])
+def test_a_tile_whose_accumulators_spill_runs_on_wgmma_with_a_note(session_cache, require_nvcc, cfg, note):
+    """Warpgroups holding more accumulators than their registers: the Hopper lowering still takes the tile (ptxas
+    spills around the wgmma instructions) and the kernel's PerformanceWarning says which threads would fit; no note
+    where ptxas builds the tile without spills."""
+    mod = generate_cuda(_ir(1024, 1024, 1024, cfg), "sm_90")
+    assert mod.arch == "sm_90a"
+    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)) or ""
+    spilled = re.search(r"[1-9]\d* bytes spill", report) is not None
+    if note is None:
+        assert not mod.notes and not spilled, (mod.notes, report)
+    else:
+        assert any(note in n for n in mod.notes) and spilled, (mod.notes, report)

@@ -60,11 +60,19 @@ def test_paired_blocks_fit_their_register_share_without_spills(session_cache, re
 
 
 def test_shared_memory_that_does_not_fit_twice_is_refused_with_the_way_out():
-    # 128x256 tiles with 4 stages: 192 KiB per block, one fits in an SM
+    # 128x128 tiles on one warpgroup with 4 stages: 128 KiB per block, one fits in an SM
     with pytest.raises(KernelTraceError, match=r"blocks_per_sm=2 but needs \d+ bytes of shared memory per block; "
                                                r"2 blocks fit in an SM of sm_90 with at most 115712 each: .*"
                                                r"or blocks_per_sm=1"):
-        _module(2048, 2048, 2048, block_m=128, block_n=256, block_k=64, num_stages=4, blocks_per_sm=2)
+        _module(2048, 2048, 2048, block_m=128, block_n=128, block_k=64, num_stages=4, threads=128, blocks_per_sm=2)
+
+
+def test_a_wgmma_too_wide_for_two_blocks_registers_says_so_and_takes_another_path():
+    # 128x256 tiles on two warpgroups, two blocks an SM: 80 registers a thread, where one m64n256 wgmma needs 154
+    mod = _module(2048, 2048, 2048, block_m=128, block_n=256, block_k=64, num_stages=4, blocks_per_sm=2)
+    assert mod.arch != "sm_90a"
+    assert any("one m64n256 wgmma needs 154 registers, more than the 80 a thread has" in n and "blocks_per_sm=1" in n
+               for n in mod.notes), mod.notes
 
 
 def test_mma_sync_plan_shortens_its_ring_to_half_an_sm():
