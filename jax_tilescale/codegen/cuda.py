@@ -220,7 +220,8 @@ def generate_cuda(kernel: KernelIR, arch: str = "sm_90", gemm_lowering: str | No
     try:
         layout = plan_layout(kernel, plan, arch, copy_in_counters=bool(kernel_in))
     except KernelTraceError as e:
-        raise shared_memory_refusal(kernel, plan, notes, e, arch) from None
+        lays_out = functools.partial(plan_layout, kernel, arch=arch, copy_in_counters=bool(kernel_in))
+        raise shared_memory_refusal(kernel, plan, notes, e, arch, lays_out) from None
     kernel_out, kernel_out_note = stage_out(kernel, free.on, plan is not None, first_home=len(kernel_in))
     staged = handler_flags(kernel, free.on, tuple(kernel.params.index(b) for b in kernel_in),
                            kernel_out.params if kernel_out else ())

@@ -169,3 +169,22 @@ def test_a_tile_whose_accumulators_spill_runs_on_wgmma_with_a_note(session_cache
         assert not mod.notes and not spilled, (mod.notes, report)
     else:
         assert any(note in n for n in mod.notes) and spilled, (mod.notes, report)
+
+
+@pytest.mark.parametrize("cfg,advice,fixed", [
+    # 6 stages of 128x256: 288 KiB of rings; 4 fit beside the epilogue's staging
+    (dict(block_m=128, block_n=256, block_k=64, num_stages=6, threads=256), "take num_stages=4", dict(num_stages=4)),
+    (dict(block_m=128, block_n=256, block_k=64, num_stages=6, threads=256, persistent=True), "take num_stages=4",
+     dict(num_stages=4)),
+    # 128 KiB a stage: not even two
+    (dict(block_m=256, block_n=256, block_k=128, num_stages=3, threads=256), "take a smaller tile",
+     dict(block_k=32)),
+])
+def test_stage_rings_that_do_not_fit_are_refused_saying_what_would(cfg, advice, fixed):
+    """A configuration whose pipelined loop's stages overflow shared memory is refused with the stage count that
+    fits (found by laying the plan out again with shallower rings), and that configuration builds."""
+    with pytest.raises(KernelTraceError, match=re.escape(advice)):
+        generate_cuda(_ir(2048, 1024, 1000, dict(cfg, num_sms=132) if cfg.get("persistent") else cfg), "sm_90")
+    cfg = {**cfg, **fixed}
+    mod = generate_cuda(_ir(2048, 1024, 1000, dict(cfg, num_sms=132) if cfg.get("persistent") else cfg), "sm_90")
+    assert mod.arch == "sm_90a"
