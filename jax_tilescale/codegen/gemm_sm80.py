@@ -481,8 +481,11 @@ def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:
     if m % 16 or n % 16 or k % 16:
         return f"M x N x K = {m} x {n} x {k} is not made of 16 x 16 x 16 pieces"
     if warp_tiling(m, n, threads // WARP) is None:
+        fits = [w * WARP for w in range(1, 33) if warp_tiling(m, n, w) is not None]
+        advice = f": take threads={fits[0]}" + (f" (or {', '.join(map(str, fits[1:4]))})" if fits[1:] else "") \
+            if fits else ": take a smaller tile"
         return (f"no grid of {threads // WARP} warps cuts the {m} x {n} tile into multiples of 16 x 16 with at "
-                f"most {MAX_ACC_PER_THREAD} accumulators per thread")
+                f"most {MAX_ACC_PER_THREAD} accumulators per thread{advice}")
     stages = max(1, loop.num_stages or 1)
     return MmaLoop(loop, index, a, b, g, g.c.buffer, m, n, k, stages, MMA_INPUT_TYPES[g.a.buffer.dtype])
 
