@@ -363,3 +363,22 @@ def test_pipelined_accumulator_starts_match_the_host_product(start, tile):
     assert got.shape == want.shape and np.all(np.isfinite(got))
     err = float(np.max(np.abs(got - want)))
     assert err <= 1e-5 * float(np.max(np.abs(want))) * np.sqrt(k), f"max error {err}"
+
+
+@pytest.mark.parametrize("cfg,warning", [
+    # one m64n256 wgmma does not fit 512 threads' launch bounds: the mma.sync path, with the advice
+    (dict(block_m=192, block_n=256, block_k=64, num_stages=2, threads=384), "one m64n256 wgmma needs 154 registers"),
+    # two slabs of 128 accumulators on one warpgroup: wgmma, spilling, with a note naming threads=256
+    (dict(block_m=128, block_n=256, block_k=64, num_stages=3, threads=128), "take threads=256"),
+])
+def test_configurations_the_tile_rules_turn_aside_still_match_dot(cfg, warning):
+    """Configurations that the Hopper plan refuses (registers) or takes with spills: the kernel runs, right, and
+    its PerformanceWarning says which configuration fits (codegen/gemm_sm90_fit.py)."""
+    import jax_tilescale as ts
+
+    m, n, k = 1000, 2048, 1024
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", 41 + cfg["threads"])
+    with pytest.warns(ts.PerformanceWarning, match=warning):
+        got = jax.jit(kern)(a, b)
+    _close(got, a, b, "bfloat16")
