@@ -6,20 +6,14 @@ suffixes as bench_gemm.py's docstring lists them."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import jax.numpy as jnp
 from gemm import device_sm_count
 
 from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
-from jax_tilescale.codegen.gemm_table import (
-    BLOCK_S_PER_K,
-    GemmConfig,
-    pick_config,
-    skinny_seconds,
-    splits_of,
-    tiles_of,
-)
+from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, skinny_options, skinny_seconds, tiles_of
 
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
@@ -58,15 +52,11 @@ def shape_list(text: str) -> list[str]:
 
 
 def skinny_estimates(m: int, n: int, k: int) -> dict[str, float]:
-    """Every candidate the table's skinny estimate weighs (gemm_table.skinny_pick: each tile shape of BLOCK_S_PER_K,
-    unsplit or split), described as a --configs entry, with its estimated seconds at this shape."""
+    """Every candidate the table's skinny estimate weighs (gemm_table.skinny_options), described as a --configs entry,
+    with its estimated seconds at this shape."""
     sms = device_sm_count()
-    out = {}
-    for cfg in BLOCK_S_PER_K:
-        for split in splits_of(k, cfg):
-            entry = cfg.describe() + (f"/s{split}" if split > 1 else "")
-            out[entry] = skinny_seconds(m, n, k, cfg, split, sms)
-    return out
+    return {replace(cfg, split_k=split).describe(): skinny_seconds(m, n, k, cfg, split, sms)
+            for cfg, split in skinny_options(k)}
 
 
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:

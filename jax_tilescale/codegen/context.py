@@ -22,12 +22,13 @@ context.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, Stmt
+from .gemm_pattern import PlannedLoop
 from .layout import Layout, PlanMemory
 
 
@@ -95,6 +96,7 @@ class GemmPlan(PlanMemory, Protocol):
     arch: str  # the target the kernel compiles for (sm_90a when it uses wgmma)
     frame: Frame
     notes: list[str]  # loops the plan took with changes, and why (the generated header prints them)
+    loops: Sequence[PlannedLoop]  # the pipelined loops it lowers, each with its ring of stages
 
     def lines(self, stmt: Stmt, ctx: Ctx) -> list[str] | None:
         """The code of `stmt` when the plan owns it, else None (the rule table's rule runs)."""

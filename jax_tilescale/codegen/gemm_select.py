@@ -66,15 +66,12 @@ def select_plan(kernel: KernelIR, arch: str, lowering: str | None = None) -> tup
     ]
 
 
-def stages_that_fit(plan: GemmPlan | None, lays_out: Callable[[GemmPlan], object]) -> int | None:
+def stages_that_fit(plan: GemmPlan, lays_out: Callable[[GemmPlan], object]) -> int | None:
     """The most stages (below the plan's deepest ring, at least 2) whose rings let `lays_out` place the kernel's
     shared memory, or None: each loop's ring cut to that depth in a copy of the plan."""
-    loops = getattr(plan, "loops", None)
-    if not loops:
-        return None
-    for stages in range(max(gl.stages for gl in loops) - 1, 1, -1):
+    for stages in range(max(gl.stages for gl in plan.loops) - 1, 1, -1):
         trial = dataclasses.replace(plan, loops=[dataclasses.replace(gl, stages=min(gl.stages, stages))
-                                                 for gl in loops])
+                                                 for gl in plan.loops])
         try:
             lays_out(trial)
         except KernelTraceError:
@@ -83,9 +80,8 @@ def stages_that_fit(plan: GemmPlan | None, lays_out: Callable[[GemmPlan], object
     return None
 
 
-def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[str],
-                          error: KernelTraceError, arch: str,
-                          lays_out: Callable[[GemmPlan], object] | None = None) -> KernelTraceError:
+def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[str], error: KernelTraceError,
+                          arch: str, lays_out: Callable[[GemmPlan], object]) -> KernelTraceError:
     """The layout's "needs N bytes of shared memory" `error`, told in terms of the GEMM: when a
     T.gemm accumulator that no tensor-core lowering took lives in shared memory (the portable
     path), say so, why the lowerings refused its loop (`notes`), and how large a fragment fits;
@@ -95,14 +91,14 @@ def shared_memory_refusal(kernel: KernelIR, plan: GemmPlan | None, notes: list[s
     accs = {s.c.buffer for s in walk_stmts(kernel.body) if isinstance(s, Gemm)}
     in_smem = [b for b in kernel.allocs if b in accs and b not in registers and b.kind is BufferKind.FRAGMENT]
     if not in_smem:
-        fits = stages_that_fit(plan, lays_out) if lays_out is not None else None
+        if plan is None:
+            return error
+        fits = stages_that_fit(plan, lays_out)
         if fits is not None:
             return KernelTraceError(f"{error.message}: the pipelined loop's stages are what does not fit: take "
                                     f"num_stages={fits}", error.loc)
-        if getattr(plan, "loops", None):
-            return KernelTraceError(f"{error.message}: even 2 stages of the pipelined loop's tiles do not fit: "
-                                    "take a smaller tile", error.loc)
-        return error
+        return KernelTraceError(f"{error.message}: even 2 stages of the pipelined loop's tiles do not fit: "
+                                "take a smaller tile", error.loc)
     others = sum(b.nbytes for b in kernel.allocs
                  if b.kind in (BufferKind.SHARED, BufferKind.FRAGMENT) and b not in in_smem)
     room = max(0, max_shared_bytes(arch) - others - 256 * len(kernel.allocs)) // len(in_smem)

@@ -482,8 +482,10 @@ def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:
         return f"M x N x K = {m} x {n} x {k} is not made of 16 x 16 x 16 pieces"
     if warp_tiling(m, n, threads // WARP) is None:
         fits = [w * WARP for w in range(1, 33) if warp_tiling(m, n, w) is not None]
-        advice = f": take threads={fits[0]}" + (f" (or {', '.join(map(str, fits[1:4]))})" if fits[1:] else "") \
-            if fits else ": take a smaller tile"
+        advice = ": take a smaller tile"
+        if fits:
+            others = f" (or {', '.join(map(str, fits[1:4]))})" if len(fits) > 1 else ""
+            advice = f": take threads={fits[0]}{others}"
         return (f"no grid of {threads // WARP} warps cuts the {m} x {n} tile into multiples of 16 x 16 with at "
                 f"most {MAX_ACC_PER_THREAD} accumulators per thread{advice}")
     stages = max(1, loop.num_stages or 1)

@@ -73,13 +73,12 @@ from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, matc
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_fit import (
     PRODUCER_REGS,
-    WGMMA_OPERAND_REGS,
     accumulators_fit,
     consumer_registers,
-    launch_register_cap,
     register_advice,
     spill_note,
     tile_advice,
+    wgmma_fits_launch,
 )
 from .gemm_sm90_load import (
     SWIZZLE_REPEAT_ROWS,
@@ -405,7 +404,7 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
         return tile_advice(m, n, consumers, kernel.blocks_per_sm)
     if n > 256 or n % 8:
         return f"N tile {n} is not a multiple of 8 up to 256: take one (a multiple of 64 keeps 128-byte swizzles)"
-    if n // 2 + WGMMA_OPERAND_REGS > launch_register_cap(consumers, kernel.blocks_per_sm):
+    if not wgmma_fits_launch(n, consumers, kernel.blocks_per_sm):
         return register_advice(m, n, consumers, kernel.blocks_per_sm)
     ptx = WGMMA_INPUT_TYPES[g.a.buffer.dtype]
     if k % k_per_instruction(ptx):

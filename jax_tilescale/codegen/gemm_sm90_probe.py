@@ -10,8 +10,9 @@ little if something else (latency, the TMA unit, the tensor pipe) is.
 
 from __future__ import annotations
 
+from .gemm_sm90_load import WARPGROUP
+
 EXTRA_SMEM_READS = 0  # times each consumer warpgroup re-reads a stage's A tile (0: no probe)
-WARPGROUP_THREADS = 128
 
 
 def extra_reads_lines(a_stage: str, stage_bytes: int) -> list[str]:
@@ -20,7 +21,7 @@ def extra_reads_lines(a_stage: str, stage_bytes: int) -> list[str]:
     if not EXTRA_SMEM_READS:
         return []
     loads = EXTRA_SMEM_READS * stage_bytes // 16
-    per_thread = -(-loads // WARPGROUP_THREADS)
+    per_thread = -(-loads // WARPGROUP)
     return [
         f"{{  // diagnostic (gemm_sm90_probe.EXTRA_SMEM_READS = {EXTRA_SMEM_READS}): the stage's A tile read again",
         f"  const uint32_t ts_pa = {a_stage};",
@@ -28,7 +29,7 @@ def extra_reads_lines(a_stage: str, stage_bytes: int) -> list[str]:
         "  #pragma unroll",
         f"  for (int ts_pr = 0; ts_pr < {per_thread}; ++ts_pr) {{",
         "    uint32_t ts_p0, ts_p1, ts_p2, ts_p3;",
-        f"    const uint32_t ts_po = ((uint32_t)(ts_pr * {WARPGROUP_THREADS}) + threadIdx.x % {WARPGROUP_THREADS}) "
+        f"    const uint32_t ts_po = ((uint32_t)(ts_pr * {WARPGROUP}) + threadIdx.x % {WARPGROUP}) "
         f"* 16u % {stage_bytes}u;",
         '    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(ts_p0), "=r"(ts_p1), "=r"(ts_p2), '
         '"=r"(ts_p3) : "r"(ts_pa + ts_po));',

@@ -186,11 +186,16 @@ def skinny_seconds(m: int, n: int, k: int, cfg: GemmConfig, split: int, sm_count
     return seconds
 
 
+def skinny_options(k: int) -> list[tuple[GemmConfig, int]]:
+    """(tile configuration, split along K) pairs skinny_pick weighs: each tile shape of BLOCK_S_PER_K, unsplit or
+    split (splits_of), fewest splits first."""
+    return [(cfg, s) for cfg in BLOCK_S_PER_K for s in splits_of(k, cfg)]
+
+
 def skinny_pick(m: int, n: int, k: int, sm_count: int) -> GemmConfig:
     """The fastest by skinny_seconds of NARROW, NARROW_WIDE and the default tiles, each unsplit or split along K (the
     first of them, fewest splits first, where two estimates are equal)."""
-    options = [(cfg, s) for cfg in BLOCK_S_PER_K for s in splits_of(k, cfg)]
-    cfg, split = min(options, key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
+    cfg, split = min(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
     return cfg if split == 1 else replace(cfg, split_k=split)
 
 
