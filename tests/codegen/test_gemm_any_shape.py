@@ -188,3 +188,13 @@ def test_stage_rings_that_do_not_fit_are_refused_saying_what_would(cfg, advice, 
     cfg = {**cfg, **fixed}
     mod = generate_cuda(_ir(2048, 1024, 1000, dict(cfg, num_sms=132) if cfg.get("persistent") else cfg), "sm_90")
     assert mod.arch == "sm_90a"
+
+
+def test_a_wgmma_too_wide_for_the_launch_bounds_no_longer_crashes_nvcc(session_cache, require_nvcc):
+    """192x256 on three consumer warpgroups: one m64n256 wgmma needs 154 registers where 512 threads' launch bounds
+    give 128, and ptxas stopped with C7602 ("insufficient registers") when the Hopper plan took it. The plan now
+    leaves it to mma.sync, which builds."""
+    mod = generate_cuda(_ir(1024, 2048, 1024, dict(block_m=192, block_n=256, block_k=64, num_stages=2, threads=384)),
+                        "sm_90")
+    assert mod.arch != "sm_90a"
+    _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
