@@ -62,8 +62,8 @@ def skinny_estimates(m: int, n: int, k: int) -> dict[str, float]:
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     """The --configs entries to time at one shape, the table's pick first ("table" marks it);
     `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
-    stands for the pick there; `--configs skinny`: the pick, then every candidate of the skinny estimate
-    (skinny_estimates), so that one run measures what the estimate weighs."""
+    stands for the pick there (and `tuned` for gemm(autotune=True)); `--configs skinny`: the pick, then every
+    candidate of the skinny estimate (skinny_estimates), so that one run measures what the estimate weighs."""
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
     if text == "skinny":
         return [pick.describe() + "/table", *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
@@ -81,7 +81,10 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
 
 
 def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
-    """(gemm() keyword arguments, code generator switches: (module, name) -> value) of one --configs entry."""
+    """(gemm() keyword arguments, code generator switches: (module, name) -> value) of one --configs entry; `tuned`:
+    gemm(autotune=True), the fastest of gemm_table.tune_candidates timed at the shape's first call and kept on disk."""
+    if text == "tuned":
+        return {"autotune": True}, {}
     tiles, stages, group, *rest = text.split("/")
     bm, bn, bk = map(int, tiles.split("x"))
     cfg = dict(block_m=bm, block_n=bn, block_k=bk, num_stages=int(stages), group_m=int(group.lstrip("g")))

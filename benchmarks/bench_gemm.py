@@ -48,7 +48,8 @@ and power (NVML) sampled while each runner runs, and the energy per product (ben
 
 `--shapes` takes MxNxK entries and set names: `issue` (the default, issue 16's sweep) and `decoder` (DECODER_SHAPES).
 
-`--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it);
+`--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it); `--configs
+table,tuned` also `gemm(autotune=True)`'s choice (the tuner's lines on stderr say which it took and why);
 `--configs skinny` the pick and every candidate of the table's skinny estimate, each estimate printed first (to
 check or recalibrate gemm_table.BLOCK_S_PER_K against one run);
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,14 @@ import numpy as np
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
-from jax_tilescale.codegen.gemm_table import DEFAULT, HOPPER_SMS, PERSISTENT, GemmConfig, pick_config
+from jax_tilescale.codegen.gemm_table import (
+    DEFAULT,
+    HOPPER_SMS,
+    PERSISTENT,
+    GemmConfig,
+    pick_config,
+    tune_candidates,
+)
 from jax_tilescale.codegen.layout import shared_budget
 
 TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to max |C|
@@ -44,7 +52,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None,
-         split_reduce: str = "xla") -> Callable[..., jax.Array]:
+         split_reduce: str = "xla", autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
     GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (the kernel
@@ -53,21 +61,58 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     otherwise the kernel itself, `persistent` or not.
     `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; gemm_table.PAIRED,
     which the table no longer picks: benchmarks/NOTES.md). `pingpong=True` with `persistent`: the two
-    consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192)."""
+    consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192).
+    `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
+    names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
+    fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
+    the table's pick, untimed."""
     sms = num_sms or device_sm_count()
-    tiles_given = any(v is not None for v in (block_m, block_n, block_k))
-    base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
-    if persistent and not base.persistent and num_stages is None:
-        base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
     given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
                  group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm,
                  pingpong=pingpong)
-    cfg = dataclasses.replace(base, **{f: v for f, v in given.items() if v is not None})
+    given = {f: v for f, v in given.items() if v is not None}
+    if autotune:
+        if given:
+            raise ValueError(f"gemm(autotune=True) chooses the configuration itself: leave out {', '.join(given)}, "
+                             f"or give them with autotune=False")
+        return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
+    tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
+    base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
+    if persistent and not base.persistent and num_stages is None:
+        base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
+    return build(m, n, k, dtype, dataclasses.replace(base, **given), sms, split_reduce)
+
+
+def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
+          split_reduce: str = "xla") -> Callable[..., jax.Array]:
+    """The kernel of one configuration: a SplitK where it splits K, else a persistent or one-block-per-tile one."""
     if cfg.split_k > 1:
         return SplitK(m, n, k, dtype, cfg, split_reduce)
     if cfg.persistent:
         return persistent_kernel(m, n, k, dtype, cfg, sms)
     return tile_kernel(m, n, k, dtype, cfg)
+
+
+def tuned_config(m: int, n: int, k: int, dtype: jnp.dtype, sms: int, split_reduce: str = "xla",
+                 **tune: Any) -> ts.tune.Tuned[GemmConfig]:
+    """The fastest of gemm_table.tune_candidates for this problem (ts.tune.autotune: timed on the GPU the first time,
+    then read from disk), each candidate's C first checked against jnp.dot in float32 on random operands (a wrong one
+    is refused, never chosen). `tune`: autotune's keyword arguments (timer, retune, progress)."""
+    dtype = jnp.dtype(dtype)
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(ts.testing.random_array(rng, (m, k), dtype))
+    b = jnp.asarray(ts.testing.random_array(rng, (k, n), dtype))
+    want = np.asarray(jnp.dot(a, b, preferred_element_type=jnp.float32))
+    limit = TOLERANCE.get(dtype.name, TOLERANCE["bfloat16"]) * max(float(np.abs(want).max()), 1e-30)
+
+    def check(c: jax.Array) -> str | None:
+        err = float(np.abs(np.asarray(c, np.float32) - want).max())
+        return None if err <= limit else f"max |C - jnp.dot| = {err:.3g}, over the tolerance {limit:.3g}"
+
+    candidates = tune_candidates(m, n, k, dtype, sms)
+    return ts.tune.autotune("examples.gemm", candidates, lambda cfg: build(m, n, k, dtype, cfg, sms, split_reduce),
+                            (a, b), describe=GemmConfig.describe, key=dict(sms=sms, split_reduce=split_reduce),
+                            check=check, **tune)
 
 
 def device_sm_count() -> int:

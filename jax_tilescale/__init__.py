@@ -9,7 +9,7 @@
         T.putmem_nbi_block(dst[rows, :], src[rows, :], pe=(T.get_pe() + 1) % T.get_pe_num())
 """
 
-from . import errors, language, platform, testing
+from . import errors, language, platform, testing, tune
 from .errors import (
     CompileError,
     DeadlockError,
@@ -45,4 +45,5 @@ __all__ = [
     "language",
     "platform",
     "testing",
+    "tune",
 ]

@@ -39,7 +39,9 @@ The three levers, and when each pays:
   128x256 tiles make one wave or less (2048^3), from runs of 20 products per timing; with timed runs of
   20 ms it measured 0.91x XLA there against 0.98x for plain 128x256 tiles (benchmarks/NOTES.md).
 
-Explicit arguments to `gemm()` always win over the table.
+Explicit arguments to `gemm()` always win over the table. `gemm(..., autotune=True)` times the table's pick against
+the other configurations `tune_candidates` names for the problem instead (jax_tilescale/tune), once per problem and
+GPU, and keeps the fastest on disk.
 """
 
 from __future__ import annotations
@@ -210,3 +212,31 @@ def idle(m: int, n: int, cfg: GemmConfig, sm_count: int) -> float:
     """The fraction of SM time the tiles leave idle in their last wave (one block per SM)."""
     tiles = tiles_of(m, n, cfg)
     return 1 - tiles / (_ceildiv(tiles, sm_count) * sm_count)
+
+
+TUNE_LIMIT = 6  # candidates autotune times at most: each costs a build (nvcc, ~10-30 s) the first time
+
+
+def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = HOPPER_SMS,
+                    limit: int = TUNE_LIMIT) -> list[GemmConfig]:
+    """The configurations `gemm(..., autotune=True)` times for an m x n x k product, the table's pick first (the one
+    taken where nothing can be timed), then the ones the table weighs against it: for a skinny product the skinny
+    estimate's candidates, best estimate first; otherwise the default tiles, on a persistent grid or not, WIDE, the
+    ping-pong PERSISTENT, NARROW where its tiles make at most two waves and split_for's split. Element types other
+    than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
+    pick = pick_config(m, n, k, dtype, sm_count)
+    dt = np.dtype(dtype)
+    if dt.itemsize != 2 or dt.kind not in "fV":
+        return [pick]
+    found = [pick]
+    if m <= SKINNY_M and 2 * tiles_of(m, n, DEFAULT) <= sm_count:
+        ranked = sorted(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
+        found += [cfg if split == 1 else replace(cfg, split_k=split) for cfg, split in ranked]
+    else:
+        found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT]
+        if tiles_of(m, n, NARROW) <= 2 * sm_count:
+            found.append(NARROW)
+        if (split := split_for(m, n, k, DEFAULT, sm_count)) > 1:
+            found.append(replace(DEFAULT, split_k=split))
+    unique = list(dict.fromkeys(found))
+    return unique[:limit]

@@ -307,3 +307,11 @@ def test_split_k_sums_are_timed_whole_in_the_loop_and_graph_forms():
     assert not [line for line in jax.jit(one).lower(a, b).compile().as_text().splitlines()
                 if " fusion(" in line and f"= bf16[{m},{n}]" in line and "tilescale_call" in line], (
         "the one-element form now writes the whole sum: finishes_in_xla's reason is gone, revisit it")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tuned_stands_for_gemm_autotune(shape):
+    bench = load_bench("bench_gemm")
+    got = bench.shape_configs("table,tuned", *shape)
+    assert got == [bench.shape_configs("table", *shape)[0], "tuned"]
+    assert bench.parse_config("tuned") == ({"autotune": True}, {})

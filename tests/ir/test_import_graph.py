@@ -120,6 +120,7 @@ LAYERING = [
     ("language", {"interpret", "codegen", "compiler", "runtime", "kernel", "launch"}),
     ("interpret", {"codegen", "compiler", "language"}),
     ("codegen", {"interpret", "runtime", "language"}),
+    ("tune", {"interpret", "codegen", "language", "runtime", "kernel", "launch", "lowering", "ir"}),
 ]
 
 

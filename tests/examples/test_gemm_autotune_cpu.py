@@ -1,0 +1,103 @@
+"""examples/gemm.py's `gemm(..., autotune=True)`: the candidates gemm_table.tune_candidates names, each built and
+checked against jnp.dot in the interpreter before a (scripted) timer ranks them; a wrong candidate refused; the
+candidates at the issue's and a decoder's shapes taken by the Hopper plan. Timed on the GPU:
+tests/gpu/test_autotune_gpu.py."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_table import TUNE_LIMIT, pick_config, tune_candidates
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+
+
+class ScriptedTimer:
+    """The candidates' seconds by label, fastest last in the given order unless named in `fast`."""
+
+    def __init__(self, fast: str | None = None):
+        self.fast, self.given = fast, []
+
+    def __call__(self, runners, args):
+        self.given.append(list(runners))
+        labels = list(runners)
+        fastest = self.fast if self.fast in runners else labels[-1]
+        return {label: [0.5 if label == fastest else 1.0 + i] for i, label in enumerate(labels)}
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+SHAPES = [(2048, 2048, 2048), (8192, 8192, 8192), (16384, 8192, 1024), (128, 8192, 8192), (16, 14336, 4096),
+          (256, 4096, 14336), (1024, 6144, 4096), (1000, 3000, 777)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_candidates_start_with_the_table_pick_and_differ(m, n, k):
+    found = tune_candidates(m, n, k, jnp.bfloat16, 132)
+    assert found[0] == pick_config(m, n, k, jnp.bfloat16, 132)
+    assert 2 <= len(found) <= TUNE_LIMIT and len({c.describe() for c in found}) == len(found)
+
+
+def test_other_element_types_have_one_candidate():
+    assert tune_candidates(4096, 4096, 4096, jnp.float32, 132) == [pick_config(4096, 4096, 4096, jnp.float32, 132)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_every_candidate_takes_the_hopper_plan(m, n, k):
+    """Whatever autotune may time at these shapes builds for an H100/H200 on wgmma (no refusal to time around)."""
+    a, b = jax.ShapeDtypeStruct((m, k), jnp.bfloat16), jax.ShapeDtypeStruct((k, n), jnp.bfloat16)
+    for cfg in tune_candidates(m, n, k, jnp.bfloat16, 132):
+        kern = gemm_example.build(m, n, k, jnp.dtype(jnp.bfloat16), cfg, 132)
+        mod = generate_cuda(kern.trace(a, b), "sm_90")
+        assert mod.arch == "sm_90a", cfg.describe()
+
+
+def test_the_timer_decides_among_candidates_that_match_dot():
+    m, n, k = 96, 200, 130  # skinny: the skinny estimate's candidates, split ones among them
+    labels = [c.describe() for c in tune_candidates(m, n, k, jnp.bfloat16, 132)]
+    timer = ScriptedTimer(fast=labels[1])
+    tuned = gemm_example.tuned_config(m, n, k, jnp.bfloat16, 132, timer=timer, progress=None)
+    assert (tuned.label, tuned.source, tuned.refused) == (labels[1], "timed", {})
+    assert timer.given == [labels]  # every candidate ran right in the interpreter
+    again = gemm_example.tuned_config(m, n, k, jnp.bfloat16, 132, timer=ScriptedTimer(fast=labels[0]), progress=None)
+    assert (again.config, again.source) == (tuned.config, "cache")  # read back, not timed again
+
+
+def test_a_candidate_whose_product_is_wrong_is_refused(monkeypatch):
+    m, n, k = 96, 200, 130
+    labels = [c.describe() for c in tune_candidates(m, n, k, jnp.bfloat16, 132)]
+    right = gemm_example.build
+
+    def build(m, n, k, dtype, cfg, sms, split_reduce="xla"):
+        kern = right(m, n, k, dtype, cfg, sms, split_reduce)
+        return (lambda a, b: kern(a, b) * 1.05) if cfg.describe() == labels[0] else kern
+
+    monkeypatch.setattr(gemm_example, "build", build)
+    lines = []
+    timer = ScriptedTimer(fast=labels[0])
+    tuned = gemm_example.tuned_config(m, n, k, jnp.bfloat16, 132, timer=timer, progress=lines.append)
+    assert tuned.label != labels[0] and labels[0] not in timer.given[0] and labels[0] in tuned.refused
+    assert any(f"{labels[0]}: refused (wrong result: max |C - jnp.dot|" in line for line in lines)
+
+
+def test_autotune_without_a_gpu_runs_the_table_pick():
+    m, n, k = 70, 90, 64
+    rng = np.random.default_rng(5)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.bfloat16)
+    got = jax.jit(gemm_example.gemm(m, n, k, jnp.bfloat16, autotune=True))(a, b)
+    want = jnp.dot(a, b, preferred_element_type=jnp.float32)
+    assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) <= 2e-2 * float(jnp.max(jnp.abs(want)))
+
+
+def test_autotune_with_configuration_arguments_is_refused():
+    with pytest.raises(ValueError, match=r"chooses the configuration itself: leave out block_m, split_k"):
+        gemm_example.gemm(128, 128, 128, block_m=64, split_k=2, autotune=True)

@@ -1,0 +1,62 @@
+"""Autotuning on the GPU (jax_tilescale/tune, examples/gemm.py's `gemm(..., autotune=True)`): LoopTimer's figures
+rank products by their size, the GEMM's candidates are timed and the fastest is right and kept on disk, and a later
+call reads it back without timing."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tilescale as ts
+from tests.conftest import load_example
+
+gemm_example = load_example("gemm")
+QUICK = ts.tune.LoopTimer(rounds=2, heat_s=0.05, min_run_s=0.005)
+
+
+@pytest.fixture(autouse=True)
+def own_records(tmp_path, monkeypatch):
+    """Tuning records in a directory of this test's own (the kernels' cubins are rebuilt there too)."""
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_loop_timer_on_the_gpu_ranks_products_by_their_work():
+    rng = np.random.default_rng(3)
+    small = jnp.asarray(rng.standard_normal((1024, 1024)), jnp.bfloat16)
+    big = jnp.asarray(rng.standard_normal((4096, 4096)), jnp.bfloat16)
+    times = QUICK({"small": lambda a, b: a[:1024, :1024] @ a[:1024, :1024], "big": lambda a, b: b @ b},
+                  (small, big))
+    # 64x the multiply-adds; well over 8x the time whatever the clocks do
+    assert np.median(times["big"]) > 8 * np.median(times["small"]) > 0
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 4096, 4096), (2048, 2048, 1024)])
+def test_gemm_autotune_times_its_candidates_and_keeps_the_fastest(m, n, k):
+    lines = []
+    tuned = gemm_example.tuned_config(m, n, k, jnp.bfloat16, gemm_example.device_sm_count(), timer=QUICK,
+                                      progress=lines.append)
+    assert tuned.source == "timed" and tuned.seconds[tuned.label] == min(tuned.seconds.values())
+    assert len(tuned.seconds) + len(tuned.refused) == len(gemm_example.tune_candidates(m, n, k, jnp.bfloat16,
+                                                                                       gemm_example.device_sm_count()))
+    assert all(0 < s < 1e-2 for s in tuned.seconds.values()), tuned.seconds
+    assert json.loads(tuned.path.read_text())["choice"] == tuned.label
+    print("\n".join(lines))
+
+    rng = np.random.default_rng(m + n)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.bfloat16)
+    got = jax.jit(gemm_example.gemm(m, n, k, jnp.bfloat16, autotune=True))(a, b)  # reads the record
+    want = jnp.dot(a, b, preferred_element_type=jnp.float32)
+    assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) <= 2e-2 * float(jnp.max(jnp.abs(want)))
+
+    class NoTimer:
+        def __call__(self, runners, args):
+            raise AssertionError("timed again although the choice was on disk")
+
+    again = gemm_example.tuned_config(m, n, k, jnp.bfloat16, gemm_example.device_sm_count(), timer=NoTimer(),
+                                      progress=None)
+    assert (again.label, again.source) == (tuned.label, "cache")
