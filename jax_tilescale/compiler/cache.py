@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CACHE_FORMAT_VERSION = 1  # bump when the layout of an entry or the build changes meaning
@@ -111,8 +111,21 @@ def is_valid(artifact: Path) -> bool:
 def locked(entry_dir: Path) -> Iterator[None]:
     """Exclusive lock on one cache entry (threads and processes)."""
     entry_dir.mkdir(parents=True, exist_ok=True)
-    with open(entry_dir / ".lock", "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    with lock_file(entry_dir / ".lock"):
+        yield
+
+
+@contextlib.contextmanager
+def lock_file(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Exclusive `flock` of the file at `path` (made if absent) for the block; `on_wait()` is called first when
+    another holder makes the caller wait."""
+    with open(path, "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -101,10 +101,24 @@ def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[.
     full_key = {"name": name, "candidates": labels, "arguments": _argument_key(args), **_device_key(),
                 **dict(key or {})}
     path = store.record_path(name, full_key)
-    if not retune and (record := store.load(path, labels)) is not None:
-        return Tuned(candidates[labels.index(record.choice)], record.choice, "cache", record.seconds, record.refused,
-                     path)
 
+    def recorded() -> Tuned[C] | None:
+        record = None if retune else store.load(path, labels)
+        return None if record is None else Tuned(candidates[labels.index(record.choice)], record.choice, "cache",
+                                                 record.seconds, record.refused, path)
+
+    if (found := recorded()) is not None:
+        return found
+    with store.tuning(path, on_wait=lambda: say(f"autotune {name}: another process is tuning this problem; "
+                                                f"waiting for its choice ({path.with_suffix('.lock')})")):
+        # a process that held the lock may have recorded the choice meanwhile (with retune, time again anyway)
+        return recorded() or _tune(name, candidates, labels, build, args, check, timer, say, path, full_key)
+
+
+def _tune(name: str, candidates: Sequence[C], labels: list[str], build: Callable[[C], Callable[..., Any]],
+          args: Sequence[Any], check: Callable[[Any], str | None] | None, timer: Timer, say: Callable[[str], None],
+          path: Path, full_key: Mapping[str, object]) -> Tuned[C]:
+    """Builds, checks and times the candidates (autotune's first call for a problem) and records the fastest."""
     say(f"autotune {name}: {len(candidates)} candidates on {full_key['device']}, the first time this problem is seen "
         f"(the choice is kept in {path})")
     runners: dict[str, Callable[..., Any]] = {}

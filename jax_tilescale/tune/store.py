@@ -10,15 +10,16 @@ cannot be read or does not hold a choice among today's candidates is ignored wit
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..compiler.cache import cache_key, cache_root, write_atomic
+from ..compiler.cache import cache_key, cache_root, lock_file, write_atomic
 
 RECORD_FORMAT = 1  # bump when a record's fields change meaning
 
@@ -44,6 +45,16 @@ def record_path(name: str, key: Mapping[str, object], root: Path | None = None) 
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:64] or "tuned"
     digest = cache_key(kind="tune", record_format=RECORD_FORMAT, name=name, key=dict(key))[:20]
     return (root or cache_root()) / "tune" / f"{stem}-{digest}.json"
+
+
+@contextlib.contextmanager
+def tuning(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Held while one process tunes the problem whose record is `path` (a lock file beside it): a second process
+    (another rank on the same host) waits, then finds the record the first wrote, so that every process takes the
+    same configuration and only one times them."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_file(path.with_suffix(".lock"), on_wait):
+        yield
 
 
 def load(path: Path, labels: Sequence[str]) -> Record | None:

@@ -191,3 +191,32 @@ def test_record_paths_are_readable_and_separate_problems():
 def test_a_record_whose_choice_was_not_timed_cannot_be_made():
     with pytest.raises(ValueError, match="was not timed"):
         store.Record(choice="a", seconds={"b": 1.0})
+
+
+def test_a_second_process_waits_for_the_first_and_takes_its_choice():
+    """Two ranks on one host tuning one problem: the one that comes second waits on the record's lock, says so, and
+    takes what the first recorded (the same kernel on every rank, timed once). The first is a thread here holding
+    the lock (flock locks of two open files conflict within a process too)."""
+    import threading
+    import time
+
+    first = ts.tune.autotune("wait", [1.0, 2.0], scale, ARGS, timer=ScriptedTimer({"1.0": 2.0, "2.0": 1.0}),
+                             progress=None)
+    record = first.path.read_text()
+    first.path.unlink()
+    holding = threading.Event()
+
+    def other_rank():
+        with store.tuning(first.path):
+            holding.set()
+            time.sleep(0.3)
+            first.path.write_text(record)
+
+    thread = threading.Thread(target=other_rank)
+    thread.start()
+    holding.wait()
+    lines = []
+    tuned = ts.tune.autotune("wait", [1.0, 2.0], scale, ARGS, timer=NoTimer(), progress=lines.append)
+    thread.join()
+    assert (tuned.config, tuned.source) == (2.0, "cache")
+    assert lines and "another process is tuning this problem; waiting for its choice" in lines[0]
