@@ -329,13 +329,14 @@ class SplitK:
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(m: int, n: int, k: int, dtype: str = "bfloat16", seed: int = 0, **config: int) -> ts.testing.Verdict:
+def check(m: int, n: int, k: int, dtype: str = "bfloat16", seed: int = 0, autotune: bool = False,
+          **config: int) -> ts.testing.Verdict:
     """The kernel's C on one device vs a float64 product on the host (tolerance per dtype, relative
-    to max |C|), every element."""
+    to max |C|), every element. `--autotune`: gemm(autotune=True)'s choice (timed on a GPU the first time)."""
     rng = np.random.default_rng(seed)
     a = ts.testing.random_array(rng, (m, k), dtype)
     b = ts.testing.random_array(rng, (k, n), dtype)
-    got = jax.jit(gemm(m, n, k, jnp.dtype(dtype), **config))(a, b)
+    got = jax.jit(gemm(m, n, k, jnp.dtype(dtype), autotune=autotune, **config))(a, b)
     want = a.astype(np.float64) @ b.astype(np.float64)
     return ts.testing.compare(got, want, "C close to the float64 product", atol_of_max=TOLERANCE[dtype])
 
