@@ -54,7 +54,7 @@ def _package_version() -> str:
 
 
 def _device_key() -> dict[str, object]:
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]  # this process's (in a multi-process run jax.devices()[0] may be another's)
     return {"platform": device.platform, "device": device.device_kind,
             "sms": getattr(device, "core_count", None), "jax_tilescale": _package_version(), "jax": jax.__version__}
 
