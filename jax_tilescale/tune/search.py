@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import jax
 import numpy as np
@@ -32,7 +32,7 @@ class Tuned(Generic[C]):
 
     config: C
     label: str
-    source: str
+    source: Literal["timed", "cache", "only", "untimed"]
     seconds: Mapping[str, float] = field(default_factory=dict)  # median seconds per call of each candidate timed
     refused: Mapping[str, str] = field(default_factory=dict)  # label -> why it could not run
     path: Path | None = None  # the record on disk, where there is one
@@ -67,7 +67,7 @@ def _reason(err: BaseException) -> str:
 def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[..., Any]], args: Sequence[Any], *,
              describe: Callable[[C], str] = str, key: Mapping[str, object] | None = None,
              check: Callable[[Any], str | None] | None = None, timer: Timer | None = None, retune: bool = False,
-             progress: Callable[[str], None] | None = _stderr) -> Tuned[C]:
+             margin: float = 0.02, progress: Callable[[str], None] | None = _stderr) -> Tuned[C]:
     """The fastest of `candidates` for `build(candidate)(*args)`.
 
     `build` turns a candidate into a function of `args` (a jax_tilescale kernel, or anything jittable); `args` are
@@ -78,13 +78,17 @@ def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[.
 
     The first time a problem is seen every candidate is built, run once and checked (a candidate that raises one of
     REFUSALS, or fails its check, is left out with its reason), then the rest are timed against each other
-    (`timer`, by default LoopTimer: on-device loops in interleaved rounds) and the fastest is recorded on disk; later
+    (`timer`, by default LoopTimer: on-device loops in interleaved rounds) and the fastest is recorded on disk (the
+    earliest in the order given among those within `margin` of the fastest median: put the candidate to keep unless
+    another is clearly faster first, so that a run's noise does not move the choice); later
     calls, in any process, read the record and build nothing (`retune=True` times again). Without a GPU and without
     a `timer` nothing is timed (an interpreter's speed says nothing about a GPU's): the first candidate is taken,
     and nothing recorded. Lines of progress go to `progress` (stderr by default; None: silent). Raises TileScaleError
     when every candidate is refused, listing each reason."""
     if not candidates:
         raise ValueError(f"autotune {name!r}: no candidates")
+    if not 0 <= margin < 1:
+        raise ValueError(f"autotune {name!r}: margin is a fraction of the fastest time, in [0, 1), not {margin}")
     labels = [describe(c) for c in candidates]
     if len(set(labels)) != len(labels):
         twice = sorted({lab for lab in labels if labels.count(lab) > 1})
@@ -112,12 +116,12 @@ def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[.
     with store.tuning(path, on_wait=lambda: say(f"autotune {name}: another process is tuning this problem; "
                                                 f"waiting for its choice ({path.with_suffix('.lock')})")):
         # a process that held the lock may have recorded the choice meanwhile (with retune, time again anyway)
-        return recorded() or _tune(name, candidates, labels, build, args, check, timer, say, path, full_key)
+        return recorded() or _tune(name, candidates, labels, build, args, check, timer, margin, say, path, full_key)
 
 
 def _tune(name: str, candidates: Sequence[C], labels: list[str], build: Callable[[C], Callable[..., Any]],
-          args: Sequence[Any], check: Callable[[Any], str | None] | None, timer: Timer, say: Callable[[str], None],
-          path: Path, full_key: Mapping[str, object]) -> Tuned[C]:
+          args: Sequence[Any], check: Callable[[Any], str | None] | None, timer: Timer, margin: float,
+          say: Callable[[str], None], path: Path, full_key: Mapping[str, object]) -> Tuned[C]:
     """Builds, checks and times the candidates (autotune's first call for a problem) and records the fastest."""
     say(f"autotune {name}: {len(candidates)} candidates on {full_key['device']}, the first time this problem is seen "
         f"(the choice is kept in {path})")
@@ -143,10 +147,11 @@ def _tune(name: str, candidates: Sequence[C], labels: list[str], build: Callable
 
     times = timer(runners, args)
     seconds = {label: float(np.median(times[label])) for label in runners}
-    choice = min(seconds, key=seconds.__getitem__)
+    fastest = min(seconds.values())
+    choice = next(label for label in seconds if seconds[label] <= fastest * (1 + margin))  # runners keep the order
     for label, s in sorted(seconds.items(), key=lambda e: e[1]):
-        say(f"  {label}: {s * 1e3:.4f} ms a call" + ("  <- chosen" if label == choice
-                                                     else f" (+{(s / seconds[choice] - 1) * 100:.1f}%)"))
+        say(f"  {label}: {s * 1e3:.4f} ms a call (+{(s / fastest - 1) * 100:.1f}%)"
+            + ("  <- chosen" if label == choice else ""))
     record = store.Record(choice, seconds, refused, str(full_key["device"]), store.today())
     store.save(path, record, full_key)
     return Tuned(candidates[labels.index(choice)], choice, "timed", seconds, refused, path)

@@ -220,3 +220,15 @@ def test_a_second_process_waits_for_the_first_and_takes_its_choice():
     thread.join()
     assert (tuned.config, tuned.source) == (2.0, "cache")
     assert lines and "another process is tuning this problem; waiting for its choice" in lines[0]
+
+
+@pytest.mark.parametrize("first_s, chosen", [(1.015, 1.0), (1.05, 2.0)])
+def test_the_earlier_candidate_is_kept_unless_another_is_faster_by_more_than_the_margin(first_s, chosen):
+    timer = ScriptedTimer({"1.0": first_s, "2.0": 1.0, "3.0": 1.3})
+    tuned = ts.tune.autotune("margin", [1.0, 2.0, 3.0], scale, ARGS, timer=timer, margin=0.02, progress=None)
+    assert tuned.config == chosen
+
+
+def test_a_margin_outside_zero_to_one_is_refused():
+    with pytest.raises(ValueError, match="margin is a fraction"):
+        ts.tune.autotune("m", [1.0, 2.0], scale, ARGS, margin=1.5, progress=None)
