@@ -139,6 +139,12 @@ XDIST=(); python3 -c "import xdist" 2>/dev/null && XDIST=(-n "${XDIST_WORKERS:-8
 step gpu_tests_1pe timeout -k 10 "${GPU_TESTS_TIMEOUT:-420}" env CUDA_VISIBLE_DEVICES=0 \
   XLA_PYTHON_CLIENT_PREALLOCATE=false \
   python3 -m pytest tests/gpu -m "not multi_pe" -q -o addopts="" -p no:cacheprovider "${XDIST[@]}"
+# STEPS=pick_1pe PICK_1PE='tests/gpu/test_x.py -k "a or b"': some one-PE GPU tests only (the pytest arguments as
+# written, quotes included), bounded as gpu_tests_1pe is.
+if [[ " ${STEPS:-} " == *" pick_1pe "* ]]; then
+  step pick_1pe timeout -k 10 "${GPU_TESTS_TIMEOUT:-420}" env CUDA_VISIBLE_DEVICES=0 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    bash -c "python3 -m pytest -m 'not multi_pe' -q -o addopts='' -p no:cacheprovider ${XDIST[*]} ${PICK_1PE:?PICK_1PE names the tests}"
+fi
 step gemm_example env CUDA_VISIBLE_DEVICES=0 python3 examples/gemm.py
 step softmax_example env CUDA_VISIBLE_DEVICES=0 python3 examples/softmax.py
 if [ "$NGPU" -ge 2 ]; then
