@@ -117,7 +117,7 @@ from gemm_fp8 import gemm_fp8, quantize
 
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
-from jax_tilescale.compiler import compile_cubin, ptxas_report
+from jax_tilescale.compiler import compile_cubin, kernel_resources
 from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
 GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a multiple of it per timed run)
@@ -340,13 +340,11 @@ def graph_spreads(times: dict, t: dict, ref: str, cublas: str) -> dict:
 def resources(kern, a, b, lowering: str = "auto", switches: dict[tuple, object] | None = None, extra=()) -> str:
     with codegen_settings(lowering, switches or {}):
         module = generate_cuda(kern.trace(a, b, *extra), "sm_90", gemm_lowering=lowering)
-    report = ptxas_report(compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)) or ""
-    regs = re.search(r"Used (\d+) registers", report)
-    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=False)
+    compiled = kernel_resources(cubin, module.entry)
     path = "wgmma" if module.arch == "sm_90a" else "mma.sync" if "ts_mma_16816_" in module.source else "portable"
     path += ", cluster 2" if "__cluster_dims__(2" in module.source else ""  # a pair built (/mc may not build one)
-    return (f"{path}, {regs.group(1) if regs else '?'} regs, "
-            f"spills {spill.group(1) + '/' + spill.group(2) if spill else '?'} B")
+    return f"{path}, {compiled.summary() if compiled else '? regs, spills ? B'}"
 
 
 def main() -> None:

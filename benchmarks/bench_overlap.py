@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
 import sys
 import time
 
@@ -27,7 +26,7 @@ from gemm import gemm
 from gemm_reducescatter import gemm_reducescatter, gemm_rs
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.compiler import compile_cubin, ptxas_report
+from jax_tilescale.compiler import compile_cubin, kernel_resources
 
 SHAPES = [(8192, 8192, 8192), (8192, 28672, 8192), (8192, 8192, 28672)]  # (M, N, K)
 if os.environ.get("BENCH_OVERLAP_SHAPES"):  # e.g. "8192x8192x8192" (M x N x K, comma-separated): a shorter run
@@ -52,11 +51,12 @@ def medians(runners: dict, args: dict, rounds: int = ROUNDS, heat_s: float = 0.3
 
 def regs(kern, shapes, npes) -> str:
     mod = generate_cuda(kern.trace(*shapes, mesh_axes=("x",), num_pes=npes), "sm_90")
-    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=mod.uses_nvshmem)) or ""
-    r = re.search(rf"Function properties for {mod.entry}\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores", report)
-    u = re.findall(r"Used (\d+) registers", report)
-    warn = "wgmma serialized" if "C7509" in report else "wgmma async"
-    return f"{mod.arch} {u[-1] if u else '?'} regs, {r.group(2) if r else '?'} B spilled, {warn}"
+    compiled = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=mod.uses_nvshmem),
+                                mod.entry)
+    if compiled is None:
+        return f"{mod.arch} ? regs"
+    warn = "wgmma serialized" if compiled.wgmma_serialized else "wgmma async"
+    return f"{mod.arch} {compiled.registers} regs, {compiled.spill_stores} B spilled, {warn}"
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
     """MLIR for `tilescale_call` on CUDA: a custom call of the launch handler with the attributes of
     docs/calling_convention.md."""
     from ..codegen import generate_cuda
-    from ..compiler import compile_cubin
+    from ..compiler import compile_cubin, kernel_resources
     from ..runtime import ensure_initialized, ensure_registered
     from ..runtime.ffi_registry import GRAPH_TARGET_NAME, TARGET_NAME
     from ..runtime.wait_timeout import timeout_ns as wait_timeout_ns
@@ -43,8 +43,9 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
         ensure_initialized()
     pe_table, mesh_shape, kernel_axes = mesh_attributes(mesh, k.mesh_axes)
     module = generate_cuda(k, arch=cuda_arch(), p2p_peers=not k.uses_nvshmem() or _one_machine())
-    warn_slower_paths(k, module.notes)
     cubin = compile_cubin(module.source, arch=module.arch, entry=module.entry, nvshmem=module.uses_nvshmem)
+    compiled = kernel_resources(cubin, module.entry)  # ptxas's spills and serialized wgmma, in the same warning
+    warn_slower_paths(k, module.notes + (compiled.notes() if compiled is not None else ()))
     grid3 = tuple(module.grid) + (1,) * (3 - len(module.grid))
     # A launch with no per-call host work may be captured in XLA's command buffers (CUDA graphs): see
     # command_buffer_ok. Only a graph-safe kernel is a pure function of its inputs, which XLA may schedule
@@ -80,7 +81,8 @@ def lower_cuda(ctx: Any, pe_info: Any, *args: Any, call: CallSpec) -> Any:
 
 def warn_slower_paths(kernel: KernelIR, notes: tuple[str, ...]) -> None:
     """A PerformanceWarning naming the kernel and each GEMM loop the code generator lowered in a slower form
-    than asked or possible (`CudaModule.notes`); nothing when there are none."""
+    than asked or possible (`CudaModule.notes`), and what ptxas reported costing speed (spills, serialized wgmma:
+    compiler/ptxas.py); nothing when there are none."""
     if notes:
         lines = "\n".join(f"  - {note}" for note in notes)
         warnings.warn(PerformanceWarning(f"kernel {kernel.name} ({kernel.loc}) runs in a slower form on the GPU:\n"

@@ -1,0 +1,101 @@
+"""compiler/ptxas.py: one kernel's registers, spills and ptxas's "Potential Performance Loss" messages read from the
+report nvcc leaves beside each cubin, and the CUDA lowering's PerformanceWarning carrying them (nvcc on this machine,
+no GPU)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tilescale as ts
+from jax_tilescale.compiler import parse_report
+from tests.conftest import load_example, needs_extension, needs_toolchain
+
+gemm_example = load_example("gemm")
+
+# Reports as ptxas 13.0 writes them (from this project's own builds): a relocatable build whose NVSHMEM device
+# functions spill a little while the kernel does not, and a kernel whose accumulators do not fit.
+RELOCATABLE = """\
+ptxas info    : (C7504) Potential Performance Loss: 'setmaxnreg' ignored to maintain compatibility across \
+compilation units.
+ptxas info    : 503 bytes gmem
+ptxas info    : Compiling entry function 'ts_gemm_comm' for 'sm_90a'
+ptxas info    : Function properties for ts_gemm_comm
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 90 registers, used 1 barriers
+ptxas info    : Compile time = 299.888 ms
+ptxas info    : Function properties for _Z14nvshmemi_quietIL13threadgroup_t3EEvv
+    8 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
+ptxas info    : Compile time = 2.795 ms
+"""
+SPILLING = """\
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient \
+register resources for the wgmma pipeline in the function 'ts_gemm_persistent'
+ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to insufficient \
+register resources for the function 'ts_other'
+ptxas info    : 8 bytes gmem
+ptxas info    : Compiling entry function 'ts_gemm_persistent' for 'sm_90a'
+ptxas info    : Function properties for ts_gemm_persistent
+    960 bytes stack frame, 1312 bytes spill stores, 1444 bytes spill loads
+ptxas info    : Used 240 registers, used 1 barriers, 960 bytes cumulative stack size
+ptxas info    : Compile time = 377.636 ms
+"""
+
+
+def test_the_kernel_s_own_lines_are_read_and_nvshmem_s_functions_left_out():
+    got = parse_report(RELOCATABLE, "ts_gemm_comm")
+    assert (got.registers, got.stack_bytes, got.spill_stores, got.spill_loads) == (90, 0, 0, 0)
+    assert got.losses == (("C7504", "'setmaxnreg' ignored to maintain compatibility across compilation units"),)
+    assert got.notes() == ()  # C7504 comes with every relocatable build: nothing the kernel's author can change
+    assert got.summary() == "90 regs, spills 0/0 B"
+
+
+def test_spills_and_serialized_wgmma_are_noted_and_another_function_s_loss_is_not():
+    got = parse_report(SPILLING, "ts_gemm_persistent")
+    assert (got.registers, got.stack_bytes, got.spill_stores, got.spill_loads) == (240, 960, 1312, 1444)
+    assert got.losses == (("C7511", "wgmma.mma_async instructions are serialized due to insufficient register "
+                                    "resources for the wgmma pipeline"),)
+    assert got.wgmma_serialized and got.summary() == "240 regs, spills 1312/1444 B, wgmma serialized"
+    spill, serialized = got.notes()
+    assert spill.startswith("ptxas spills 1312 bytes of registers to local memory and loads 1444 back (240 registers")
+    assert serialized.startswith("ptxas (C7511): wgmma.mma_async instructions are serialized")
+
+
+def test_a_report_without_the_kernel_reads_as_unknown_registers():
+    got = parse_report(SPILLING, "ts_missing")
+    assert got.registers is None and got.spill_stores == 0 and got.summary().startswith("? regs")
+
+
+def _lower_for_cuda(m, n, k, **cfg):
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), **cfg)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(jnp.bfloat16)
+    b = rng.standard_normal((k, n)).astype(jnp.bfloat16)
+    return jax.jit(kern).trace(a, b).lower(lowering_platforms=("cuda",))
+
+
+@needs_extension
+@needs_toolchain
+def test_lowering_a_spilling_tile_warns_with_ptxas_s_figures(tmp_path, monkeypatch):
+    """128 x 256 accumulators on one consumer warpgroup: the code generator's note says which threads fit, ptxas's
+    lines say what it cost (spilled bytes, serialized wgmma), in the one warning the user sees when jitting."""
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.warns(ts.PerformanceWarning) as seen:
+        _lower_for_cuda(512, 512, 256, block_m=128, block_n=256, block_k=64, threads=128, num_stages=3)
+    (w,) = seen
+    text = str(w.message)
+    assert "take threads=256" in text and "ptxas spills" in text
+    assert "wgmma.mma_async instructions are serialized" in text
+
+
+@needs_extension
+@needs_toolchain
+def test_lowering_the_table_pick_warns_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILESCALE_CACHE_DIR", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ts.PerformanceWarning)
+        _lower_for_cuda(4096, 4096, 4096)
