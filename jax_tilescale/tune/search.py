@@ -3,9 +3,11 @@ problem is seen and remembered on disk (jax_tilescale/tune/store.py) for every l
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -13,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 import jax
 import numpy as np
 
-from ..errors import TileScaleError
+from ..errors import PerformanceWarning, TileScaleError
 from . import store
 from .timing import LoopTimer, Timer
 
@@ -57,6 +59,22 @@ def _device_key() -> dict[str, object]:
     device = jax.local_devices()[0]  # this process's (in a multi-process run jax.devices()[0] may be another's)
     return {"platform": device.platform, "device": device.device_kind,
             "sms": getattr(device, "core_count", None), "jax_tilescale": _package_version(), "jax": jax.__version__}
+
+
+@contextlib.contextmanager
+def _performance_warnings() -> Iterator[list[str]]:
+    """Collects the PerformanceWarnings raised in the block (a candidate built in a slower form, ptxas's spills) as
+    one line each for the tuner's progress, instead of a warning per candidate; other warnings pass through."""
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PerformanceWarning)
+        yield notes
+    for w in caught:
+        if issubclass(w.category, PerformanceWarning):
+            lines = str(w.message).splitlines()
+            notes.append("slower form: " + (lines[1].strip(" -") if len(lines) > 1 else lines[0]))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _reason(err: BaseException) -> str:
@@ -128,19 +146,20 @@ def _tune(name: str, candidates: Sequence[C], labels: list[str], build: Callable
     runners: dict[str, Callable[..., Any]] = {}
     refused: dict[str, str] = {}
     for i, (label, candidate) in enumerate(zip(labels, candidates, strict=True)):
-        try:
-            fn = jax.jit(build(candidate))
-            out = jax.block_until_ready(fn(*args))
-            wrong = check(out) if check is not None else None
-        except REFUSALS as err:
-            refused[label] = _reason(err)
-        else:
-            if wrong:
-                refused[label] = f"wrong result: {wrong}"
+        with _performance_warnings() as slower:
+            try:
+                fn = jax.jit(build(candidate))
+                out = jax.block_until_ready(fn(*args))
+                wrong = check(out) if check is not None else None
+            except REFUSALS as err:
+                refused[label] = _reason(err)
             else:
-                runners[label] = fn
-        say(f"  [{i + 1}/{len(candidates)}] {label}: " + (f"refused ({refused[label]})" if label in refused
-                                                          else "built and checked"))
+                if wrong:
+                    refused[label] = f"wrong result: {wrong}"
+                else:
+                    runners[label] = fn
+        line = f"refused ({refused[label]})" if label in refused else "built and checked"
+        say(f"  [{i + 1}/{len(candidates)}] {label}: {line}" + "".join(f"; {note}" for note in slower))
     if not runners:
         reasons = "\n".join(f"  {label}: {why}" for label, why in refused.items())
         raise TileScaleError(f"autotune {name}: every candidate was refused:\n{reasons}")

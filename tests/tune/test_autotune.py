@@ -232,3 +232,23 @@ def test_the_earlier_candidate_is_kept_unless_another_is_faster_by_more_than_the
 def test_a_margin_outside_zero_to_one_is_refused():
     with pytest.raises(ValueError, match="margin is a fraction"):
         ts.tune.autotune("m", [1.0, 2.0], scale, ARGS, margin=1.5, progress=None)
+
+
+def test_a_candidate_s_performance_warning_becomes_its_progress_line_and_others_pass_through():
+    import warnings
+
+    def build(factor):
+        def fn(x):
+            slower = f"kernel k runs in a slower form on the GPU:\n  - tile {factor} spills"
+            warnings.warn(ts.PerformanceWarning(slower), stacklevel=2)
+            warnings.warn(f"user warning {factor}", UserWarning, stacklevel=2)
+            return x * factor
+        return fn
+
+    lines = []
+    with pytest.warns(UserWarning) as seen:
+        ts.tune.autotune("warned", [1.0, 2.0], build, ARGS, timer=ScriptedTimer({"1.0": 1.0, "2.0": 2.0}),
+                         progress=lines.append)
+    assert "[1/2] 1.0: built and checked; slower form: tile 1.0 spills" in lines[1]
+    assert [str(w.message) for w in seen if not issubclass(w.category, ts.PerformanceWarning)] == [
+        "user warning 1.0", "user warning 2.0"]
