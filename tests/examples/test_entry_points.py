@@ -50,8 +50,17 @@ def test_gemm_reports_the_one_device_it_ran_on():
     assert proc.returncode == 0, proc
     lines = proc.stdout.splitlines()
     assert lines[0] == "gemm: ran on 1 simulated CPU device, kernels run by the jax_tilescale interpreter (no GPU)"
-    assert lines[1] == "gemm: m=64 n=64 k=64 dtype=float32 seed=0"
+    assert lines[1] == "gemm: m=64 n=64 k=64 dtype=float32 seed=0 autotune=False"
     assert lines[2].startswith("gemm: C close to the float64 product: True (1 shard, 4096 elements")
+
+
+def test_gemm_autotune_without_a_gpu_runs_the_table_pick_and_says_so():
+    proc = run_example("gemm.py", "--m", "96", "--n", "200", "--k", "130", "--autotune")
+    assert proc.returncode == 0, proc
+    lines = proc.stdout.splitlines()
+    assert lines[1] == "gemm: m=96 n=200 k=130 dtype=bfloat16 seed=0 autotune=True"
+    assert lines[2].startswith("gemm: C close to the float64 product: True")
+    assert "autotune examples.gemm: no GPU (cpu) to time on: took the first candidate" in proc.stderr
 
 
 def test_a_kernel_that_leaves_rows_unwritten_exits_non_zero_and_claims_nothing():
