@@ -100,9 +100,10 @@ def tuned_config(m: int, n: int, k: int, dtype: jnp.dtype, sms: int, split_reduc
     is refused, never chosen). `tune`: autotune's keyword arguments (timer, retune, progress)."""
     dtype = jnp.dtype(dtype)
     rng = np.random.default_rng(0)
-    a = jnp.asarray(ts.testing.random_array(rng, (m, k), dtype))
-    b = jnp.asarray(ts.testing.random_array(rng, (k, n), dtype))
-    want = np.asarray(jnp.dot(a, b, preferred_element_type=jnp.float32))
+    with jax.ensure_compile_time_eval():  # computed now, also where gemm() is called while a jit traces
+        a = jnp.asarray(ts.testing.random_array(rng, (m, k), dtype))
+        b = jnp.asarray(ts.testing.random_array(rng, (k, n), dtype))
+        want = np.asarray(jnp.dot(a, b, preferred_element_type=jnp.float32))
     limit = TOLERANCE.get(dtype.name, TOLERANCE["bfloat16"]) * max(float(np.abs(want).max()), 1e-30)
 
     def check(c: jax.Array) -> str | None:

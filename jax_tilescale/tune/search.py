@@ -131,8 +131,11 @@ def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[.
 
     if (found := recorded()) is not None:
         return found
-    with store.tuning(path, on_wait=lambda: say(f"autotune {name}: another process is tuning this problem; "
-                                                f"waiting for its choice ({path.with_suffix('.lock')})")):
+    # Called while a jit traces (a layer that builds its kernel inside the function it jits), the candidates must
+    # still run now, on the example arguments, not be staged into the caller's program.
+    with (jax.ensure_compile_time_eval(),
+          store.tuning(path, on_wait=lambda: say(f"autotune {name}: another process is tuning this problem; "
+                                                 f"waiting for its choice ({path.with_suffix('.lock')})"))):
         # a process that held the lock may have recorded the choice meanwhile (with retune, time again anyway)
         return recorded() or _tune(name, candidates, labels, build, args, check, timer, margin, say, path, full_key)
 

@@ -101,3 +101,23 @@ def test_autotune_without_a_gpu_runs_the_table_pick():
 def test_autotune_with_configuration_arguments_is_refused():
     with pytest.raises(ValueError, match=r"chooses the configuration itself: leave out block_m, split_k"):
         gemm_example.gemm(128, 128, 128, block_m=64, split_k=2, autotune=True)
+
+
+def test_gemm_autotune_inside_a_jitted_function():
+    """gemm(autotune=True) called while the caller's jit traces: the candidates run and are checked now."""
+    m, n, k = 96, 200, 130
+    labels = [c.describe() for c in tune_candidates(m, n, k, jnp.bfloat16, 132)]
+    timer = ScriptedTimer(fast=labels[2])
+
+    @jax.jit
+    def layer(a, b):
+        tuned = gemm_example.tuned_config(m, n, k, jnp.bfloat16, 132, timer=timer, progress=None)
+        return gemm_example.build(m, n, k, jnp.dtype(jnp.bfloat16), tuned.config, 132)(a, b)
+
+    rng = np.random.default_rng(9)
+    a = jnp.asarray(rng.standard_normal((m, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.bfloat16)
+    got = layer(a, b)
+    want = jnp.dot(a, b, preferred_element_type=jnp.float32)
+    assert timer.given == [labels]
+    assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) <= 2e-2 * float(jnp.max(jnp.abs(want)))

@@ -252,3 +252,27 @@ def test_a_candidate_s_performance_warning_becomes_its_progress_line_and_others_
     assert "[1/2] 1.0: built and checked; slower form: tile 1.0 spills" in lines[1]
     assert [str(w.message) for w in seen if not issubclass(w.category, ts.PerformanceWarning)] == [
         "user warning 1.0", "user warning 2.0"]
+
+
+def test_autotune_called_while_a_jit_traces_runs_the_candidates_now():
+    """A layer that builds its kernel inside the function it jits: the candidates run on the example arguments
+    (timed by the real LoopTimer here), not staged into the caller's program, and the caller's result is right."""
+    from jax_tilescale.tune import LoopTimer
+
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((64, 64)), jnp.float32)
+
+    def heavy(factor):
+        def fn(a):
+            for _ in range(int(factor)):
+                a = jnp.tanh(a @ a) * 0.5
+            return a
+        return fn
+
+    @jax.jit
+    def layer(a):
+        tuned = ts.tune.autotune("traced", [30.0, 1.0], heavy, (x,), timer=LoopTimer(rounds=1, heat_s=0.0),
+                                 progress=None)
+        assert tuned.source == "timed" and tuned.config == 1.0
+        return heavy(tuned.config)(a)
+
+    np.testing.assert_allclose(layer(x), np.tanh(np.asarray(x) @ np.asarray(x)) * 0.5, rtol=1e-4, atol=1e-5)
