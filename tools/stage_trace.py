@@ -4,7 +4,8 @@
 
 Builds `examples/gemm.py`'s kernel for that shape and `bench_gemm.py`-style config with
 `gemm_sm90.STAGE_TRACE` on (jax_tilescale/codegen/gemm_sm90_trace.py: each consumer warpgroup writes,
-per tile, its stage-wait cycles, the loop's cycles, its start and its SM over the product), runs it
+per tile, its stage-wait cycles, the loop's cycles, its start, its SM and, in ping-pong, the cycles it waited for its
+turn over the product), runs it
 --heat seconds (the power cap's steady state), decodes the last product and prints where the waits go.
 Findings: benchmarks/NOTES.md, nineteenth session.
 """
@@ -167,6 +168,11 @@ def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> li
         lines.append(f"loop time (%globaltimer): median {np.median(us):.2f} us (p10 {np.percentile(us, 10):.2f}, "
                      f"p90 {np.percentile(us, 90):.2f}); SM clock over the loops (cycles / ns): median "
                      f"{np.median(cyc / ns):.3f} GHz; loops end {(t + us).max():.2f} us after the first starts")
+    turn = col["turn"]
+    if turn.any():  # ping-pong: each warpgroup's loop waits first for its turn (the other's last stage waited for)
+        lines.append(f"turn waits before a loop (ping-pong): mean {turn.mean():.0f} cycles, median "
+                     f"{np.median(turn):.0f}, p90 {np.percentile(turn, 90):.0f}, max {turn.max():.0f} "
+                     f"({turn.sum() / cyc.sum():.1%} of loop cycles; 0 before a warpgroup's first tile)")
     lines += between_loops(recs)
     per_sm = np.array([wait[col["sm"] == s].sum() for s in np.unique(col["sm"])])
     lines.append(f"wait per SM: min {per_sm.min():.0f}, median {np.median(per_sm):.0f}, max {per_sm.max():.0f} "

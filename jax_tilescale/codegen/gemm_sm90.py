@@ -250,7 +250,7 @@ class Sm90Plan(TensorCorePlan):
         if isinstance(stmt, Fill) and any(gl.folded_clear is stmt for gl in self.loops):
             return ["// the loop's first products overwrite the accumulator (wgmma's scale-d 0): no clear"]
         if self.pingpong is not None and stmt is self.pingpong.tile_loop:
-            return self.pingpong.tile_loop_lines(ctx)
+            return self.pingpong.tile_loop_lines(ctx, traced=STAGE_TRACE)
         return super().lines(stmt, ctx)
 
     def _releases(self, gl: GemmLoop) -> int:
@@ -345,7 +345,7 @@ class Sm90Plan(TensorCorePlan):
         held = self._held(gl)
         bound = f" && {i} <= {gl.loop.extent - held}" if held else ""  # the last `held` stages: the epilogue's
         return [
-            *(trace.loop_start() if traced else []),
+            *(trace.loop_start(pingpong=self.pingpong is not None) if traced else []),
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
             f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, "
             f"{SWIZZLE_REPEAT_ROWS * wa}u, {SWIZZLES[wa][1]}u);",

@@ -43,6 +43,7 @@ from ..ir.control import If
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Copy, Fill, Loop, Stmt
 from ..ir.tile_ops import Parallel
+from . import gemm_sm90_trace as trace
 from .body import emit_body
 from .common import INDENT, indent
 from .context import Ctx
@@ -94,8 +95,9 @@ class PingPong:
         """After the main loop (its last `wait_group 1`): the turn, where EARLY_TURN is off."""
         return [] if EARLY_TURN else self.turn_lines()
 
-    def tile_loop_lines(self, ctx: Ctx) -> list[str]:
-        """The tile loop as each consumer warpgroup runs it (the module doc)."""
+    def tile_loop_lines(self, ctx: Ctx, traced: bool = False) -> list[str]:
+        """The tile loop as each consumer warpgroup runs it (the module doc); `traced`: the turn's wait counted for
+        the stage trace (gemm_sm90_trace)."""
         w = var_name(self.tile_loop.var)
         inner = self.guard.then_body if self.guard is not None else self.tile_loop.body
         taken = self._condition(ctx)
@@ -103,14 +105,17 @@ class PingPong:
         skip = [count if taken == "true" else f"if ({taken}) {count}"]
         no_tile = ([f"if (!({taken})) {{  // no tile: the turn passes on at once",
                     *indent(self.turn_lines()), f"{INDENT}continue;", "}"] if taken != "true" else [])
+        sync = f"ts_named_sync({TURN_BARRIER} + {WG}, {2 * WARPGROUP});"
+        wait = ([f"if ({w} > 0) {line}" for line in trace.timed_turn(sync)] if traced
+                else [f"if ({w} > 0) {sync}  // the other warpgroup has waited for all its stages"])
         return [
+            *(trace.turn_declaration() if traced else []),
             f"for (int64_t {w} = 0; {w} < {self.waves}; ++{w}) {{",
             f"{INDENT}if ((int)({w} % 2) != {WG}) {{  // the other warpgroup's tile: its stages pass by",
             *indent(skip, 2),
             f"{INDENT * 2}continue;",
             f"{INDENT}}}",
-            f"{INDENT}if ({w} > 0) ts_named_sync({TURN_BARRIER} + {WG}, {2 * WARPGROUP});"
-            "  // the other warpgroup has waited for all its stages",
+            *indent(wait),
             *indent(no_tile),
             *indent(emit_body(inner, ctx)),
             "}",

@@ -36,6 +36,9 @@ FIELDS: tuple[TraceField, ...] = (
     # %globaltimer ns from the loop's start to its end: with `cycles`, the SM's clock over the loop itself (one
     # loop per SM, as in a one-wave product, leaves no two starts on an SM to measure it between)
     TraceField("ns", "ts_dg_ns", 3),
+    # cycles the warpgroup waited for its turn before this loop (ping-pong: the other warpgroup's last stage
+    # waited for; 0 without ping-pong and before a warpgroup's first tile)
+    TraceField("turn", "ts_dg_turn", 3),
 )
 SLOTS = sum(f.digits for f in FIELDS)
 
@@ -50,8 +53,13 @@ def min_columns() -> int:
     return slot_position(SLOTS - 1)[1] + 1
 
 
-def loop_start() -> list[str]:
+TURN_WAIT = "ts_dg_turn_wait"  # the ping-pong tile loop's count of the cycles its turn's barrier took
+
+
+def loop_start(pingpong: bool = False) -> list[str]:
+    turn = TURN_WAIT if pingpong else "0u"
     return ["uint32_t ts_dg_wait = 0, ts_dg_longest = 0, ts_dg_waited = 0, ts_dg_mask = 0, ts_dg_first = 0;",
+            f"const uint32_t ts_dg_turn = {turn};",
             "uint64_t ts_dg_g0; asm volatile(\"mov.u64 %0, %globaltimer;\" : \"=l\"(ts_dg_g0));",
             "const long long ts_dg_c0 = clock64();"]
 
@@ -94,3 +102,13 @@ def decode_slab(get) -> dict[str, int]:
             r += 1
         out[f.name] = value
     return out
+
+
+def timed_turn(sync: str) -> list[str]:
+    """The ping-pong turn's barrier (`sync`, a statement) with the cycles it took kept in TURN_WAIT (declared before
+    the tile loop: turn_declaration)."""
+    return [f"{{ const long long ts_dg_tt = clock64(); {sync} {TURN_WAIT} = (uint32_t)(clock64() - ts_dg_tt); }}"]
+
+
+def turn_declaration() -> list[str]:
+    return [f"uint32_t {TURN_WAIT} = 0;  // diagnostic (gemm_sm90_trace): the last turn's wait, in cycles"]

@@ -36,6 +36,11 @@ def test_traced_kernels_build_without_spills_and_only_when_asked(session_cache, 
     # every slot of the layout written once by the warpgroup's first thread, after its last products
     writes = [line for line in mod.source.splitlines() if "= (float)((" in line and "ts_dg" in line]
     assert len(writes) == len({w.split("=")[0].strip() for w in writes}) == trace.SLOTS
+    # the ping-pong turn's wait counted around its barrier; none to count in the cooperative form
+    timed = "ts_dg_turn_wait = (uint32_t)(clock64() - ts_dg_tt);" in mod.source
+    assert timed == cfg.get("pingpong", False)
+    turn = "ts_dg_turn_wait" if timed else "0u"
+    assert f"const uint32_t ts_dg_turn = {turn};" in mod.source
     report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
     assert "C7510" not in report, report
 

@@ -44,5 +44,10 @@ def test_every_tile_has_a_consistent_trace(monkeypatch, cfg, wgs):
         assert r["mask"] >> ksteps == 0 and bin(r["mask"]).count("1") == r["waited"], r
         assert r["sm"] < sms, r
     assert len({r["sm"] for r in recs}) > 1
+    waited_turn = [r["turn"] > 0 for r in recs]
+    if cfg.get("pingpong"):  # every tile but a block's first of warpgroup 0 waits for its turn (a barrier: > 0)
+        assert len(waited_turn) - sum(waited_turn) <= min(sms, tiles), [r["turn"] for r in recs]
+    else:
+        assert not any(waited_turn)
     starts = np.array([r["start"] for r in recs], np.int64)
     assert ((starts - starts.min()) % (1 << 32)).max() < 10_000_000  # one product: within 10 ms

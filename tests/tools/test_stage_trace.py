@@ -49,7 +49,7 @@ def test_summary_counts_what_the_records_hold():
     # two SMs at 1.5 GHz, two loops each: SM 0's second starts 500 cycles after its first ends, SM 1's 100
     # cycles before (an overlap); the clocks wrap past 2^32 on SM 1
     recs = [dict(tm=0, tn=j, wg=0, wave=j // 2, wait=100 * (j + 1), longest=50, waited=j, first=10,
-                 mask=0b101, start=1000 * j, cycles=1000, sm=j % 2, ns=800 + 100 * j) for j in range(4)]
+                 mask=0b101, start=1000 * j, cycles=1000, sm=j % 2, ns=800 + 100 * j, turn=0) for j in range(4)]
     for r, (clock, ns) in zip(recs, [(10_000, 0), (2**32 - 600, 100), (11_500, 1000), (300, 700)]):
         r["clock"], r["start"] = clock, ns
     lines = tool.summarize(recs, ksteps=4, ideal=200, persistent=True)
@@ -64,6 +64,11 @@ def test_summary_counts_what_the_records_hold():
     assert "SM clock (clock64 / globaltimer): median 1.500 GHz" in text
     assert "next's start on its SM: median 200, p10 -40, p90 440, max 500 (2 gaps)" in text
     assert "median 0.926, min 0.800" in text  # 2000 cycles of loops over 2500 on SM 0, over 1900 on SM 1
+    assert "turn waits" not in text  # no ping-pong: no turn was waited for
+    for r, turn in zip(recs, (0, 0, 120, 280)):  # ping-pong: each warpgroup's first tile waits for no turn
+        r["turn"] = turn
+    text = "\n".join(tool.summarize(recs, ksteps=4, ideal=200, persistent=True))
+    assert "turn waits before a loop (ping-pong): mean 100 cycles, median 60, p90 232, max 280 (10.0% of loop" in text
 
 
 def test_each_consumer_warpgroup_has_its_record_row():
