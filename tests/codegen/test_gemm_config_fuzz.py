@@ -53,3 +53,29 @@ def test_every_configuration_generates_or_says_what_to_take(arch, seed):
         if arch == "sm_90":
             assert mod.arch == "sm_90a" or mod.notes, (cfg, (m, n, k))  # off wgmma: the note says why
     assert generated >= 30 and refused >= 10, (generated, refused)  # the sweep reaches both outcomes
+
+
+def test_every_float8_configuration_generates_or_says_what_to_take():
+    """The FP8 kernel (examples/gemm_fp8.py) has only the Hopper lowering: on sm_90 each configuration takes it or is
+    refused saying what to take; elsewhere a float8 T.gemm is refused naming the Hopper lowering."""
+    fp8 = load_example("gemm_fp8")
+    rng = random.Random(13)
+    generated = refused = 0
+    for _ in range(60):
+        cfg = dict(block_m=rng.choice([64, 128, 192, 256]), block_n=rng.choice([64, 128, 192, 256]),
+                   block_k=rng.choice([32, 64, 128, 256]), threads=rng.choice([128, 256, 384]),
+                   num_stages=rng.choice([2, 3, 4]))
+        m, n, k = rng.choice(SHAPES)
+        dtype = rng.choice([jnp.float8_e4m3fn, jnp.float8_e5m2])
+        args = (S((m, k), dtype), S((n, k), dtype), S((1,), jnp.float32), S((1,), jnp.float32))
+        try:
+            mod = generate_cuda(fp8.gemm_fp8(m, n, k, dtype, **cfg).trace(*args), "sm_90")
+        except (KernelTraceError, ValueError) as err:
+            assert ADVICE.search(str(err)), (cfg, (m, n, k), str(err))
+            refused += 1
+            continue
+        assert mod.arch == "sm_90a", (cfg, mod.notes)
+        generated += 1
+        with pytest.raises(KernelTraceError, match="runs only on the Hopper lowering"):
+            generate_cuda(fp8.gemm_fp8(m, n, k, dtype, **cfg).trace(*args), "sm_80")
+    assert generated >= 10 and refused >= 5, (generated, refused)
