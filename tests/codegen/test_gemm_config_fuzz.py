@@ -79,3 +79,30 @@ def test_every_float8_configuration_generates_or_says_what_to_take():
         with pytest.raises(KernelTraceError, match="runs only on the Hopper lowering"):
             generate_cuda(fp8.gemm_fp8(m, n, k, dtype, **cfg).trace(*args), "sm_80")
     assert generated >= 10 and refused >= 5, (generated, refused)
+
+
+def test_a_sample_of_the_accepted_configurations_builds_with_nvcc(session_cache, require_nvcc):
+    """What generates must also build: ptxas crashed on configurations the code generator accepted (C7602, m64n256
+    wgmma under the launch bounds' registers) until the twenty-ninth session. Eight accepted configurations of the
+    sweep, built for sm_90; whatever ptxas spills or serializes is in the notes the user sees (compiler/ptxas.py)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jax_tilescale.compiler import compile_cubin, kernel_resources
+
+    modules = []
+    for cfg, (m, n, k), dtype in random_configs(21, 60):
+        try:
+            kern = gemm_example.gemm(m, n, k, dtype, **cfg)
+            modules.append(generate_cuda(kern.trace(S((m, k), dtype), S((k, n), dtype)), "sm_90"))
+        except (KernelTraceError, ValueError):
+            continue
+        if len(modules) == 8:
+            break
+    with ThreadPoolExecutor(2) as pool:
+        cubins = list(pool.map(lambda mod: compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False),
+                               modules))
+    for mod, cubin in zip(modules, cubins, strict=True):
+        compiled = kernel_resources(cubin, mod.entry)
+        assert compiled is not None and compiled.registers is not None
+        if compiled.spill_stores:
+            assert compiled.notes()[0].startswith("ptxas spills"), compiled
