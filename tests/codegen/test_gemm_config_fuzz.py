@@ -106,3 +106,31 @@ def test_a_sample_of_the_accepted_configurations_builds_with_nvcc(session_cache,
         assert compiled is not None and compiled.registers is not None
         if compiled.spill_stores:
             assert compiled.notes()[0].startswith("ptxas spills"), compiled
+
+
+def test_random_configurations_compute_the_product_on_the_interpreter():
+    """What the sweep accepts computes A @ B (the interpreter, against numpy in float64) at random small shapes,
+    split-K and persistent grids of a few blocks included."""
+    import numpy as np
+
+    rng = random.Random(31)
+    checked = 0
+    while checked < 8:
+        cfg = dict(block_m=rng.choice([64, 128]), block_n=rng.choice([32, 64, 96, 128]),
+                   block_k=rng.choice([16, 32, 64]), threads=rng.choice([128, 256]), num_stages=rng.choice([2, 3]),
+                   split_k=rng.choice([1, 1, 2, 3]))
+        if rng.random() < 0.3 and cfg["split_k"] == 1:
+            cfg.update(persistent=True, num_sms=rng.randint(1, 7))
+        m, n, k = rng.randint(1, 200), rng.randint(1, 200), rng.randint(1, 300)
+        try:
+            kern = gemm_example.gemm(m, n, k, jnp.bfloat16, **cfg)
+        except ValueError as err:  # a split that does not divide the k-steps: refused saying which would
+            assert ADVICE.search(str(err)), str(err)
+            continue
+        gen = np.random.default_rng(checked)
+        a = jnp.asarray(gen.standard_normal((m, k)), jnp.bfloat16)
+        b = jnp.asarray(gen.standard_normal((k, n)), jnp.bfloat16)
+        got = np.asarray(jax.jit(kern)(a, b), np.float64)
+        want = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+        assert np.abs(got - want).max() <= 2e-2 * max(np.abs(want).max(), 1.0), (cfg, (m, n, k))
+        checked += 1
