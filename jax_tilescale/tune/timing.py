@@ -29,7 +29,7 @@ class Timer(Protocol):
 
 def _first_elements(out: Any) -> jax.Array:
     """The sum of each output array's first element, in float32: what the loop adds up."""
-    return sum((leaf.ravel()[0].astype(jnp.float32) for leaf in jax.tree.leaves(out)), jnp.float32(0))
+    return sum((leaf.ravel()[0].astype(jnp.float32) for leaf in jax.tree.leaves(out) if leaf.size), jnp.float32(0))
 
 
 def looped(fn: Callable[..., Any], unroll: int = 1) -> Callable[..., Any]:

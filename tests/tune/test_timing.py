@@ -60,3 +60,10 @@ def test_loop_timer_ranks_a_heavy_computation_behind_a_light_one():
 def test_loop_timer_refuses_settings_that_time_nothing(bad):
     with pytest.raises(ValueError, match="LoopTimer needs"):
         LoopTimer(**bad)
+
+
+def test_an_empty_output_is_carried_and_adds_nothing():
+    x = jnp.arange(6, dtype=jnp.float32).reshape(2, 3)
+    total, ((empty, same),) = looped(lambda a: (a[:0], a), 1)(jnp.int32(3), x)
+    assert empty.shape == (0, 3) and float(total) == 0.0
+    np.testing.assert_array_equal(same, x)
