@@ -88,6 +88,7 @@ import pathlib
 import re
 import sys
 import time
+from dataclasses import asdict
 
 import jax
 import jax.numpy as jnp
@@ -390,9 +391,10 @@ def main() -> None:
     for shape in shape_list(args.shapes):
         m, n, k = map(int, shape.split("x"))
         configs = {c: parse_config(c) for c in shape_configs(args.configs, m, n, k)}
-        if "tuned" in configs:  # the row named by the tuner's choice (timed at the shape's first call, then read)
-            label = tuned_config(m, n, k, jnp.dtype(jnp.bfloat16), device_sm_count()).label
-            configs = {(f"tuned={label}" if c == "tuned" else c): v for c, v in configs.items()}
+        if "tuned" in configs:  # the tuner's choice (timed at the shape's first call), built and named as such
+            tuned = tuned_config(m, n, k, jnp.dtype(jnp.bfloat16), device_sm_count())
+            chosen = (f"tuned={tuned.label}", (asdict(tuned.config), {}))  # its fields as gemm()'s arguments
+            configs = dict(chosen if c == "tuned" else (c, v) for c, v in configs.items())
         all_configs.update({c: v for c, v in configs.items() if "/table" not in c and "/s" not in c})
         ka, kb = jax.random.split(jax.random.key(0))
         a = jax.random.normal(ka, (m, k), jnp.bfloat16)

@@ -1,7 +1,7 @@
 """What ptxas says of one compiled kernel (the report nvcc.compile_cubin keeps beside each cubin as `ptxas.txt`):
 its registers per thread, stack frame and spills, and the "Potential Performance Loss" messages (wgmma instructions
 serialized, `setmaxnreg` ignored). Read once here for everyone: the lowering's PerformanceWarning
-(`performance_notes`), the benchmarks' resource columns and the tests."""
+(`KernelResources.notes`), the benchmarks' resource columns and the tests."""
 
 from __future__ import annotations
 

@@ -7,15 +7,12 @@ builds for sm_90a, without spills, with the cluster shape on the entry and the m
 
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.compiler import compile_cubin
-from jax_tilescale.compiler.nvcc import ptxas_report
+from jax_tilescale.compiler import compile_cubin, kernel_resources, ptxas_report
 from tests.compute.cluster_kernels import M, N, pull, rotate, swap_partials
 from tests.conftest import load_example
 
@@ -48,9 +45,9 @@ def test_split_k_in_a_cluster_builds_on_the_hopper_plan(splits, require_nvcc, se
     # the producer meets the cluster once per top-level cluster_sync of the consumers: 2 * rounds - 1
     rounds = splits.bit_length() - 1
     assert f"ts_c < {2 * rounds - 1}; ++ts_c) ts_cluster_sync();" in mod.source
-    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)) or ""
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
-    assert spills and max(spills) == 0, report
+    cubin = compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)
+    got = kernel_resources(cubin, mod.entry)
+    assert got is not None and got.registers is not None and got.spill_stores == 0, ptxas_report(cubin)
 
 
 def test_a_peer_tile_into_the_register_accumulator_builds(require_nvcc, session_cache):
@@ -62,5 +59,6 @@ def test_a_peer_tile_into_the_register_accumulator_builds(require_nvcc, session_
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes  # the Hopper plan, no fallback
     load = mod.source[mod.source.rindex("copy(cluster_tile(S"):]  # the statement's code, after its comment
     assert "ts_cluster_map(p_S, ts_rank)" in load and "ts_acc_C_f" in load[:4000]
-    report = ptxas_report(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)) or ""
-    assert max(int(x) for x in re.findall(r"(\d+) bytes spill stores", report)) == 0, report
+    cubin = compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False)
+    got = kernel_resources(cubin, mod.entry)
+    assert got is not None and got.spill_stores == 0, ptxas_report(cubin)
