@@ -1,13 +1,17 @@
 """Runs the CUDA of a GEMM kernel on the CPU: the generated kernel function, compiled with g++
 against shim.h (threads, barriers, cp.async, ldmatrix and mma.sync emulated as PTX defines them),
-one std::thread per CUDA thread. It checks the mma.sync lowering's addressing (swizzle, ldmatrix
-lanes, fragment layouts, the cp.async ring) bit for bit, without a GPU; it cannot say anything
-about speed or about the hardware's memory ordering. Kernels that communicate are not supported.
+one std::thread per CUDA thread, and for Hopper kernels (sm_90a) shim_sm90.h too (mbarriers, named
+barriers, TMA loads and stores through the tensor maps the module asks for, wgmma read through its
+descriptors). It checks the lowerings' addressing (swizzles, ldmatrix lanes, descriptors, fragment
+layouts, the rings and their barriers) bit for bit, without a GPU; it cannot say anything about speed
+or about the hardware's memory ordering. Kernels that communicate, use clusters or global scratch are
+not supported (`Unsupported`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,8 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from jax_tilescale import abi
+from jax_tilescale.codegen.gemm_sm90_load import SWIZZLES, TENSOR_MAP_FIELDS
 
 HERE = Path(__file__).resolve().parent
+SM90_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_sm90.cuh"
+# tilescale_sm90.cuh's helpers that are plain arithmetic: the emulator runs the header's own text of them
+SM90_ARITHMETIC = ("ts_swizzled_chunk_offset", "ts_swizzled_chunk_from_global", "ts_wgmma_desc")
+WGMMA_NAME = re.compile(r"\bts_wgmma_m64n(\d+)k(\d+)_(bf16|f16|e4m3|e5m2)_([km])([km])\b")
+EMU_TYPES = {"bf16": "TS_EMU_BF16", "f16": "TS_EMU_F16", "e4m3": "TS_EMU_E4M3", "e5m2": "TS_EMU_E5M2"}
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
 _BUILD = Path(tempfile.gettempdir()) / "ts_mma_emulator"
 
@@ -31,21 +41,86 @@ def available() -> str | None:
     return None
 
 
+class Unsupported(Exception):
+    """The module uses something the emulator does not model (clusters, communication, global scratch)."""
+
+
 def _kernel_text(source: str) -> str:
     start = source.index('extern "C" __global__')
-    return source[start:]
+    maps = source.find("struct alignas(64) TsTensorMap")  # the kernel's tensor-map parameter type
+    return source[maps if 0 <= maps < start else start:]
+
+
+def _header_function(text: str, name: str) -> str:
+    """One function of a header, with its template line: from its signature to the `}` closing it."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if re.search(rf"\b{name}\(", line) and "__device__" in line)
+    if at and lines[at - 1].startswith("template"):
+        at -= 1
+    end = next(i for i in range(at, len(lines)) if lines[i] == "}")
+    return "\n".join(lines[at:end + 1])
+
+
+def _wgmma_forwarders(source: str) -> str:
+    """The emulator's definition of each wgmma wrapper the kernel calls (the generated ones issue PTX)."""
+    out = []
+    for n, k, ptx, a, b in sorted(set(WGMMA_NAME.findall(source))):
+        name = f"ts_wgmma_m64n{n}k{k}_{ptx}_{a}{b}"
+        out.append(f"inline void {name}(float (&acc)[{int(n) // 2}], uint64_t da, uint64_t db, int scale_d) {{\n"
+                   f"  ts_emu_wgmma_issue(acc, {n}, {k}, {EMU_TYPES[ptx]}, {str(a == 'm').lower()}, "
+                   f"{str(b == 'm').lower()}, da, db, scale_d);\n}}")
+    return "\n".join(out)
+
+
+def _tensor_maps(module) -> str:
+    """The tensor maps the handler would encode, as the emulator's TsEmuMap, and the kernel's call."""
+    fields = list(module.tensor_maps)
+    if "TsTensorMaps ts_maps" not in module.source:
+        return ""
+    swizzle_bytes = {code: width for width, (code, _) in SWIZZLES.items()} | {0: 0}
+    maps = [fields[i:i + TENSOR_MAP_FIELDS] for i in range(0, len(fields), TENSOR_MAP_FIELDS)]
+    rows = ",\n".join(f"  {{{p}, {esize}, {d0}, {d1}, {stride}, {b0}, {b1}, {swizzle_bytes[sw]}}}"
+                      for p, _dtype, esize, d0, d1, stride, b0, b1, sw in maps)
+    return f"""static TsTensorMaps ts_emu_maps;
+static const int64_t ts_emu_map_fields[][8] = {{
+{rows}
+}};
+static void ts_emu_prepare(const std::vector<unsigned char*>& bases) {{
+  static_assert(sizeof(TsEmuMap) <= sizeof(TsTensorMap), "TsEmuMap fits a CUtensorMap");
+  for (size_t i = 0; i < sizeof ts_emu_map_fields / sizeof ts_emu_map_fields[0]; ++i) {{
+    const int64_t* f = ts_emu_map_fields[i];
+    const TsEmuMap m{{bases[f[0]], f[1], {{f[2], f[3]}}, f[4], {{f[5], f[6]}}, f[7]}};
+    std::memcpy(&ts_emu_maps.m[i], &m, sizeof m);
+  }}
+}}
+#define TS_EMU_PREPARE(bases) ts_emu_prepare(bases)
+#define TS_EMU_CALL(args) TS_EMU_ENTRY(args, ts_emu_maps)"""
+
+
+def _source(module) -> str:
+    parts = [
+        abi.header_text(),  # TsLaunchArgs, as the generated kernel and the handler see it
+        (HERE / "shim.h").read_text(),
+        (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
+    ]
+    if module.arch.startswith("sm_90"):
+        why = [w for w, bad in (("it communicates", module.uses_nvshmem), ("global scratch", module.scratch_bytes),
+                                ("clusters", "__cluster_dims__" in module.source)) if bad]
+        if why:
+            raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
+        header = SM90_HEADER.read_text()
+        parts += [(HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
+                  _wgmma_forwarders(module.source)]
+    parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}"]
+    if module.arch.startswith("sm_90"):
+        parts.append(_tensor_maps(module))
+    parts.append((HERE / "main.inc").read_text())
+    return "\n".join(parts)
 
 
 def build(module) -> Path:
     """The emulator binary of a CudaModule (cached by its source)."""
-    text = "\n".join([
-        abi.header_text(),  # TsLaunchArgs, as the generated kernel and the handler see it
-        (HERE / "shim.h").read_text(),
-        (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
-        _kernel_text(module.source),
-        f"#define TS_EMU_ENTRY {module.entry}",
-        (HERE / "main.inc").read_text(),
-    ])
+    text = _source(module)
     key = hashlib.sha256(text.encode()).hexdigest()[:20]
     binary = _BUILD / key / "emu"
     if not binary.exists():
