@@ -8,13 +8,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -26,63 +23,13 @@ from jax_tilescale.codegen.gemm_sm80 import Sm80Plan, WarpTiling, plan_with_reas
 from jax_tilescale.compiler import compile_cubin, kernel_resources, ptxas_report
 from jax_tilescale.errors import KernelTraceError
 from tests.codegen import emulator
+from tests.codegen.gemm_cases import Case, gemm_case, np_dtype
 from tests.codegen.kernels import serial_allgather_gemm
 from tests.conftest import load_example, missing_tool
 
 gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
-
-
-@dataclass
-class Case:
-    """A kernel, its inputs' shapes and dtypes, and what it must compute (float64 from the inputs)."""
-
-    kern: object
-    shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[object, ...]
-    out_shape: tuple[int, int]
-    want: Callable[..., np.ndarray]
-
-    def ir(self):
-        return self.kern.trace(*(S(s, d) for s, d in zip(self.shapes, self.dtypes)))
-
-
-def gemm_case(m, n, k, *, bm=128, bn=128, bk=64, stages=3, threads=256, dtype=BF16, out_dtype=None, ta=False,
-              tb=False, serial=False, fill=0.0, clear_accum=False, non_affine=False, out_cols=None) -> Case:
-    """C = op(A) @ op(B) (+ fill), tiles bm x bn x bk; `out_cols` > n leaves C's rows wider than the
-    product (odd row strides take the scalar stores); `non_affine` spells A's K start with // and %;
-    sizes that the tiles do not divide make the edge tiles overhang (clipped copies: loads
-    zero-filled, stores skipped outside)."""
-    out_dtype = out_dtype or dtype
-    out_cols = out_cols or n
-
-    @ts.kernel(out_shape=S((m, out_cols), out_dtype), grid=(-(-n // bn), -(-m // bm)), threads=threads)
-    def kern(A, B, C):
-        bx, by = T.program_id(0), T.program_id(1)
-        A_s = T.alloc_shared((bk, bm) if ta else (bm, bk), dtype)
-        B_s = T.alloc_shared((bn, bk) if tb else (bk, bn), dtype)
-        C_f = T.alloc_fragment((bm, bn), F32)
-        T.fill(C_f, fill)
-        steps = -(-k // bk)
-        loop = T.serial(steps) if serial else T.Pipelined(steps, num_stages=stages)
-        for ko in loop:
-            k0 = (ko // 2) * (2 * bk) + (ko % 2) * bk if non_affine else ko * bk
-            T.copy(A[T.ds(k0, bk), T.ds(by * bm, bm)] if ta else A[T.ds(by * bm, bm), T.ds(k0, bk)], A_s)
-            T.copy(B[T.ds(bx * bn, bn), T.ds(ko * bk, bk)] if tb else B[T.ds(ko * bk, bk), T.ds(bx * bn, bn)], B_s)
-            T.gemm(A_s, B_s, C_f, transpose_A=ta, transpose_B=tb, clear_accum=clear_accum)
-        T.copy(C_f, C[T.ds(by * bm, bm), T.ds(bx * bn, bn)])
-
-    def want(a, b):
-        a, b = (a.T if ta else a), (b.T if tb else b)
-        if clear_accum:  # every step overwrites: the last one's product
-            a, b = a[:, k - bk:], b[k - bk:, :]
-        out = np.full((m, out_cols), np.nan)
-        out[:, :n] = a @ b + fill
-        return out
-
-    shapes = (((k, m) if ta else (m, k)), ((n, k) if tb else (k, n)))
-    return Case(kern, shapes, (dtype, dtype), (m, out_cols), want)
 
 
 def nested_case(m, n, k, *, bm=64, bn=32, bk=32, threads=128, dtype=F16) -> Case:
@@ -282,10 +229,6 @@ def test_parallel_use_of_the_fragment_keeps_the_portable_path():
 # ---- the generated code, run by the CPU emulator --------------------------------------------------
 
 
-def _np(dtype) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if dtype == BF16 else np.dtype(dtype)
-
-
 EMULATED = {
     "bf16 128x128x64 3 stages": lambda: gemm_case(256, 256, 256),
     "fp16 128x256x64 4 stages": lambda: gemm_case(256, 512, 192, bn=256, stages=4, dtype=F16),
@@ -327,11 +270,11 @@ def emulated() -> dict[str, tuple]:
         mod = generate_cuda(case.ir(), "sm_80")
         rng = np.random.default_rng(len(name))
         data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]  # exact sums in fp32
-        out_dtype = _np(case.kern.trace(*(S(s, d) for s, d in zip(case.shapes, case.dtypes))).outputs[0].dtype)
+        out_dtype = np_dtype(case.kern.trace(*(S(s, d) for s, d in zip(case.shapes, case.dtypes))).outputs[0].dtype)
         poison = np.full(case.out_shape, np.nan, out_dtype)
         if not _mma(mod):
             return mod, None, None
-        (got,) = emulator.run(mod, [x.astype(_np(d)) for x, d in zip(data, case.dtypes)], [poison])
+        (got,) = emulator.run(mod, [x.astype(np_dtype(d)) for x, d in zip(data, case.dtypes)], [poison])
         return mod, got, case.want(*data).astype(out_dtype)
 
     with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
@@ -353,7 +296,8 @@ def test_emulator_sees_a_wrong_swizzle(emulated):
     case = EMULATED["bf16 128x128x64 3 stages"]()
     rng = np.random.default_rng(len("bf16 128x128x64 3 stages"))
     data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]
-    (got,) = emulator.run(bad, [x.astype(_np(BF16)) for x in data], [np.full(case.out_shape, np.nan, _np(BF16))])
+    poison = np.full(case.out_shape, np.nan, np_dtype(BF16))
+    (got,) = emulator.run(bad, [x.astype(np_dtype(BF16)) for x in data], [poison])
     assert not np.array_equal(got.astype(np.float64), want.astype(np.float64))
 
 

@@ -24,9 +24,14 @@ from jax_tilescale.codegen.gemm_sm90_load import SWIZZLES, TENSOR_MAP_FIELDS
 
 HERE = Path(__file__).resolve().parent
 SM90_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_sm90.cuh"
+TILE_OPS_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_tile_ops.cuh"  # element-wise statements
 # tilescale_sm90.cuh's helpers that are plain arithmetic: the emulator runs the header's own text of them
 SM90_ARITHMETIC = ("ts_swizzled_chunk_offset", "ts_swizzled_chunk_from_global", "ts_wgmma_desc")
 WGMMA_NAME = re.compile(r"\bts_wgmma_m64n(\d+)k(\d+)_(bf16|f16|e4m3|e5m2)_([km])([km])\b")
+# CUtensorMapDataType (cuda.h) -> bytes of an element: UINT8, UINT16, UINT32, INT32, UINT64, INT64, FLOAT16, FLOAT32,
+# FLOAT64, BFLOAT16, FLOAT32_FTZ, TFLOAT32
+CU_TENSOR_MAP_DATA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4}
+WAIT_S = 30  # a barrier wait that lasts this long is a deadlock: the emulated kernel stops and says which barrier
 EMU_TYPES = {"bf16": "TS_EMU_BF16", "f16": "TS_EMU_F16", "e4m3": "TS_EMU_E4M3", "e5m2": "TS_EMU_E5M2"}
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
 _BUILD = Path(tempfile.gettempdir()) / "ts_mma_emulator"
@@ -79,8 +84,10 @@ def _tensor_maps(module) -> str:
         return ""
     swizzle_bytes = {code: width for width, (code, _) in SWIZZLES.items()} | {0: 0}
     maps = [fields[i:i + TENSOR_MAP_FIELDS] for i in range(0, len(fields), TENSOR_MAP_FIELDS)]
-    rows = ",\n".join(f"  {{{p}, {esize}, {d0}, {d1}, {stride}, {b0}, {b1}, {swizzle_bytes[sw]}}}"
-                      for p, _dtype, esize, d0, d1, stride, b0, b1, sw in maps)
+    if any(rank != 2 for _, _, rank, *_ in maps):
+        raise Unsupported(f"tensor maps of rank other than 2: {maps}")
+    rows = ",\n".join(f"  {{{p}, {CU_TENSOR_MAP_DATA_BYTES[dtype]}, {d0}, {d1}, {stride}, {b0}, {b1}, "
+                      f"{swizzle_bytes[sw]}}}" for p, dtype, _, d0, d1, stride, b0, b1, sw in maps)
     return f"""static TsTensorMaps ts_emu_maps;
 static const int64_t ts_emu_map_fields[][8] = {{
 {rows}
@@ -109,7 +116,9 @@ def _source(module) -> str:
         if why:
             raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
         header = SM90_HEADER.read_text()
-        parts += [(HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
+        parts += [f"#define TS_EMU_WAIT_S {WAIT_S}",
+                  (HERE / "shim_tile_ops.h").read_text(), TILE_OPS_HEADER.read_text(),
+                  (HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
                   _wgmma_forwarders(module.source)]
     parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}"]
     if module.arch.startswith("sm_90"):

@@ -1,0 +1,216 @@
+"""The Hopper lowering's generated CUDA run on the CPU (tests/codegen/emulator with shim_sm90.h: mbarriers, named
+barriers, TMA boxes through the module's tensor maps, wgmma read through its descriptors), bit for bit against
+numpy on integer-valued data (fp32 sums exact): the tile table's configurations (persistent, ping-pong, the
+epilogue through the ring, thread-copied producers, split-K partials), the 64- and 32-byte swizzles, k-steps of 32
+and 128, transposed operands, FP8, ragged edges. So the addressing of a change to the Hopper path is checked
+without a GPU; speed and the hardware's memory ordering are the GPU's to say (tests/gpu)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
+from tests.codegen import emulator
+from tests.codegen.gemm_cases import gemm_case, np_dtype
+from tests.conftest import load_example, missing_tool
+
+gemm_example = load_example("gemm")
+fp8_example = load_example("gemm_fp8")
+S = jax.ShapeDtypeStruct
+BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
+E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+SMS = 4  # persistent grids of 4 blocks: every block walks more than one tile at these shapes
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """A kernel's IR, its inputs (from a seeded generator) and the output it must produce, float64."""
+
+    ir: Callable[[], object]
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    want: Callable[..., np.ndarray]
+
+
+def _ints(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    return rng.integers(-3, 4, shape).astype(np.float64).astype(dtype)
+
+
+def example(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16) -> Emulated:
+    """examples/gemm.py's kernel for one configuration: C = A @ B, or split-K's float32 partials, one slab a split."""
+    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS)
+    npd = np_dtype(dtype)
+
+    def want(a, b):
+        if cfg.split_k == 1:
+            return a @ b
+        per = -(-k // cfg.block_k) // cfg.split_k * cfg.block_k  # K of one split
+        slabs = np.zeros((cfg.split_k, kern.rows, n))
+        for s in range(cfg.split_k):
+            slabs[s, :m] = a[:, s * per:(s + 1) * per] @ b[s * per:(s + 1) * per]
+        return slabs.reshape(-1, n)
+
+    return Emulated(lambda: kern.trace(S((m, k), dtype), S((k, n), dtype)),
+                    lambda rng: [_ints(rng, (m, k), npd), _ints(rng, (k, n), npd)], want)
+
+
+def user_kernel(m: int, n: int, k: int, **kw) -> Emulated:
+    """tests/codegen/gemm_cases.gemm_case: a kernel written with T.gemm's options (transposes, fill, clear_accum)."""
+    case = gemm_case(m, n, k, **kw)
+    return Emulated(case.ir, lambda rng: [_ints(rng, s, np_dtype(d)) for s, d in zip(case.shapes, case.dtypes)],
+                    case.want)
+
+
+def fp8(m: int, n: int, k: int, dtype, **cfg) -> Emulated:
+    """examples/gemm_fp8.py: C = scale_a * scale_b * A @ B^T, float8 tiles both K-major, bf16 out."""
+    kern = fp8_example.gemm_fp8(m, n, k, dtype, **cfg)
+    return Emulated(
+        lambda: kern.trace(S((m, k), dtype), S((n, k), dtype), S((1,), F32), S((1,), F32)),
+        lambda rng: [_ints(rng, (m, k), dtype), _ints(rng, (n, k), dtype), np.array([0.5], np.float32),
+                     np.array([-4.0], np.float32)],
+        lambda a, b, sa, sb: sa[0] * sb[0] * (a @ b.T))
+
+
+CASES: dict[str, Callable[[], Emulated]] = {
+    # the tile table's configurations
+    "128x128/3": lambda: example(256, 256, 256, GemmConfig(block_m=128, block_n=128, num_stages=3)),
+    "DEFAULT 128x256/4, A and B thread-copied, C from registers": lambda: example(200, 300, 130, GemmConfig()),
+    "WIDE 256x192 persistent, epilogue through the ring": lambda: example(512, 384, 256, WIDE),
+    "WIDE ragged, 6 tiles on 4 blocks": lambda: example(300, 500, 200, WIDE),
+    "PERSISTENT 128x192 ping-pong": lambda: example(300, 400, 200, PERSISTENT),
+    "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
+    "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
+    "NARROW_WIDE 64x256/5": lambda: example(130, 512, 256, NARROW_WIDE),
+    "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),
+    "split-K 3 partials, ragged": lambda: example(100, 200, 384, GemmConfig(block_m=64, block_n=128, block_k=64,
+                                                                         num_stages=3, threads=128, split_k=3)),
+    "two blocks an SM, 128x128/3/t128": lambda: example(256, 256, 128, GemmConfig(
+        block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)),
+    # the layouts: k-steps of 128 and 32, the narrower swizzles, fp16
+    "block_k 128 (A rows two atoms)": lambda: example(192, 256, 512, GemmConfig(
+        block_m=64, block_n=128, block_k=128, num_stages=4, threads=128)),
+    "block_k 32 (A rows 64 bytes: 64-byte swizzle)": lambda: example(256, 256, 192, GemmConfig(
+        block_m=128, block_n=128, block_k=32, num_stages=6)),
+    "128x160 ping-pong (B rows 320 bytes: 64-byte swizzle)": lambda: example(300, 320, 128, GemmConfig(
+        block_m=128, block_n=160, num_stages=4, persistent=True, pingpong=True)),
+    "128x208/t128 (B rows 416 bytes: 32-byte swizzle)": lambda: example(256, 416, 128, GemmConfig(
+        block_m=128, block_n=208, num_stages=3, threads=128)),
+    "fp16 256x128/3": lambda: example(256, 256, 128, GemmConfig(block_m=256, block_n=128, num_stages=3), F16),
+    # kernels written with T.gemm's options
+    "A^T B^T (A MN-major, B K-major), bk32": lambda: user_kernel(256, 256, 256, bk=32, ta=True, tb=True),
+    "B^T bk128, 2 stages": lambda: user_kernel(256, 256, 256, bk=128, tb=True, stages=2),
+    "A^T fp16, 4 stages": lambda: user_kernel(128, 256, 128, ta=True, dtype=F16, stages=4),
+    "fill 0.5, fp32 out": lambda: user_kernel(128, 128, 128, bm=64, bn=64, threads=128, fill=0.5, out_dtype=F32),
+    "clear_accum": lambda: user_kernel(128, 128, 256, bm=64, bn=64, threads=128, clear_accum=True, out_dtype=F32),
+    "C rows of 129: stores from registers": lambda: user_kernel(128, 128, 64, bm=64, bn=64, threads=128,
+                                                               out_dtype=F32, out_cols=129),
+    "ragged M, N, K": lambda: user_kernel(100, 88, 72, bm=64, bn=64, bk=32, threads=128, out_dtype=F32),
+    # FP8
+    "FP8 e4m3 128x256x128": lambda: fp8(256, 512, 256, E4M3),
+    "FP8 e5m2 64x128, ragged": lambda: fp8(200, 300, 160, E5M2, block_m=64, block_n=128, threads=128, num_stages=2),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    mod: object
+    inputs: list[np.ndarray]
+    want: np.ndarray
+    got: np.ndarray | None
+
+
+def run_case(name: str, mutate: Callable[[str], str] | None = None) -> Run:
+    """The case's module (its source changed by `mutate`), run on seeded integer data with the output poisoned."""
+    case = CASES[name]()
+    ir = case.ir()
+    mod = generate_cuda(ir, "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, (name, mod.notes)  # the Hopper lowering, nothing left out
+    if mutate:
+        mod = dataclasses.replace(mod, source=mutate(mod.source))
+    inputs = case.inputs(np.random.default_rng(len(name)))
+    out = ir.outputs[0]
+    out_dtype = np_dtype(out.dtype)
+    want = case.want(*(x.astype(np.float64) for x in inputs)).astype(out_dtype)
+    (got,) = emulator.run(mod, inputs, [np.full(out.shape, np.nan, out_dtype)])
+    return Run(mod, inputs, want, got)
+
+
+@pytest.fixture(scope="module")
+def emulated() -> dict[str, Run]:
+    reason = emulator.available()
+    if reason:
+        missing_tool(f"the CPU emulator cannot run: {reason}")
+    with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
+        return dict(zip(CASES, pool.map(run_case, CASES)))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_generated_hopper_kernel_computes_the_product(emulated, name):
+    run = emulated[name]
+    np.testing.assert_array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+# ---- the emulator is a real check: the same kernels with one thing wrong -------------------------------------
+
+
+def _swap_b_offsets(src: str) -> str:
+    """B's descriptor (MN-major) with its leading and stride byte offsets exchanged."""
+    return re.sub(r"(ts_db_ring = ts_wgmma_desc\(ts_smem_addr\(p_B_s\), )(\d+)u, (\d+)u,", r"\1\3u, \2u,", src)
+
+
+def _a_swizzle_64(src: str) -> str:
+    """A's descriptor declaring a 64-byte swizzle where TMA wrote 128."""
+    return re.sub(r"(ts_da_ring = ts_wgmma_desc\(ts_smem_addr\(p_A_s\), \d+u, \d+u, )1u\)", r"\g<1>2u)", src)
+
+
+def _epilogue_rows_swapped(src: str) -> str:
+    """The epilogue storing a fragment's two row halves (rows r and r + 8) in each other's place."""
+    return src.replace("ts_h * 1024u", "(1 - ts_h) * 1024u")
+
+
+@pytest.mark.parametrize("mutate", [_swap_b_offsets, _a_swizzle_64, _epilogue_rows_swapped])
+def test_a_wrong_layout_gives_a_wrong_product(emulated, mutate):
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    name = "128x128/3"
+    assert mutate(emulated[name].mod.source) != emulated[name].mod.source  # the pattern is still in the source
+    run = run_case(name, mutate)
+    assert not np.array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+def test_a_kernel_left_with_products_in_flight_is_reported():
+    """The accumulator's last wait left out: the emulator says so instead of storing unfinished sums."""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    with pytest.raises(RuntimeError, match="wgmma left in flight"):
+        run_case("128x128/3", lambda src: src.replace("ts_wgmma_wait<0>();", "", 1))
+
+
+def test_a_barrier_that_never_completes_is_reported_not_hung(monkeypatch):
+    """One release too few for the ring (the empty barriers expect 9 warps' arrivals of 8): a deadlock, reported
+    with the barrier's state within the emulator's wait limit."""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    monkeypatch.setattr(emulator, "WAIT_S", 2)
+    with pytest.raises(RuntimeError, match=r"(?s)mbarrier at \d+ waited for parity .* never completed \(deadlock\)"):
+        run_case("128x128/3", lambda src: src.replace("ts_mbar_init(&ts_empty0[ts_s], 8);",
+                                                      "ts_mbar_init(&ts_empty0[ts_s], 9);"))
+
+
+def test_kernels_the_emulator_does_not_model_are_refused():
+    split = gemm_example.build(128, 256, 512, jnp.dtype(BF16), dataclasses.replace(NARROW, split_k=2), SMS,
+                               split_reduce="kernel")  # global scratch: a ticket counter
+    mod = generate_cuda(split.trace(S((128, 512), BF16), S((512, 256), BF16)), "sm_90")
+    with pytest.raises(emulator.Unsupported, match="global scratch"):
+        emulator.build(mod)
