@@ -1,8 +1,10 @@
 """GEMM kernels for the code-generation tests, each with what it must compute: the shared cases of the
-mma.sync (test_gemm_sm80) and Hopper (test_gemm_sm90_emulated) lowerings' emulated runs."""
+mma.sync (test_gemm_sm80) and Hopper (test_gemm_sm90_emulated, test_gemm_config_fuzz) lowerings' runs on the CPU
+emulator (tests/codegen/emulator)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,9 +15,16 @@ import numpy as np
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.gemm_table import GemmConfig
+from tests.codegen import emulator
+from tests.conftest import load_example
 
+gemm_example = load_example("gemm")
+fp8_example = load_example("gemm_fp8")
 S = jax.ShapeDtypeStruct
 BF16, F32 = jnp.bfloat16, jnp.float32
+SMS = 4  # persistent grids of 4 blocks: every block walks more than one tile at the emulated shapes
 
 
 def np_dtype(dtype) -> np.dtype:
@@ -72,3 +81,78 @@ def gemm_case(m, n, k, *, bm=128, bn=128, bk=64, stages=3, threads=256, dtype=BF
 
     shapes = (((k, m) if ta else (m, k)), ((n, k) if tb else (k, n)))
     return Case(kern, shapes, (dtype, dtype), (m, out_cols), want)
+
+
+# ---- Hopper kernels for the emulator ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """A kernel's IR, its inputs (from a seeded generator) and the output it must produce, float64."""
+
+    ir: Callable[[], object]
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    want: Callable[..., np.ndarray]
+
+
+def _ints(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    return rng.integers(-3, 4, shape).astype(np.float64).astype(dtype)
+
+
+def example(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16) -> Emulated:
+    """examples/gemm.py's kernel for one configuration: C = A @ B, or split-K's float32 partials, one slab a split."""
+    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS)
+    npd = np_dtype(dtype)
+
+    def want(a, b):
+        if cfg.split_k == 1:
+            return a @ b
+        per = -(-k // cfg.block_k) // cfg.split_k * cfg.block_k  # K of one split
+        slabs = np.zeros((cfg.split_k, kern.rows, n))
+        for s in range(cfg.split_k):
+            slabs[s, :m] = a[:, s * per:(s + 1) * per] @ b[s * per:(s + 1) * per]
+        return slabs.reshape(-1, n)
+
+    return Emulated(lambda: kern.trace(S((m, k), dtype), S((k, n), dtype)),
+                    lambda rng: [_ints(rng, (m, k), npd), _ints(rng, (k, n), npd)], want)
+
+
+def user_kernel(m: int, n: int, k: int, **kw) -> Emulated:
+    """tests/codegen/gemm_cases.gemm_case: a kernel written with T.gemm's options (transposes, fill, clear_accum)."""
+    case = gemm_case(m, n, k, **kw)
+    return Emulated(case.ir, lambda rng: [_ints(rng, s, np_dtype(d)) for s, d in zip(case.shapes, case.dtypes)],
+                    case.want)
+
+
+def fp8(m: int, n: int, k: int, dtype, **cfg) -> Emulated:
+    """examples/gemm_fp8.py: C = scale_a * scale_b * A @ B^T, float8 tiles both K-major, bf16 out."""
+    kern = fp8_example.gemm_fp8(m, n, k, dtype, **cfg)
+    return Emulated(
+        lambda: kern.trace(S((m, k), dtype), S((n, k), dtype), S((1,), F32), S((1,), F32)),
+        lambda rng: [_ints(rng, (m, k), dtype), _ints(rng, (n, k), dtype), np.array([0.5], np.float32),
+                     np.array([-4.0], np.float32)],
+        lambda a, b, sa, sb: sa[0] * sb[0] * (a @ b.T))
+
+
+@dataclass(frozen=True)
+class Run:
+    mod: object
+    inputs: list[np.ndarray]
+    want: np.ndarray
+    got: np.ndarray | None
+
+
+def run_emulated(case: Emulated, seed: int, mutate: Callable[[str], str] | None = None) -> Run:
+    """The case's sm_90 module (its source changed by `mutate`), which must take the Hopper lowering, run by
+    tests/codegen/emulator on seeded integer data (fp32 sums exact) with the output poisoned."""
+    ir = case.ir()
+    mod = generate_cuda(ir, "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes  # the Hopper lowering, nothing left out
+    if mutate:
+        mod = dataclasses.replace(mod, source=mutate(mod.source))
+    inputs = case.inputs(np.random.default_rng(seed))
+    out = ir.outputs[0]
+    out_dtype = np_dtype(out.dtype)
+    want = case.want(*(x.astype(np.float64) for x in inputs)).astype(out_dtype)
+    (got,) = emulator.run(mod, inputs, [np.full(out.shape, np.nan, out_dtype)])
+    return Run(mod, inputs, want, got)

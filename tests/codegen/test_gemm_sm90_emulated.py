@@ -12,7 +12,6 @@ import os
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -23,63 +22,12 @@ import pytest
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
 from tests.codegen import emulator
-from tests.codegen.gemm_cases import gemm_case, np_dtype
-from tests.conftest import load_example, missing_tool
+from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, gemm_example, run_emulated, user_kernel
+from tests.conftest import missing_tool
 
-gemm_example = load_example("gemm")
-fp8_example = load_example("gemm_fp8")
 S = jax.ShapeDtypeStruct
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
-SMS = 4  # persistent grids of 4 blocks: every block walks more than one tile at these shapes
-
-
-@dataclass(frozen=True)
-class Emulated:
-    """A kernel's IR, its inputs (from a seeded generator) and the output it must produce, float64."""
-
-    ir: Callable[[], object]
-    inputs: Callable[[np.random.Generator], list[np.ndarray]]
-    want: Callable[..., np.ndarray]
-
-
-def _ints(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    return rng.integers(-3, 4, shape).astype(np.float64).astype(dtype)
-
-
-def example(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16) -> Emulated:
-    """examples/gemm.py's kernel for one configuration: C = A @ B, or split-K's float32 partials, one slab a split."""
-    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS)
-    npd = np_dtype(dtype)
-
-    def want(a, b):
-        if cfg.split_k == 1:
-            return a @ b
-        per = -(-k // cfg.block_k) // cfg.split_k * cfg.block_k  # K of one split
-        slabs = np.zeros((cfg.split_k, kern.rows, n))
-        for s in range(cfg.split_k):
-            slabs[s, :m] = a[:, s * per:(s + 1) * per] @ b[s * per:(s + 1) * per]
-        return slabs.reshape(-1, n)
-
-    return Emulated(lambda: kern.trace(S((m, k), dtype), S((k, n), dtype)),
-                    lambda rng: [_ints(rng, (m, k), npd), _ints(rng, (k, n), npd)], want)
-
-
-def user_kernel(m: int, n: int, k: int, **kw) -> Emulated:
-    """tests/codegen/gemm_cases.gemm_case: a kernel written with T.gemm's options (transposes, fill, clear_accum)."""
-    case = gemm_case(m, n, k, **kw)
-    return Emulated(case.ir, lambda rng: [_ints(rng, s, np_dtype(d)) for s, d in zip(case.shapes, case.dtypes)],
-                    case.want)
-
-
-def fp8(m: int, n: int, k: int, dtype, **cfg) -> Emulated:
-    """examples/gemm_fp8.py: C = scale_a * scale_b * A @ B^T, float8 tiles both K-major, bf16 out."""
-    kern = fp8_example.gemm_fp8(m, n, k, dtype, **cfg)
-    return Emulated(
-        lambda: kern.trace(S((m, k), dtype), S((n, k), dtype), S((1,), F32), S((1,), F32)),
-        lambda rng: [_ints(rng, (m, k), dtype), _ints(rng, (n, k), dtype), np.array([0.5], np.float32),
-                     np.array([-4.0], np.float32)],
-        lambda a, b, sa, sb: sa[0] * sb[0] * (a @ b.T))
 
 
 CASES: dict[str, Callable[[], Emulated]] = {
@@ -122,28 +70,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
 }
 
 
-@dataclass(frozen=True)
-class Run:
-    mod: object
-    inputs: list[np.ndarray]
-    want: np.ndarray
-    got: np.ndarray | None
-
-
 def run_case(name: str, mutate: Callable[[str], str] | None = None) -> Run:
-    """The case's module (its source changed by `mutate`), run on seeded integer data with the output poisoned."""
-    case = CASES[name]()
-    ir = case.ir()
-    mod = generate_cuda(ir, "sm_90")
-    assert mod.arch == "sm_90a" and not mod.notes, (name, mod.notes)  # the Hopper lowering, nothing left out
-    if mutate:
-        mod = dataclasses.replace(mod, source=mutate(mod.source))
-    inputs = case.inputs(np.random.default_rng(len(name)))
-    out = ir.outputs[0]
-    out_dtype = np_dtype(out.dtype)
-    want = case.want(*(x.astype(np.float64) for x in inputs)).astype(out_dtype)
-    (got,) = emulator.run(mod, inputs, [np.full(out.shape, np.nan, out_dtype)])
-    return Run(mod, inputs, want, got)
+    return run_emulated(CASES[name](), seed=len(name), mutate=mutate)
 
 
 @pytest.fixture(scope="module")
