@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
 from tests.codegen import emulator
 from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, gemm_example, run_emulated, user_kernel
@@ -142,3 +142,30 @@ def test_kernels_the_emulator_does_not_model_are_refused():
     mod = generate_cuda(split.trace(S((128, 512), BF16), S((512, 256), BF16)), "sm_90")
     with pytest.raises(emulator.Unsupported, match="global scratch"):
         emulator.build(mod)
+
+
+# ---- the code generator's switches (bench_gemm.py's /direct, /noring, /earlyturn, /sw64, /sw32) -----------------
+
+SWITCHED = {  # switch -> (module, constant, value, the case run with it)
+    "direct: C stored from registers": (gemm_sm90, "TMA_STORE", False, "PERSISTENT 128x192 ping-pong"),
+    "noring: a staging tile of its own": (gemm_sm90, "BORROW_RING", False, "WIDE 256x192 persistent, epilogue through "
+                                                                          "the ring"),
+    "earlyturn: the turn passed at the last stage": (gemm_sm90_pingpong, "EARLY_TURN", True,
+                                                     "PERSISTENT 128x192 ping-pong"),
+    "sw64: 64-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 64, "PERSISTENT 128x192 ping-pong"),
+    "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
+}
+
+
+@pytest.mark.parametrize("switch", list(SWITCHED))
+def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch):
+    """The forms the benchmarks time besides the table's (each a module constant of the code generator) compute the
+    same product: a measurement of a wrong kernel is worth nothing."""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    module, constant, value, name = SWITCHED[switch]
+    plain = generate_cuda(CASES[name]().ir(), "sm_90").source
+    monkeypatch.setattr(module, constant, value)
+    run = run_case(name)
+    assert run.mod.source != plain  # the switch reaches the generated code
+    np.testing.assert_array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
