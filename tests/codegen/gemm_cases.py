@@ -99,13 +99,14 @@ def _ints(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     return rng.integers(-3, 4, shape).astype(np.float64).astype(dtype)
 
 
-def example(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16) -> Emulated:
-    """examples/gemm.py's kernel for one configuration: C = A @ B, or split-K's float32 partials, one slab a split."""
-    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS)
+def example(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16, split_reduce: str = "xla") -> Emulated:
+    """examples/gemm.py's kernel for one configuration: C = A @ B, or split-K's float32 partials, one slab a split
+    (`split_reduce="kernel"`: C, summed by each tile's last split)."""
+    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS, split_reduce)
     npd = np_dtype(dtype)
 
     def want(a, b):
-        if cfg.split_k == 1:
+        if cfg.split_k == 1 or split_reduce != "xla":
             return a @ b
         per = -(-k // cfg.block_k) // cfg.split_k * cfg.block_k  # K of one split
         slabs = np.zeros((cfg.split_k, kern.rows, n))
@@ -151,8 +152,7 @@ def run_emulated(case: Emulated, seed: int, mutate: Callable[[str], str] | None 
     if mutate:
         mod = dataclasses.replace(mod, source=mutate(mod.source))
     inputs = case.inputs(np.random.default_rng(seed))
-    out = ir.outputs[0]
-    out_dtype = np_dtype(out.dtype)
-    want = case.want(*(x.astype(np.float64) for x in inputs)).astype(out_dtype)
-    (got,) = emulator.run(mod, inputs, [np.full(out.shape, np.nan, out_dtype)])
+    outputs = [np.full(o.shape, np.nan, np_dtype(o.dtype)) for o in ir.outputs]
+    want = case.want(*(x.astype(np.float64) for x in inputs)).astype(outputs[0].dtype)
+    got = emulator.run(mod, inputs, outputs)[0]  # the first output (an in-kernel split-K's slabs are its second)
     return Run(mod, inputs, want, got)

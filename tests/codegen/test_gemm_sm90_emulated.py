@@ -43,6 +43,11 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),
     "split-K 3 partials, ragged": lambda: example(100, 200, 384, GemmConfig(block_m=64, block_n=128, block_k=64,
                                                                          num_stages=3, threads=128, split_k=3)),
+    "split-K 2 summed in the kernel (a ticket in left_zero scratch)": lambda: example(
+        128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4), split_reduce="kernel"),
+    "split-K 4 summed in the kernel, ragged": lambda: example(
+        100, 200, 512, GemmConfig(block_m=64, block_n=128, num_stages=3, threads=128, split_k=4),
+        split_reduce="kernel"),
     "two blocks an SM, 128x128/3/t128": lambda: example(256, 256, 128, GemmConfig(
         block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)),
     # the layouts: k-steps of 128 and 32, the narrower swizzles, fp16
@@ -136,11 +141,21 @@ def test_a_barrier_that_never_completes_is_reported_not_hung(monkeypatch):
                                                       "ts_mbar_init(&ts_empty0[ts_s], 9);"))
 
 
+def test_scratch_the_kernel_does_not_leave_zero_is_reported():
+    """The in-kernel split-K's last split takes back one count too few: the next launch would find its tickets
+    started, and the emulator says so (the interpreter checks the same promise on the kernel's statements)."""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    name = "split-K 2 summed in the kernel (a ticket in left_zero scratch)"
+    with pytest.raises(RuntimeError, match="left its left_zero scratch nonzero"):
+        run_case(name, lambda src: src.replace("(int)((-2))", "(int)((-1))"))
+
+
 def test_kernels_the_emulator_does_not_model_are_refused():
     split = gemm_example.build(128, 256, 512, jnp.dtype(BF16), dataclasses.replace(NARROW, split_k=2), SMS,
-                               split_reduce="kernel")  # global scratch: a ticket counter
+                               split_reduce="cluster")  # the splits of a tile in one cluster
     mod = generate_cuda(split.trace(S((128, 512), BF16), S((512, 256), BF16)), "sm_90")
-    with pytest.raises(emulator.Unsupported, match="global scratch"):
+    with pytest.raises(emulator.Unsupported, match="clusters"):
         emulator.build(mod)
 
 

@@ -4,8 +4,8 @@ one std::thread per CUDA thread, and for Hopper kernels (sm_90a) shim_sm90.h too
 barriers, TMA loads and stores through the tensor maps the module asks for, wgmma read through its
 descriptors). It checks the lowerings' addressing (swizzles, ldmatrix lanes, descriptors, fragment
 layouts, the rings and their barriers) bit for bit, without a GPU; it cannot say anything about speed
-or about the hardware's memory ordering. Kernels that communicate, use clusters or global scratch are
-not supported (`Unsupported`).
+or about the hardware's memory ordering. Kernels that communicate, use clusters or global scratch that the
+handler must zero are not supported (`Unsupported`); left_zero scratch is checked zero after the grid.
 """
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ def _source(module) -> str:
         (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
     ]
     if module.arch.startswith("sm_90"):
-        why = [w for w, bad in (("it communicates", module.uses_nvshmem), ("global scratch", module.scratch_bytes),
+        why = [w for w, bad in (("it communicates", module.uses_nvshmem),
+                                ("global scratch it does not leave zero", module.scratch_bytes
+                                 and not module.scratch_left_zero),
                                 ("clusters", "__cluster_dims__" in module.source)) if bad]
         if why:
             raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
@@ -120,7 +122,8 @@ def _source(module) -> str:
                   (HERE / "shim_tile_ops.h").read_text(), TILE_OPS_HEADER.read_text(),
                   (HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
                   _wgmma_forwarders(module.source)]
-    parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}"]
+    parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}",
+              f"#define TS_EMU_SCRATCH_BYTES {module.scratch_bytes}"]
     if module.arch.startswith("sm_90"):
         parts.append(_tensor_maps(module))
     parts.append((HERE / "main.inc").read_text())

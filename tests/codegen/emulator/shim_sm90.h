@@ -32,6 +32,10 @@ template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline uint32_t ts_smem_addr(const void* p) { return ts_smem_u32(p); }
 inline void ts_wait_for_prior_grid() {}
+// A plain kernel's launch: number 0, its scratch the call site's own (main: zero at the start; a kernel that
+// promises to leave it zero, left_zero, is checked at the end)
+inline uint64_t ts_launch_seq(const TsLaunchArgs&) { return 0; }
+inline unsigned char* ts_launch_scratch(const TsLaunchArgs& args, uint64_t) { return args.scratch; }
 inline void ts_launch_dependents() {}
 template <int R> inline void ts_setmaxnreg_inc() {}
 template <int R> inline void ts_setmaxnreg_dec() {}
