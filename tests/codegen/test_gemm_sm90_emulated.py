@@ -22,7 +22,7 @@ import pytest
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
 from tests.codegen import emulator
-from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, gemm_example, run_emulated, user_kernel
+from tests.codegen.gemm_cases import Emulated, Run, example, fp8, run_emulated, user_kernel
 from tests.conftest import missing_tool
 
 S = jax.ShapeDtypeStruct
@@ -37,6 +37,7 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "WIDE 256x192 persistent, epilogue through the ring": lambda: example(512, 384, 256, WIDE),
     "WIDE ragged, 6 tiles on 4 blocks": lambda: example(300, 500, 200, WIDE),
     "PERSISTENT 128x192 ping-pong": lambda: example(300, 400, 200, PERSISTENT),
+    "PERSISTENT ping-pong, 4 x 4 tiles": lambda: example(512, 768, 256, PERSISTENT),
     "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_WIDE 64x256/5": lambda: example(130, 512, 256, NARROW_WIDE),
@@ -48,6 +49,10 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "split-K 4 summed in the kernel, ragged": lambda: example(
         100, 200, 512, GemmConfig(block_m=64, block_n=128, num_stages=3, threads=128, split_k=4),
         split_reduce="kernel"),
+    "split-K 2 in a cluster (partials added through a peer's shared tile)": lambda: example(
+        128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4), split_reduce="cluster"),
+    "split-K 4 in a cluster, ragged, 64x256": lambda: example(
+        100, 300, 512, dataclasses.replace(NARROW_WIDE, split_k=4, num_stages=3), split_reduce="cluster"),
     "two blocks an SM, 128x128/3/t128": lambda: example(256, 256, 128, GemmConfig(
         block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)),
     # the layouts: k-steps of 128 and 32, the narrower swizzles, fp16
@@ -136,7 +141,8 @@ def test_a_barrier_that_never_completes_is_reported_not_hung(monkeypatch):
     if emulator.available():
         missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     monkeypatch.setattr(emulator, "WAIT_S", 2)
-    with pytest.raises(RuntimeError, match=r"(?s)mbarrier at \d+ waited for parity .* never completed \(deadlock\)"):
+    with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster of block .*block rank 0: mbarrier at \d+ "
+                                           r"waited for parity 0: phase 0, 1 of 9 arrivals pending"):
         run_case("128x128/3", lambda src: src.replace("ts_mbar_init(&ts_empty0[ts_s], 8);",
                                                       "ts_mbar_init(&ts_empty0[ts_s], 9);"))
 
@@ -152,14 +158,14 @@ def test_scratch_the_kernel_does_not_leave_zero_is_reported():
 
 
 def test_kernels_the_emulator_does_not_model_are_refused():
-    split = gemm_example.build(128, 256, 512, jnp.dtype(BF16), dataclasses.replace(NARROW, split_k=2), SMS,
-                               split_reduce="cluster")  # the splits of a tile in one cluster
-    mod = generate_cuda(split.trace(S((128, 512), BF16), S((512, 256), BF16)), "sm_90")
-    with pytest.raises(emulator.Unsupported, match="clusters"):
-        emulator.build(mod)
+    mod = generate_cuda(CASES["128x128/3"]().ir(), "sm_90")
+    with pytest.raises(emulator.Unsupported, match="communicates"):
+        emulator.build(dataclasses.replace(mod, uses_nvshmem=True))
+    with pytest.raises(emulator.Unsupported, match="global scratch it does not leave zero"):
+        emulator.build(dataclasses.replace(mod, scratch_bytes=256, scratch_left_zero=False))
 
 
-# ---- the code generator's switches (bench_gemm.py's /direct, /noring, /earlyturn, /sw64, /sw32) -----------------
+# ---- the code generator's switches (bench_gemm.py's /direct, /noring, /earlyturn, /sw64, /sw32, /mc) ------------
 
 SWITCHED = {  # switch -> (module, constant, value, the case run with it)
     "direct: C stored from registers": (gemm_sm90, "TMA_STORE", False, "PERSISTENT 128x192 ping-pong"),
@@ -169,6 +175,10 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
                                                      "PERSISTENT 128x192 ping-pong"),
     "sw64: 64-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 64, "PERSISTENT 128x192 ping-pong"),
     "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
+    "mc: pairs multicasting B (NARROW)": (gemm_sm90, "MULTICAST", True, "NARROW_WIDE 64x256/5"),
+    "mc: pairs multicasting, ping-pong": (gemm_sm90, "MULTICAST", True, "PERSISTENT ping-pong, 4 x 4 tiles"),
+    "mc: pairs multicasting, the ring's epilogue": (gemm_sm90, "MULTICAST", True, "WIDE 256x192 persistent, epilogue "
+                                                                                  "through the ring"),
 }
 
 
@@ -184,3 +194,16 @@ def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch
     run = run_case(name)
     assert run.mod.source != plain  # the switch reaches the generated code
     np.testing.assert_array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):
+    """A pair's shared box sent to its issuer only: the peer's stage never receives its bytes, and the emulator
+    reports the peer's barrier waiting for them (a cluster's blocks run at once, each with its own shared memory)."""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    monkeypatch.setattr(emulator, "WAIT_S", 2)
+    name = "NARROW_WIDE 64x256/5"
+    with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster.*block rank 1: mbarrier at \d+ waited for "
+                                           r"parity 0: phase 0, 0 of 1 arrivals pending, 8192 transaction bytes"):
+        run_case(name, lambda src: src.replace(", 0x3);", ", 1u << ts_crank);"))

@@ -4,8 +4,9 @@ one std::thread per CUDA thread, and for Hopper kernels (sm_90a) shim_sm90.h too
 barriers, TMA loads and stores through the tensor maps the module asks for, wgmma read through its
 descriptors). It checks the lowerings' addressing (swizzles, ldmatrix lanes, descriptors, fragment
 layouts, the rings and their barriers) bit for bit, without a GPU; it cannot say anything about speed
-or about the hardware's memory ordering. Kernels that communicate, use clusters or global scratch that the
-handler must zero are not supported (`Unsupported`); left_zero scratch is checked zero after the grid.
+or about the hardware's memory ordering. A thread-block cluster's blocks run at once. Kernels that communicate
+or use global scratch that the handler must zero are not supported (`Unsupported`); left_zero scratch is checked
+zero after the grid.
 """
 
 from __future__ import annotations
@@ -51,9 +52,25 @@ class Unsupported(Exception):
 
 
 def _kernel_text(source: str) -> str:
+    """The kernel (and its tensor-map parameter type), its dynamic shared memory the emulated block's own."""
     start = source.index('extern "C" __global__')
-    maps = source.find("struct alignas(64) TsTensorMap")  # the kernel's tensor-map parameter type
-    return source[maps if 0 <= maps < start else start:]
+    maps = source.find("struct alignas(64) TsTensorMap")
+    text = source[maps if 0 <= maps < start else start:]
+    text, found = re.subn(r"extern __shared__[^;]*\bts_smem_raw\[\];",
+                          "unsigned char* const ts_smem_raw = ts_emu_smem_base;", text)
+    assert found == 1, "the kernel's shared-memory declaration"
+    return text
+
+
+def _cluster_defines(source: str) -> str:
+    dims = re.search(r"__cluster_dims__\((\d+), (\d+), (\d+)\)", source)
+    if dims is None:
+        return ""
+    return "\n".join(f"#define TS_EMU_CLUSTER_{axis} {d}" for axis, d in zip("XYZ", dims.groups()))
+
+
+# tilescale_compute.cuh's cluster functions compile to nothing on the host: renamed away, shim_sm90.h has the real ones
+CLUSTER_FUNCTIONS = ("ts_cluster_rank", "ts_cluster_sync", "ts_cluster_map")
 
 
 def _header_function(text: str, name: str) -> str:
@@ -108,13 +125,14 @@ def _source(module) -> str:
     parts = [
         abi.header_text(),  # TsLaunchArgs, as the generated kernel and the handler see it
         (HERE / "shim.h").read_text(),
+        *(f"#define {f} {f}_host" for f in CLUSTER_FUNCTIONS),
         (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
+        *(f"#undef {f}" for f in CLUSTER_FUNCTIONS),
     ]
     if module.arch.startswith("sm_90"):
         why = [w for w, bad in (("it communicates", module.uses_nvshmem),
                                 ("global scratch it does not leave zero", module.scratch_bytes
-                                 and not module.scratch_left_zero),
-                                ("clusters", "__cluster_dims__" in module.source)) if bad]
+                                 and not module.scratch_left_zero)) if bad]
         if why:
             raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
         header = SM90_HEADER.read_text()
@@ -123,7 +141,7 @@ def _source(module) -> str:
                   (HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
                   _wgmma_forwarders(module.source)]
     parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}",
-              f"#define TS_EMU_SCRATCH_BYTES {module.scratch_bytes}"]
+              f"#define TS_EMU_SCRATCH_BYTES {module.scratch_bytes}", _cluster_defines(module.source)]
     if module.arch.startswith("sm_90"):
         parts.append(_tensor_maps(module))
     parts.append((HERE / "main.inc").read_text())

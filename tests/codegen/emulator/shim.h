@@ -1,6 +1,7 @@
 // Host emulation of the CUDA that the mma.sync GEMM lowering emits (tests only).
 //
-// A block runs as one std::thread per CUDA thread; __syncthreads is a block barrier. ldmatrix and
+// A block runs as one std::thread per CUDA thread, the blocks of a thread-block cluster at once (main.inc), each
+// with shared memory of its own; __syncthreads is a block barrier. ldmatrix and
 // mma.sync are warp-collective: each lane publishes its operands, the warp meets, every lane
 // computes its own result from all lanes' operands as the PTX ISA defines the fragments. cp.async
 // copies are queued per thread and performed only when cp.async.wait_group retires their commit
@@ -8,6 +9,8 @@
 // patterns). Addresses are checked: 16-byte alignment, inside the block's
 // dynamic shared memory.
 #include <barrier>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -27,15 +30,19 @@
 #define __shared__
 #define __align__(n)
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)  // emulator.build reads the dimensions from the kernel's text
 
 struct TsDim3 { unsigned x, y, z; };
 thread_local TsDim3 threadIdx;
-TsDim3 blockIdx;
+thread_local TsDim3 blockIdx;
 
 // TsLaunchArgs comes from jax_tilescale/abi/ts_abi.h, which build() puts before this file.
 
 static size_t ts_emu_smem_bytes;
-alignas(1024) unsigned char ts_smem_raw[256 * 1024];
+constexpr size_t TS_EMU_SMEM_MAX = 256 * 1024;
+// This thread's block's dynamic shared memory, 1024-byte aligned (the kernel's `ts_smem_raw`: emulator.build
+// rewrites its extern declaration to this pointer).
+thread_local unsigned char* ts_emu_smem_base;
 
 [[noreturn]] static void ts_emu_die(const char* what, long long v) {
   std::fprintf(stderr, "emulator: %s (%lld), thread %u block %u,%u\n", what, v, threadIdx.x, blockIdx.x, blockIdx.y);
@@ -68,25 +75,37 @@ struct TsWarpArea {
   uint32_t addr[32];
   uint32_t a[32][4], b[32][2];
 };
-static std::barrier<>* ts_emu_block_bar;
-static std::vector<std::barrier<>*> ts_emu_warp_bar;
-static std::vector<TsWarpArea> ts_emu_warp;  // two per warp
+thread_local std::barrier<>* ts_emu_block_bar;  // this thread's block's (main.inc)
+thread_local std::barrier<>* const* ts_emu_warp_bar;
+thread_local TsWarpArea* ts_emu_warp;  // two per warp
 thread_local unsigned ts_emu_turn;
 static TsWarpArea& ts_emu_area() { return ts_emu_warp[2 * (threadIdx.x / 32) + (ts_emu_turn++ & 1)]; }
 inline void __syncthreads() { ts_emu_block_bar->arrive_and_wait(); }
 static inline unsigned ts_emu_lane() { return threadIdx.x % 32; }
 static inline void ts_emu_warp_sync() { ts_emu_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 
+// ---- the cluster this thread's block runs in (main.inc: a cluster of one block where the kernel has none) ----
+struct TsEmuCluster {
+  unsigned dims[3];
+  std::vector<unsigned char*> smem;  // each block's shared memory, by rank
+  std::vector<void*> state;          // each block's barriers (shim_sm90.h), by rank
+  unsigned threads = 0;              // of all its blocks: a cluster barrier's count
+  unsigned arrived = 0;
+  uint64_t generation = 0;
+};
+thread_local TsEmuCluster* ts_emu_cluster;
+thread_local unsigned ts_emu_rank;
+
 inline uint32_t ts_smem_u32(const void* p) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
-  if (c < ts_smem_raw || c > ts_smem_raw + ts_emu_smem_bytes) ts_emu_die("not a shared-memory pointer", 0);
-  return static_cast<uint32_t>(c - ts_smem_raw);
+  if (c < ts_emu_smem_base || c > ts_emu_smem_base + ts_emu_smem_bytes) ts_emu_die("not a shared-memory pointer", 0);
+  return static_cast<uint32_t>(c - ts_emu_smem_base);
 }
 // What the kernels' prologue aligns the dynamic shared memory by (codegen/cuda.py): the shared-space address.
 inline size_t __cvta_generic_to_shared(const void* p) { return ts_smem_u32(p); }
 static unsigned char* ts_emu_smem(uint32_t addr, uint32_t bytes) {
   if (addr + bytes > ts_emu_smem_bytes) ts_emu_die("shared-memory access past the dynamic shared memory", addr);
-  return ts_smem_raw + addr;
+  return ts_emu_smem_base + addr;
 }
 
 // ---- cp.async: queued, performed when their group is retired ----

@@ -13,6 +13,9 @@
 //   map's swizzle applied to the shared-memory address bits (bits 4.. XOR bits 7..); a load completes
 //   its box's bytes on the barrier; a store is performed only when its bulk group is waited for (or at
 //   the thread's exit), so a staging slot rewritten before that wait shows in the result.
+// - clusters (__cluster_dims__): the cluster's blocks run at once (main.inc); %cluster_ctarank, the cluster
+//   barrier, a peer's shared memory through mapa, TMA multicast into every masked block (each block's barrier
+//   at the same offset completing the bytes that land in it) and arrivals on a peer's mbarrier.
 // - wgmma.mma_async: each thread computes its own accumulator fragment (PTX's m64nNk16 f32 layout)
 //   from shared memory read through the descriptors (start, leading and stride byte offsets, swizzle),
 //   when wgmma.wait_group retires the instruction's group: a stage released before its products are
@@ -20,6 +23,8 @@
 //   threads of their own; they meet where an instruction is .sync.aligned and the kernel relies on it.
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -50,31 +55,61 @@ template <int N> inline void ts_fence_regs(float (&)[N]) {}
 static std::mutex ts_emu_mu;
 static std::condition_variable ts_emu_cv;
 
+// Every thread blocked in a wait, and on what (a line computed when a deadlock is reported, under the lock).
+struct TsEmuWaiter {
+  unsigned rank, thread;
+  std::function<std::string()> what;
+};
+static std::map<const void*, TsEmuWaiter> ts_emu_waiters;  // by the waiting thread's own marker
+thread_local char ts_emu_waiter_marker;
+
+// Sleeps until `done`; a wait of TS_EMU_WAIT_S seconds is a deadlock: every blocked thread's wait is printed
+// (each block's barriers as they stand), then the run stops.
 template <typename Done>
-static void ts_emu_block_until(std::unique_lock<std::mutex>& lock, Done done, const char* what, long long v) {
-  if (!ts_emu_cv.wait_for(lock, std::chrono::seconds(TS_EMU_WAIT_S), done)) {
+static void ts_emu_block_until(std::unique_lock<std::mutex>& lock, Done done, std::function<std::string()> what) {
+  ts_emu_waiters[&ts_emu_waiter_marker] = TsEmuWaiter{ts_emu_rank, threadIdx.x, std::move(what)};
+  const bool ok = ts_emu_cv.wait_for(lock, std::chrono::seconds(TS_EMU_WAIT_S), done);
+  if (!ok) {
+    std::fprintf(stderr, "emulator: deadlock in the cluster of block (%u,%u,%u): %zu threads have waited %d s:\n",
+                 blockIdx.x, blockIdx.y, blockIdx.z, ts_emu_waiters.size(), TS_EMU_WAIT_S);
+    std::map<std::string, int> lines;  // the same wait by many threads: said once, counted
+    for (const auto& [_, w] : ts_emu_waiters) ++lines["block rank " + std::to_string(w.rank) + ": " + w.what()];
+    for (const auto& [line, n] : lines) std::fprintf(stderr, "emulator:   %s (%d threads)\n", line.c_str(), n);
     lock.unlock();
-    ts_emu_die(what, v);
+    ts_emu_die("a wait never completed (deadlock)", 0);
   }
+  ts_emu_waiters.erase(&ts_emu_waiter_marker);
 }
 
-// ---- mbarriers ----
+// ---- a block's barriers (main.inc keeps one per block, by cluster rank) ----
 struct TsEmuMbar {
   uint32_t count = 0, pending = 0, phase = 0;
   int64_t tx = 0;
 };
-static std::map<uint32_t, TsEmuMbar> ts_emu_mbars;  // by shared-memory address
+struct TsEmuNamed {
+  uint32_t arrived = 0, expected = 0;
+  uint64_t generation = 0;
+};
+struct TsEmuBarriers {
+  std::map<uint32_t, TsEmuMbar> mbars;  // by shared-memory address
+  TsEmuNamed named[16];
+};
+#define TS_EMU_STATE_NEW() static_cast<void*>(new TsEmuBarriers())
+#define TS_EMU_STATE_DELETE(state) delete static_cast<TsEmuBarriers*>(state)
+static TsEmuBarriers& ts_emu_barriers(unsigned rank) { return *static_cast<TsEmuBarriers*>(ts_emu_cluster->state[rank]); }
 static constexpr uint64_t TS_EMU_MBAR_TAG = 0x6d62617254534d55ull;
 
-static TsEmuMbar& ts_emu_mbar(uint64_t* bar, const char* op) {
-  const uint32_t addr = ts_smem_u32(bar);
-  auto it = ts_emu_mbars.find(addr);
-  if (it == ts_emu_mbars.end()) ts_emu_die(op, addr);
+// The mbarrier at shared-memory address `addr` of the cluster's block `rank`.
+static TsEmuMbar& ts_emu_mbar_at(unsigned rank, uint32_t addr, const char* op) {
+  auto& mbars = ts_emu_barriers(rank).mbars;
+  auto it = mbars.find(addr);
+  if (it == mbars.end()) ts_emu_die(op, addr);
   uint64_t tag;
-  std::memcpy(&tag, ts_emu_smem(addr, 8), 8);
+  std::memcpy(&tag, ts_emu_cluster->smem[rank] + addr, 8);
   if (tag != (TS_EMU_MBAR_TAG ^ addr)) ts_emu_die("an mbarrier's shared memory was overwritten", addr);
   return it->second;
 }
+static TsEmuMbar& ts_emu_mbar(uint64_t* bar, const char* op) { return ts_emu_mbar_at(ts_emu_rank, ts_smem_u32(bar), op); }
 static void ts_emu_mbar_settle(TsEmuMbar& b) {  // the phase completes: the next one expects `count` arrivals
   if (b.pending == 0 && b.tx == 0) {
     b.phase ^= 1;
@@ -89,21 +124,27 @@ inline void ts_mbar_init(uint64_t* bar, uint32_t count) {
   if (count == 0) ts_emu_die("mbarrier initialised with count 0", addr);
   const uint64_t tag = TS_EMU_MBAR_TAG ^ addr;
   std::memcpy(ts_emu_smem(addr, 8), &tag, 8);
-  ts_emu_mbars[addr] = TsEmuMbar{count, count, 0, 0};
+  ts_emu_barriers(ts_emu_rank).mbars[addr] = TsEmuMbar{count, count, 0, 0};
 }
-static void ts_emu_arrive_locked(uint64_t* bar, uint32_t n) {
-  TsEmuMbar& b = ts_emu_mbar(bar, "arrive on an mbarrier never initialised");
-  if (n > b.pending) ts_emu_die("more arrivals on an mbarrier than its phase expects", ts_smem_u32(bar));
+static void ts_emu_arrive_locked(unsigned rank, uint32_t addr, uint32_t n) {
+  TsEmuMbar& b = ts_emu_mbar_at(rank, addr, "arrive on an mbarrier never initialised");
+  if (n > b.pending) ts_emu_die("more arrivals on an mbarrier than its phase expects", addr);
   b.pending -= n;
   ts_emu_mbar_settle(b);
 }
 inline void ts_mbar_arrive(uint64_t* bar) {
   std::lock_guard<std::mutex> g(ts_emu_mu);
-  ts_emu_arrive_locked(bar, 1);
+  ts_emu_arrive_locked(ts_emu_rank, ts_smem_u32(bar), 1);
 }
 inline void ts_mbar_arrive_count(uint64_t* bar, uint32_t count) {
   std::lock_guard<std::mutex> g(ts_emu_mu);
-  ts_emu_arrive_locked(bar, count);
+  ts_emu_arrive_locked(ts_emu_rank, ts_smem_u32(bar), count);
+}
+// One arrival on the barrier at `bar`'s offset in block `rank` of the cluster (mapa + mbarrier.arrive.shared::cluster).
+inline void ts_mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+  if (rank >= ts_emu_cluster->smem.size()) ts_emu_die("arrival on a block outside the cluster", rank);
+  std::lock_guard<std::mutex> g(ts_emu_mu);
+  ts_emu_arrive_locked(rank, ts_smem_u32(bar), 1);
 }
 inline void ts_mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
   std::lock_guard<std::mutex> g(ts_emu_mu);
@@ -112,11 +153,11 @@ inline void ts_mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
 inline void ts_mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   std::lock_guard<std::mutex> g(ts_emu_mu);
   ts_emu_mbar(bar, "expect_tx on an mbarrier never initialised").tx += bytes;
-  ts_emu_arrive_locked(bar, 1);
+  ts_emu_arrive_locked(ts_emu_rank, ts_smem_u32(bar), 1);
 }
-static void ts_emu_complete_tx(uint64_t* bar, uint32_t bytes) {
+static void ts_emu_complete_tx(unsigned rank, uint32_t addr, uint32_t bytes) {
   std::lock_guard<std::mutex> g(ts_emu_mu);
-  TsEmuMbar& b = ts_emu_mbar(bar, "a copy completes on an mbarrier never initialised");
+  TsEmuMbar& b = ts_emu_mbar_at(rank, addr, "a copy completes on an mbarrier never initialised");
   b.tx -= bytes;
   ts_emu_mbar_settle(b);
 }
@@ -124,12 +165,12 @@ static void ts_emu_complete_tx(uint64_t* bar, uint32_t bytes) {
 inline void ts_mbar_wait(uint64_t* bar, uint32_t parity) {
   std::unique_lock<std::mutex> lock(ts_emu_mu);
   TsEmuMbar& b = ts_emu_mbar(bar, "wait on an mbarrier never initialised");
-  if (!ts_emu_cv.wait_for(lock, std::chrono::seconds(TS_EMU_WAIT_S), [&] { return b.phase != (parity & 1); })) {
-    std::fprintf(stderr, "emulator: mbarrier at %u waited for parity %u: phase %u, %u of %u arrivals pending, %lld "
-                 "transaction bytes\n", ts_smem_u32(bar), parity & 1, b.phase, b.pending, b.count, (long long)b.tx);
-    lock.unlock();
-    ts_emu_die("an mbarrier wait never completed (deadlock)", ts_smem_u32(bar));
-  }
+  const uint32_t addr = ts_smem_u32(bar);
+  ts_emu_block_until(lock, [&] { return b.phase != (parity & 1); }, [&b, addr, parity] {
+    return "mbarrier at " + std::to_string(addr) + " waited for parity " + std::to_string(parity & 1) + ": phase " +
+           std::to_string(b.phase) + ", " + std::to_string(b.pending) + " of " + std::to_string(b.count) +
+           " arrivals pending, " + std::to_string(b.tx) + " transaction bytes";
+  });
 }
 
 // ---- cp.async into shared memory, arriving on an mbarrier (performed at once: they complete before the arrival) ----
@@ -140,16 +181,11 @@ inline void ts_cp_async_arrive(uint64_t* bar) { ts_mbar_arrive(bar); }
 inline void ts_cp_async_wait_all() {}
 
 // ---- named barriers ----
-struct TsEmuNamed {
-  uint32_t arrived = 0, expected = 0;
-  uint64_t generation = 0;
-};
-static TsEmuNamed ts_emu_named[16];
 static void ts_emu_named_arrive(uint32_t id, uint32_t threads, bool wait) {
   if (id == 0 || id >= 16) ts_emu_die("named barrier id outside 1..15 (0 is __syncthreads)", id);
   if (threads == 0 || threads % 32) ts_emu_die("named barrier thread count not a multiple of 32", threads);
   std::unique_lock<std::mutex> lock(ts_emu_mu);
-  TsEmuNamed& b = ts_emu_named[id];
+  TsEmuNamed& b = ts_emu_barriers(ts_emu_rank).named[id];
   if (b.arrived == 0) b.expected = threads;
   if (b.expected != threads) ts_emu_die("named barrier used with two thread counts at once", id);
   const uint64_t gen = b.generation;
@@ -158,7 +194,10 @@ static void ts_emu_named_arrive(uint32_t id, uint32_t threads, bool wait) {
     ++b.generation;
     ts_emu_cv.notify_all();
   } else if (wait) {
-    ts_emu_block_until(lock, [&] { return b.generation != gen; }, "a named barrier never completed (deadlock)", id);
+    ts_emu_block_until(lock, [&] { return b.generation != gen; }, [&b, id] {
+      return "named barrier " + std::to_string(id) + ": " + std::to_string(b.arrived) + " of " +
+             std::to_string(b.expected) + " threads arrived";
+    });
   }
 }
 inline void ts_named_sync(uint32_t id, uint32_t threads) { ts_emu_named_arrive(id, threads, true); }
@@ -177,16 +216,17 @@ static uint32_t ts_emu_swizzled(uint32_t base, uint32_t offset, int64_t swizzle)
   const uint32_t mask = static_cast<uint32_t>(swizzle / 16 - 1);
   return a ^ (((a >> 7) & mask) << 4);
 }
-static void ts_emu_box(const TsEmuMap& m, uint32_t smem, int32_t x, int32_t y, bool load) {
+// Box (x, y) between the tensor and shared-memory address `smem` of the block whose shared memory is `base`.
+static void ts_emu_box(const TsEmuMap& m, unsigned char* base, uint32_t smem, int32_t x, int32_t y, bool load) {
   if (smem % 128) ts_emu_die("TMA box not 128-byte aligned in shared memory", smem);
   const int64_t row_bytes = m.box[0] * m.esize;
   if (m.swizzle && row_bytes > m.swizzle) ts_emu_die("TMA box row wider than its swizzle", row_bytes);
-  ts_emu_smem(smem, static_cast<uint32_t>(row_bytes * m.box[1]));
+  if (smem + row_bytes * m.box[1] > ts_emu_smem_bytes) ts_emu_die("TMA box past the dynamic shared memory", smem);
   for (int64_t j = 0; j < m.box[1]; ++j) {
     for (int64_t i = 0; i < m.box[0]; ++i) {
       const int64_t gx = x + i, gy = y + j;
       const bool inside = gx >= 0 && gy >= 0 && gx < m.dims[0] && gy < m.dims[1];
-      unsigned char* s = ts_smem_raw + ts_emu_swizzled(smem, static_cast<uint32_t>(j * row_bytes + i * m.esize), m.swizzle);
+      unsigned char* s = base + ts_emu_swizzled(smem, static_cast<uint32_t>(j * row_bytes + i * m.esize), m.swizzle);
       unsigned char* g = m.base + gy * m.row_stride + gx * m.esize;
       if (load) {
         if (inside) std::memcpy(s, g, m.esize);
@@ -199,8 +239,19 @@ static void ts_emu_box(const TsEmuMap& m, uint32_t smem, int32_t x, int32_t y, b
 }
 inline void ts_tma_load_2d(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x, int32_t y) {
   const TsEmuMap& m = ts_emu_map(tmap);
-  ts_emu_box(m, ts_smem_u32(smem_dst), x, y, true);
-  ts_emu_complete_tx(bar, static_cast<uint32_t>(m.box[0] * m.box[1] * m.esize));
+  ts_emu_box(m, ts_emu_smem_base, ts_smem_u32(smem_dst), x, y, true);
+  ts_emu_complete_tx(ts_emu_rank, ts_smem_u32(bar), static_cast<uint32_t>(m.box[0] * m.box[1] * m.esize));
+}
+// The same box into every block of `mask`, at the same offsets; each block's barrier completes its own bytes.
+inline void ts_tma_load_2d_multicast(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x, int32_t y,
+                                     uint16_t mask) {
+  const TsEmuMap& m = ts_emu_map(tmap);
+  if (mask >> ts_emu_cluster->smem.size()) ts_emu_die("multicast to a block outside the cluster", mask);
+  for (unsigned r = 0; r < ts_emu_cluster->smem.size(); ++r) {
+    if (!(mask >> r & 1)) continue;
+    ts_emu_box(m, ts_emu_cluster->smem[r], ts_smem_u32(smem_dst), x, y, true);
+    ts_emu_complete_tx(r, ts_smem_u32(bar), static_cast<uint32_t>(m.box[0] * m.box[1] * m.esize));
+  }
 }
 struct TsEmuStore { const TsEmuMap* map; uint32_t smem; int32_t x, y; };
 thread_local std::vector<TsEmuStore> ts_emu_bulk_open;
@@ -214,7 +265,7 @@ inline void ts_bulk_commit() {
 }
 static void ts_emu_bulk_retire(size_t keep) {
   while (ts_emu_bulk_groups.size() > keep) {
-    for (const TsEmuStore& s : ts_emu_bulk_groups.front()) ts_emu_box(*s.map, s.smem, s.x, s.y, false);
+    for (const TsEmuStore& s : ts_emu_bulk_groups.front()) ts_emu_box(*s.map, ts_emu_smem_base, s.smem, s.x, s.y, false);
     ts_emu_bulk_groups.pop_front();
   }
 }
@@ -222,11 +273,28 @@ inline void ts_bulk_wait_read() { ts_emu_bulk_retire(0); }
 inline void ts_bulk_wait() { ts_emu_bulk_retire(0); }
 template <int N> inline void ts_bulk_wait_read_all_but() { ts_emu_bulk_retire(N); }
 
-// ---- clusters: not emulated (a kernel that uses them is refused by emulator.build) ----
-inline void ts_tma_load_2d_multicast(void*, const void*, uint64_t*, int32_t, int32_t, uint16_t) {
-  ts_emu_die("TMA multicast is not emulated", 0);
+// ---- clusters (tilescale_compute.cuh's versions are renamed away by emulator.build) ----
+inline uint32_t ts_cluster_rank() { return ts_emu_rank; }
+// Every thread of every block of the cluster meets (barrier.cluster.arrive.release + wait.acquire).
+inline void ts_cluster_sync() {
+  std::unique_lock<std::mutex> lock(ts_emu_mu);
+  TsEmuCluster& c = *ts_emu_cluster;
+  const uint64_t gen = c.generation;
+  if (++c.arrived == c.threads) {
+    c.arrived = 0;
+    ++c.generation;
+    ts_emu_cv.notify_all();
+  } else {
+    ts_emu_block_until(lock, [&] { return c.generation != gen; }, [&c] {
+      return "the cluster barrier: " + std::to_string(c.arrived) + " of " + std::to_string(c.threads) + " threads arrived";
+    });
+  }
 }
-inline void ts_mbar_arrive_cluster(uint64_t*, uint32_t) { ts_emu_die("cluster arrivals are not emulated", 0); }
+// The generic address of the byte at `p` (this block's shared memory) in block `rank` of the cluster.
+inline unsigned char* ts_cluster_map(unsigned char* p, uint32_t rank) {
+  if (rank >= ts_emu_cluster->smem.size()) ts_emu_die("mapa to a block outside the cluster", rank);
+  return ts_emu_cluster->smem[rank] + ts_smem_u32(p);
+}
 
 // ---- wgmma.mma_async ----
 enum TsEmuType { TS_EMU_BF16, TS_EMU_F16, TS_EMU_E4M3, TS_EMU_E5M2 };
@@ -322,12 +390,7 @@ inline void ts_wgmma_wait() {
   ts_emu_warp_sync();
 }
 
-// ---- per block and per thread (main.inc) ----
-#define TS_EMU_BLOCK_RESET() ts_emu_sm90_block_reset()
-static void ts_emu_sm90_block_reset() {
-  ts_emu_mbars.clear();
-  for (TsEmuNamed& b : ts_emu_named) b = TsEmuNamed{};
-}
+// ---- per thread (main.inc) ----
 #define TS_EMU_THREAD_EXIT() ts_emu_sm90_thread_exit()
 static void ts_emu_sm90_thread_exit() {
   if (!ts_emu_mma_open.empty() || !ts_emu_mma_groups.empty()) ts_emu_die("wgmma left in flight at exit", 0);
