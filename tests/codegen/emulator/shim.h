@@ -74,6 +74,7 @@ inline int64_t ts_max(int64_t a, int64_t b) { return a > b ? a : b; }
 struct TsWarpArea {
   uint32_t addr[32];
   uint32_t a[32][4], b[32][2];
+  uint64_t value[32];  // shuffles
 };
 thread_local std::barrier<>* ts_emu_block_bar;  // this thread's block's (main.inc)
 thread_local std::barrier<>* const* ts_emu_warp_bar;
@@ -95,6 +96,24 @@ struct TsEmuCluster {
 };
 thread_local TsEmuCluster* ts_emu_cluster;
 thread_local unsigned ts_emu_rank;
+
+// ---- warp shuffles (every lane of the warp takes part, as the generated code's full masks say) ----
+template <typename T>
+static T ts_emu_shuffle(unsigned mask, T v, unsigned from) {
+  static_assert(sizeof(T) <= 8, "a shuffled value fits 8 bytes");
+  if (mask != 0xffffffffu) ts_emu_die("a shuffle without every lane of the warp", mask);
+  TsWarpArea& w = ts_emu_area();
+  std::memcpy(&w.value[ts_emu_lane()], &v, sizeof v);
+  ts_emu_warp_sync();
+  T out;
+  std::memcpy(&out, &w.value[from % 32], sizeof out);
+  return out;
+}
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) { return ts_emu_shuffle(mask, v, ts_emu_lane() ^ lane_mask); }
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int lane) { return ts_emu_shuffle(mask, v, static_cast<unsigned>(lane)); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ts_emu_warp_sync(); }
 
 inline uint32_t ts_smem_u32(const void* p) {
   const unsigned char* c = static_cast<const unsigned char*>(p);
