@@ -22,7 +22,7 @@ import pytest
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
 from tests.codegen import emulator
-from tests.codegen.gemm_cases import Emulated, Run, example, fp8, run_emulated, user_kernel
+from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, run_emulated, user_kernel
 from tests.conftest import missing_tool
 
 S = jax.ShapeDtypeStruct
@@ -207,3 +207,48 @@ def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):
     with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster.*block rank 1: mbarrier at \d+ waited for "
                                            r"parity 0: phase 0, 0 of 1 arrivals pending, 8192 transaction bytes"):
         run_case(name, lambda src: src.replace(", 0x3);", ", 1u << ts_crank);"))
+
+
+# ---- the stage trace (codegen/gemm_sm90_trace.py, tools/stage_trace.py) -------------------------------------
+
+
+@pytest.mark.parametrize("name,cfg,shape,slab_rows", [
+    ("ping-pong", PERSISTENT, (512, 768, 256), [0]),
+    ("cooperative", GemmConfig(block_m=256, block_n=192, num_stages=4), (512, 384, 256), [0, 128]),
+], ids=["pingpong", "cooperative"])
+def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, cfg, shape, slab_rows):
+    """The traced build (tools/stage_trace.py's) run by the emulator: every tile and consumer warpgroup writes its
+    record over its first accumulators and the rest of C is the product; the fields are consistent with each other,
+    and in ping-pong every tile but a block's first waited for its turn (the `turn` field), none in the cooperative
+    form. (The clock is the host's: the counts say nothing of the GPU's cycles, tests/gpu/test_stage_trace_gpu.py.)"""
+    if emulator.available():
+        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    from jax_tilescale.codegen.gemm_sm90_trace import SLOTS, slot_position
+    from tests.conftest import load_tool
+
+    stage_trace = load_tool("stage_trace")
+    monkeypatch.setattr(gemm_sm90, "STAGE_TRACE", True)
+    m, n, k = shape
+    run = run_emulated(example(m, n, k, cfg), seed=m)
+    got = run.got.astype(np.float64)
+    recs = stage_trace.decode(got, m, n, cfg.block_m, cfg.block_n, slab_rows)
+    tiles = (m // cfg.block_m) * (n // cfg.block_n)
+    assert len(recs) == tiles * len(slab_rows)
+    ksteps = k // cfg.block_k
+    for r in recs:
+        assert r["first"] <= r["longest"] <= r["wait"] <= r["cycles"], r
+        assert r["waited"] <= ksteps and r["mask"] >> ksteps == 0 and bin(r["mask"]).count("1") == r["waited"], r
+        assert r["sm"] < (SMS if cfg.persistent else (n // cfg.block_n) * (m // cfg.block_m)), r
+    turns = [r["turn"] > 0 for r in recs]
+    if cfg.pingpong:  # a block's first tile (warpgroup 0's) starts at once; every later one waits for the other's
+        assert len(turns) - sum(turns) == min(SMS, tiles), [r["turn"] for r in recs]
+    else:
+        assert not any(turns)
+    traced = np.zeros(got.shape, bool)
+    for tm in range(m // cfg.block_m):
+        for tn in range(n // cfg.block_n):
+            for r0 in slab_rows:
+                for slot in range(SLOTS):
+                    i, j = slot_position(slot)
+                    traced[tm * cfg.block_m + r0 + i, tn * cfg.block_n + j] = True
+    np.testing.assert_array_equal(got[~traced], run.want.astype(np.float64)[~traced])

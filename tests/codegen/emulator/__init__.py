@@ -59,7 +59,19 @@ def _kernel_text(source: str) -> str:
     text, found = re.subn(r"extern __shared__[^;]*\bts_smem_raw\[\];",
                           "unsigned char* const ts_smem_raw = ts_emu_smem_base;", text)
     assert found == 1, "the kernel's shared-memory declaration"
+    for pattern, replacement in SPECIAL_REGISTERS:
+        text = re.sub(pattern, replacement, text)
+    if re.search(r"\basm\b", text):
+        raise Unsupported(f"inline PTX in the kernel: {re.search(r'asm[^;]*;', text).group(0)[:120]}")
     return text
+
+
+# The special registers the stage trace (codegen/gemm_sm90_trace.py) reads with inline PTX in the kernel: the
+# emulator's nanosecond clock and the block's x index for its SM (a persistent grid has a block per SM)
+SPECIAL_REGISTERS = (
+    (r'asm volatile\("mov\.u64 %0, %globaltimer;" : "=l"\((\w+)\)\);', r"\1 = ts_emu_globaltimer();"),
+    (r'asm volatile\("mov\.u32 %0, %smid;" : "=r"\((\w+)\)\);', r"\1 = blockIdx.x;"),
+)
 
 
 def _cluster_defines(source: str) -> str:

@@ -37,6 +37,13 @@ template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline uint32_t ts_smem_addr(const void* p) { return ts_smem_u32(p); }
 inline void ts_wait_for_prior_grid() {}
+// %globaltimer: the host's steady clock in nanoseconds; clock64: in microseconds (an emulated loop takes
+// milliseconds, and the stage trace keeps 24 bits of a loop's cycles)
+inline uint64_t ts_emu_globaltimer() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+inline long long clock64() { return static_cast<long long>(ts_emu_globaltimer() / 1000); }
 // A plain kernel's launch: number 0, its scratch the call site's own (main: zero at the start; a kernel that
 // promises to leave it zero, left_zero, is checked at the end)
 inline uint64_t ts_launch_seq(const TsLaunchArgs&) { return 0; }
