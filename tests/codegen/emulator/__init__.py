@@ -25,6 +25,9 @@ from jax_tilescale.codegen.gemm_sm90_load import SWIZZLES, TENSOR_MAP_FIELDS
 
 HERE = Path(__file__).resolve().parent
 SM90_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_sm90.cuh"
+DEVICE_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_device.cuh"
+# index arithmetic with Python's semantics and T.load's checks: the header's own text
+DEVICE_ARITHMETIC = ("ts_floordiv", "ts_mod", "ts_min", "ts_max", "ts_bound", "ts_load")
 TILE_OPS_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_tile_ops.cuh"  # element-wise statements
 # tilescale_sm90.cuh's helpers that are plain arithmetic: the emulator runs the header's own text of them
 SM90_ARITHMETIC = ("ts_swizzled_chunk_offset", "ts_swizzled_chunk_from_global", "ts_wgmma_desc")
@@ -89,6 +92,8 @@ def _header_function(text: str, name: str) -> str:
     """One function of a header, with its template line: from its signature to the `}` closing it."""
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if re.search(rf"\b{name}\(", line) and "__device__" in line)
+    if lines[at].rstrip().endswith("}"):  # a one-line function
+        return lines[at]
     if at and lines[at - 1].startswith("template"):
         at -= 1
     end = next(i for i in range(at, len(lines)) if lines[i] == "}")
@@ -140,6 +145,10 @@ def _source(module) -> str:
         *(f"#define {f} {f}_host" for f in CLUSTER_FUNCTIONS),
         (HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_compute.cuh").read_text(),
         *(f"#undef {f}" for f in CLUSTER_FUNCTIONS),
+        (HERE / "shim_tile_ops.h").read_text(), TILE_OPS_HEADER.read_text(),
+        "#define TS_CHECK_FAILED(where, what, a, limit) ts_fail(where, what, a, limit)",
+        "#define TS_DIV_BY_ZERO(where, what, a) ts_fail(where, what, a, 0)",
+        *(_header_function(DEVICE_HEADER.read_text(), f) for f in DEVICE_ARITHMETIC),
     ]
     if module.arch.startswith("sm_90"):
         why = [w for w, bad in (("it communicates", module.uses_nvshmem),
@@ -149,7 +158,6 @@ def _source(module) -> str:
             raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
         header = SM90_HEADER.read_text()
         parts += [f"#define TS_EMU_WAIT_S {WAIT_S}",
-                  (HERE / "shim_tile_ops.h").read_text(), TILE_OPS_HEADER.read_text(),
                   (HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),
                   _wgmma_forwarders(module.source)]
     parts += [_kernel_text(module.source), f"#define TS_EMU_ENTRY {module.entry}",

@@ -52,20 +52,7 @@ thread_local unsigned char* ts_emu_smem_base;
   std::fprintf(stderr, "%s: ", where);
   ts_emu_die(what, value);
 }
-inline int64_t ts_floordiv(int64_t a, int64_t b, const char* where) {
-  if (b == 0) ts_fail(where, "// by zero", a, 0);
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-inline int64_t ts_mod(int64_t a, int64_t b, const char* where) {
-  if (b == 0) ts_fail(where, "% by zero", a, 0);
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-inline int64_t ts_min(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t ts_max(int64_t a, int64_t b) { return a > b ? a : b; }
+// ts_floordiv, ts_mod, ts_min, ts_max: tilescale_device.cuh's own (emulator.build puts them after this file)
 
 // ---- the block: barriers and per-warp exchange areas ----
 // A warp-collective operation publishes into one of two areas, alternately, and meets the warp

@@ -2,6 +2,8 @@
 // header's own text follows this file, so the element-wise statements a kernel runs on its accumulator (FP8's
 // scales, a bias) are the generated code's, computed on the host. Float operations round to nearest (g++ in ISO
 // mode does not contract them), atomics are std::atomic_ref operations on the element.
+#include <math.h>  // expf, exp2f, logf, ...: the host's, within an ulp or two of the GPU's
+
 #include <atomic>
 #include <cmath>
 
@@ -24,6 +26,8 @@ inline To ts_emu_bits(From x) {
   return out;
 }
 inline float __uint_as_float(unsigned int b) { return ts_emu_bits<float>(b); }
+inline float __int_as_float(int b) { return ts_emu_bits<float>(b); }
+inline int __float_as_int(float x) { return ts_emu_bits<int>(x); }
 inline unsigned int __float_as_uint(float x) { return ts_emu_bits<unsigned int>(x); }
 inline double __longlong_as_double(long long b) { return ts_emu_bits<double>(b); }
 inline long long __double_as_longlong(double x) { return ts_emu_bits<long long>(x); }
