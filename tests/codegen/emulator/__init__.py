@@ -38,7 +38,12 @@ CU_TENSOR_MAP_DATA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8
 WAIT_S = 30  # a barrier wait that lasts this long is a deadlock: the emulated kernel stops and says which barrier
 EMU_TYPES = {"bf16": "TS_EMU_BF16", "f16": "TS_EMU_F16", "e4m3": "TS_EMU_E4M3", "e5m2": "TS_EMU_E5M2"}
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
-_BUILD = Path(tempfile.gettempdir()) / "ts_mma_emulator"
+
+
+def _build_dir() -> Path:
+    """Where binaries are cached by source: the temporary directory of the moment (a test session's own, which
+    the session removes at its end)."""
+    return Path(tempfile.gettempdir()) / "ts_emulator"
 
 
 def available() -> str | None:
@@ -172,7 +177,7 @@ def build(module) -> Path:
     """The emulator binary of a CudaModule (cached by its source)."""
     text = _source(module)
     key = hashlib.sha256(text.encode()).hexdigest()[:20]
-    binary = _BUILD / key / "emu"
+    binary = _build_dir() / key / "emu"
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
         src = binary.parent / "emu.cpp"
