@@ -26,6 +26,10 @@ def test_temporary_files_go_to_the_session_directory(session_temp_dir: Path, tmp
         fallback = cache._fallback_root("/nonexistent/for-this-test")
     cache._fallback_root.cache_clear()
     assert fallback.parent == session_temp_dir and fallback.name.startswith("jax_tilescale-cache-")
+    # the CPU emulator's binaries (tests/codegen/emulator), built during the session, not at import
+    from tests.codegen import emulator
+
+    assert emulator._build_dir().parent == session_temp_dir
     child = subprocess.run([sys.executable, "-c", "import tempfile; print(tempfile.gettempdir())"],
                            capture_output=True, text=True, check=True)
     assert Path(child.stdout.strip()) == session_temp_dir
