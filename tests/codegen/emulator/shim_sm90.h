@@ -1,4 +1,4 @@
-// Host emulation of what the Hopper (sm_90a) GEMM lowering emits (tests only), on top of shim.h.
+// Host emulation of what Hopper (sm_90/sm_90a) kernels execute (tests only), on top of shim.h.
 //
 // The helpers of jax_tilescale/codegen/tilescale_sm90.cuh that are plain arithmetic (the wgmma
 // descriptor, the swizzled chunk offset, the producer's thread copy) are the header's own text,
@@ -58,7 +58,7 @@ inline void ts_mbar_init_fence() {}
 inline void ts_wgmma_fence() {}
 template <int N> inline void ts_fence_regs(float (&)[N]) {}
 
-// ---- one lock for every barrier of the block; waits sleep on it ----
+// ---- one lock for every barrier of the cluster running now; waits sleep on it ----
 static std::mutex ts_emu_mu;
 static std::condition_variable ts_emu_cv;
 
