@@ -19,7 +19,6 @@ from tests.conftest import load_example, missing_tool
 
 softmax = load_example("softmax")
 CASES = value_if_kernels.all_cases()
-TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3, value_if_kernels.BF16: 8e-3}  # ~1 ulp
 ARCHS = ["sm_90", "sm_80"]
 
 
@@ -37,15 +36,6 @@ def _run(kernel, inputs: list[np.ndarray], arch: str) -> list[np.ndarray]:
     return emulator.run(mod, inputs, poison)
 
 
-def _matches(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == want.dtype and got.shape == want.shape
-    if want.dtype in TOL:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=TOL[want.dtype],
-                                   atol=TOL[want.dtype])
-    else:
-        np.testing.assert_array_equal(got, want)
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_value_condition_kernels_compute_their_reference(name, arch):
@@ -53,7 +43,7 @@ def test_value_condition_kernels_compute_their_reference(name, arch):
     got = _run(case.kernel, case.inputs, arch)
     assert len(got) == len(case.want)
     for g, w in zip(got, case.want):
-        _matches(g, w)
+        value_if_kernels.assert_matches(g, w)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -62,4 +52,4 @@ def test_softmax_example(arch, dtype, m, n):
     x = np.random.default_rng(m).standard_normal((m, n)).astype(np_dtype(jnp.dtype(dtype)))
     (got,) = _run(softmax.softmax(m, n, jnp.dtype(dtype)), [x], arch)
     want = np.asarray(jax.nn.softmax(jnp.asarray(x, jnp.float32), axis=-1)).astype(x.dtype)
-    _matches(got, want)
+    value_if_kernels.assert_matches(got, want)

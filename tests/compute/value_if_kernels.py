@@ -20,6 +20,21 @@ SDS = jax.ShapeDtypeStruct
 DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "bf16": BF16, "i32": np.dtype(np.int32)}
 
 
+# how close a float output must be to its reference on a GPU or the CPU emulator: about an ulp (the GPU may fuse a
+# multiply-add that numpy rounds twice; the host's exp and the GPU's differ there)
+TOLERANCE = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3, BF16: 8e-3}
+
+
+def assert_matches(got: np.ndarray, want: np.ndarray) -> None:
+    """Integers and bools exactly, floats within TOLERANCE."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype in TOLERANCE:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=TOLERANCE[want.dtype],
+                                   atol=TOLERANCE[want.dtype])
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 @dataclass
 class Case:
     kernel: ts.TileKernel

@@ -217,7 +217,6 @@ def test_parallel_and_atomics_on_the_gpu():
 
 
 VALUE_IF_CASES = value_if_kernels.all_cases()
-VALUE_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float16): 1e-3, value_if_kernels.BF16: 8e-3}  # ~1 ulp
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_IF_CASES))
@@ -231,13 +230,7 @@ def test_value_condition_cases_on_the_gpu(name):
     got = got if isinstance(got, (tuple, list)) else [got]
     assert len(got) == len(case.want)
     for g, w in zip(got, case.want):
-        g = np.asarray(g)
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if w.dtype in VALUE_TOL:
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=VALUE_TOL[w.dtype],
-                                       atol=VALUE_TOL[w.dtype])
-        else:
-            np.testing.assert_array_equal(g, w)
+        value_if_kernels.assert_matches(np.asarray(g), w)
 
 
 def test_value_conditions_on_the_gpu():
