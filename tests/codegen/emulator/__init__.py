@@ -1,12 +1,12 @@
-"""Runs the CUDA of a GEMM kernel on the CPU: the generated kernel function, compiled with g++
-against shim.h (threads, barriers, cp.async, ldmatrix and mma.sync emulated as PTX defines them),
-one std::thread per CUDA thread, and for Hopper kernels (sm_90a) shim_sm90.h too (mbarriers, named
-barriers, TMA loads and stores through the tensor maps the module asks for, wgmma read through its
-descriptors). It checks the lowerings' addressing (swizzles, ldmatrix lanes, descriptors, fragment
-layouts, the rings and their barriers) bit for bit, without a GPU; it cannot say anything about speed
-or about the hardware's memory ordering. A thread-block cluster's blocks run at once. Kernels that communicate
-or use global scratch that the handler must zero are not supported (`Unsupported`); left_zero scratch is checked
-zero after the grid.
+"""Runs the CUDA the code generator emits on the CPU: the generated kernel function, compiled with g++ against
+shim.h (threads, barriers, cp.async, ldmatrix and mma.sync emulated as PTX defines them, warp shuffles), one
+std::thread per CUDA thread, with shim_tile_ops.h (the element-wise statements' intrinsics and atomics) and, for
+Hopper kernels, shim_sm90.h (mbarriers, named barriers, TMA loads and stores through the tensor maps the module
+asks for, wgmma read through its descriptors, thread-block clusters, whose blocks run at once). It checks the
+lowerings' addressing (swizzles, ldmatrix lanes, descriptors, fragment layouts, the rings and their barriers) and
+results without a GPU; it cannot say anything about speed or about the hardware's memory ordering. Kernels that
+communicate, use global scratch that the handler must zero or inline PTX are not supported (`Unsupported`);
+left_zero scratch is checked zero after the grid.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from jax_tilescale import abi
-from jax_tilescale.codegen.gemm_sm90_load import SWIZZLES, TENSOR_MAP_FIELDS
+from jax_tilescale.codegen.gemm_sm90_load import TENSOR_MAP_FIELDS
 
 HERE = Path(__file__).resolve().parent
 SM90_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_sm90.cuh"
@@ -35,6 +35,9 @@ WGMMA_NAME = re.compile(r"\bts_wgmma_m64n(\d+)k(\d+)_(bf16|f16|e4m3|e5m2)_([km])
 # CUtensorMapDataType (cuda.h) -> bytes of an element: UINT8, UINT16, UINT32, INT32, UINT64, INT64, FLOAT16, FLOAT32,
 # FLOAT64, BFLOAT16, FLOAT32_FTZ, TFLOAT32
 CU_TENSOR_MAP_DATA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4}
+# CUtensorMapSwizzle (cuda.h) -> the swizzle's width in bytes: NONE, 32B, 64B, 128B (the driver's fact, written
+# here apart from the code generator's table, which is under test)
+CU_TENSOR_MAP_SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}
 WAIT_S = 30  # a barrier wait that lasts this long is a deadlock: the emulated kernel stops and says which barrier
 EMU_TYPES = {"bf16": "TS_EMU_BF16", "f16": "TS_EMU_F16", "e4m3": "TS_EMU_E4M3", "e5m2": "TS_EMU_E5M2"}
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
@@ -56,7 +59,15 @@ def available() -> str | None:
 
 
 class Unsupported(Exception):
-    """The module uses something the emulator does not model (clusters, communication, global scratch)."""
+    """The module uses something the emulator does not model (communication, scratch to zero, inline PTX)."""
+
+
+# The special registers the stage trace (codegen/gemm_sm90_trace.py) reads with inline PTX in the kernel: the
+# emulator's nanosecond clock and the block's x index for its SM (a persistent grid has a block per SM)
+SPECIAL_REGISTERS = (
+    (r'asm volatile\("mov\.u64 %0, %globaltimer;" : "=l"\((\w+)\)\);', r"\1 = ts_emu_globaltimer();"),
+    (r'asm volatile\("mov\.u32 %0, %smid;" : "=r"\((\w+)\)\);', r"\1 = blockIdx.x;"),
+)
 
 
 def _kernel_text(source: str) -> str:
@@ -72,14 +83,6 @@ def _kernel_text(source: str) -> str:
     if re.search(r"\basm\b", text):
         raise Unsupported(f"inline PTX in the kernel: {re.search(r'asm[^;]*;', text).group(0)[:120]}")
     return text
-
-
-# The special registers the stage trace (codegen/gemm_sm90_trace.py) reads with inline PTX in the kernel: the
-# emulator's nanosecond clock and the block's x index for its SM (a persistent grid has a block per SM)
-SPECIAL_REGISTERS = (
-    (r'asm volatile\("mov\.u64 %0, %globaltimer;" : "=l"\((\w+)\)\);', r"\1 = ts_emu_globaltimer();"),
-    (r'asm volatile\("mov\.u32 %0, %smid;" : "=r"\((\w+)\)\);', r"\1 = blockIdx.x;"),
-)
 
 
 def _cluster_defines(source: str) -> str:
@@ -121,12 +124,11 @@ def _tensor_maps(module) -> str:
     fields = list(module.tensor_maps)
     if "TsTensorMaps ts_maps" not in module.source:
         return ""
-    swizzle_bytes = {code: width for width, (code, _) in SWIZZLES.items()} | {0: 0}
     maps = [fields[i:i + TENSOR_MAP_FIELDS] for i in range(0, len(fields), TENSOR_MAP_FIELDS)]
     if any(rank != 2 for _, _, rank, *_ in maps):
         raise Unsupported(f"tensor maps of rank other than 2: {maps}")
     rows = ",\n".join(f"  {{{p}, {CU_TENSOR_MAP_DATA_BYTES[dtype]}, {d0}, {d1}, {stride}, {b0}, {b1}, "
-                      f"{swizzle_bytes[sw]}}}" for p, dtype, _, d0, d1, stride, b0, b1, sw in maps)
+                      f"{CU_TENSOR_MAP_SWIZZLE_BYTES[sw]}}}" for p, dtype, _, d0, d1, stride, b0, b1, sw in maps)
     return f"""static TsTensorMaps ts_emu_maps;
 static const int64_t ts_emu_map_fields[][8] = {{
 {rows}
