@@ -6,6 +6,8 @@ each against its host reference, bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -16,7 +18,7 @@ from jax_tilescale.codegen import generate_cuda
 from tests.codegen import emulator
 from tests.codegen.gemm_cases import np_dtype
 from tests.compute.cluster_kernels import M, N, pull, rotate, rotate_reference, swap_partials, swap_partials_reference
-from tests.conftest import load_example, missing_tool
+from tests.conftest import load_example
 
 cluster_rowsum = load_example("cluster_rowsum")
 S = jax.ShapeDtypeStruct
@@ -25,8 +27,7 @@ SHAPES = [((4,), (2,)), ((8,), (8,)), ((2, 4), (2, 2)), ((3, 2, 2), (1, 2, 2)), 
 
 @pytest.fixture(autouse=True)
 def _emulator():
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    emulator.require()
 
 
 def _run(kern, inputs: list[np.ndarray]) -> tuple[object, np.ndarray]:
@@ -84,7 +85,5 @@ def test_a_missing_cluster_meeting_is_a_deadlock_report(monkeypatch):
     mod = generate_cuda(kern.trace(S(a.shape, a.dtype)), "sm_90")
     src = mod.source.replace("ts_cluster_sync();", "if (ts_cluster_rank() == 0) ts_cluster_sync();")
     assert src != mod.source
-    import dataclasses
-
     with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster.*the cluster barrier: 128 of 256 threads"):
         emulator.run(dataclasses.replace(mod, source=src), [a], [np.zeros_like(a)])

@@ -15,7 +15,7 @@ from jax_tilescale.codegen import generate_cuda
 from tests.codegen import emulator
 from tests.codegen.gemm_cases import np_dtype
 from tests.compute import value_if_kernels
-from tests.conftest import load_example, missing_tool
+from tests.conftest import load_example
 
 softmax = load_example("softmax")
 CASES = value_if_kernels.all_cases()
@@ -24,8 +24,7 @@ ARCHS = ["sm_90", "sm_80"]
 
 @pytest.fixture(autouse=True)
 def _emulator():
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    emulator.require()
 
 
 def _run(kernel, inputs: list[np.ndarray], arch: str) -> list[np.ndarray]:

@@ -148,10 +148,8 @@ def test_random_accepted_configurations_run_their_generated_hopper_code():
     from jax_tilescale.codegen.gemm_table import GemmConfig
     from tests.codegen import emulator
     from tests.codegen.gemm_cases import example, run_emulated
-    from tests.conftest import missing_tool
 
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
+    emulator.require()
     rng = random.Random(41)
     cases = []
     while len(cases) < 10:

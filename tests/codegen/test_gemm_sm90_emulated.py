@@ -23,11 +23,15 @@ from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong,
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, NARROW, NARROW_WIDE, PERSISTENT, WIDE, GemmConfig
 from tests.codegen import emulator
 from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, run_emulated, user_kernel
-from tests.conftest import missing_tool
 
 S = jax.ShapeDtypeStruct
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+
+
+@pytest.fixture(autouse=True)
+def _emulator():
+    emulator.require()
 
 
 CASES: dict[str, Callable[[], Emulated]] = {
@@ -86,9 +90,7 @@ def run_case(name: str, mutate: Callable[[str], str] | None = None) -> Run:
 
 @pytest.fixture(scope="module")
 def emulated() -> dict[str, Run]:
-    reason = emulator.available()
-    if reason:
-        missing_tool(f"the CPU emulator cannot run: {reason}")
+    emulator.require()  # module-scoped: set up before the autouse check
     with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
         return dict(zip(CASES, pool.map(run_case, CASES)))
 
@@ -119,8 +121,6 @@ def _epilogue_rows_swapped(src: str) -> str:
 
 @pytest.mark.parametrize("mutate", [_swap_b_offsets, _a_swizzle_64, _epilogue_rows_swapped])
 def test_a_wrong_layout_gives_a_wrong_product(emulated, mutate):
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     name = "128x128/3"
     assert mutate(emulated[name].mod.source) != emulated[name].mod.source  # the pattern is still in the source
     run = run_case(name, mutate)
@@ -129,8 +129,6 @@ def test_a_wrong_layout_gives_a_wrong_product(emulated, mutate):
 
 def test_a_kernel_left_with_products_in_flight_is_reported():
     """The accumulator's last wait left out: the emulator says so instead of storing unfinished sums."""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     with pytest.raises(RuntimeError, match="wgmma left in flight"):
         run_case("128x128/3", lambda src: src.replace("ts_wgmma_wait<0>();", "", 1))
 
@@ -138,8 +136,6 @@ def test_a_kernel_left_with_products_in_flight_is_reported():
 def test_a_barrier_that_never_completes_is_reported_not_hung(monkeypatch):
     """One release too few for the ring (the empty barriers expect 9 warps' arrivals of 8): a deadlock, reported
     with the barrier's state within the emulator's wait limit."""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     monkeypatch.setattr(emulator, "WAIT_S", 2)
     with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster of block .*block rank 0: mbarrier at \d+ "
                                            r"waited for parity 0: phase 0, 1 of 9 arrivals pending"):
@@ -150,8 +146,6 @@ def test_a_barrier_that_never_completes_is_reported_not_hung(monkeypatch):
 def test_scratch_the_kernel_does_not_leave_zero_is_reported():
     """The in-kernel split-K's last split takes back one count too few: the next launch would find its tickets
     started, and the emulator says so (the interpreter checks the same promise on the kernel's statements)."""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     name = "split-K 2 summed in the kernel (a ticket in left_zero scratch)"
     with pytest.raises(RuntimeError, match="left its left_zero scratch nonzero"):
         run_case(name, lambda src: src.replace("(int)((-2))", "(int)((-1))"))
@@ -186,8 +180,6 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
 def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch):
     """The forms the benchmarks time besides the table's (each a module constant of the code generator) compute the
     same product: a measurement of a wrong kernel is worth nothing."""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     module, constant, value, name = SWITCHED[switch]
     plain = generate_cuda(CASES[name]().ir(), "sm_90").source
     monkeypatch.setattr(module, constant, value)
@@ -199,8 +191,6 @@ def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch
 def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):
     """A pair's shared box sent to its issuer only: the peer's stage never receives its bytes, and the emulator
     reports the peer's barrier waiting for them (a cluster's blocks run at once, each with its own shared memory)."""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
     monkeypatch.setattr(emulator, "WAIT_S", 2)
     name = "NARROW_WIDE 64x256/5"
@@ -221,8 +211,6 @@ def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, 
     record over its first accumulators and the rest of C is the product; the fields are consistent with each other,
     and in ping-pong every tile but a block's first waited for its turn (the `turn` field), none in the cooperative
     form. (The clock is the host's: the counts say nothing of the GPU's cycles, tests/gpu/test_stage_trace_gpu.py.)"""
-    if emulator.available():
-        missing_tool(f"the CPU emulator cannot run: {emulator.available()}")
     from jax_tilescale.codegen.gemm_sm90_trace import SLOTS, slot_position
     from tests.conftest import load_tool
 

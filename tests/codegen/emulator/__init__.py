@@ -58,6 +58,15 @@ def available() -> str | None:
     return None
 
 
+def require() -> None:
+    """Fails the calling test (skips it outside CI, tests.conftest.missing_tool) where the emulator cannot run."""
+    reason = available()
+    if reason:
+        from tests.conftest import missing_tool
+
+        missing_tool(f"the CPU emulator cannot run: {reason}")
+
+
 class Unsupported(Exception):
     """The module uses something the emulator does not model (communication, scratch to zero, inline PTX)."""
 
