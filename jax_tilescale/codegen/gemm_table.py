@@ -96,16 +96,24 @@ PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_
 # skinny: 64x128 tiles, one consumer warpgroup (m64n128), 8 stages of 24 KiB, a tile column's two blocks
 # adjacent (they share B's column)
 NARROW = GemmConfig(block_m=64, block_n=128, num_stages=8, threads=128, group_m=2)
+# NARROW with k-steps of 128: 4 stages of 48 KiB (the same bytes in flight as NARROW's 8 of 24), half the barrier
+# rounds and wgmma waits per byte. Measured against NARROW in the same runs (benchmarks/NOTES.md, thirty-second
+# session, loop / graph x XLA): 128 x 8192 x 8192 1.07 / 1.05 against 0.97 / 0.97; 128 x 6144 x 4096 1.14 / 1.11
+# against 1.10 / 1.03; split in two at 128 x 4096 x 14336 0.98 / 0.93 against 0.95 / 0.91
+NARROW_K128 = GemmConfig(block_m=64, block_n=128, block_k=128, num_stages=4, threads=128, group_m=2)
 # skinny too, a tile column twice as wide: 64x256 tiles, one consumer warpgroup (m64n256), 5 stages of 40 KiB
 NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, group_m=2)
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
 # read rate skinny products reach (XLA's and ours, ~3.3-3.5 TB/s at 128 x 8192 x 8192): benchmarks/NOTES.md
 NARROW_BLOCK_S_PER_K = 36e-6 / 8192
 HBM_BYTES_PER_S = 3.5e12
-# A block's time per element of K by tile shape (benchmarks/NOTES.md): NARROW's above; NARROW_WIDE 46.2 us at K = 8192
-# (128 x 8192 x 8192, 64 blocks: one warpgroup of m64n256 short of the tensor rate); DEFAULT ~28 us at K = 2048
-# (2048^3, one wave)
-BLOCK_S_PER_K = {NARROW: NARROW_BLOCK_S_PER_K, NARROW_WIDE: 46.2e-6 / 8192, DEFAULT: 28e-6 / 2048}
+# A block's time per element of K by tile shape (benchmarks/NOTES.md): NARROW_K128 ~30 us at K = 8192 (64 blocks
+# unsplit: 31 us at 128 x 4096 x 8192, 52 us at 128 x 4096 x 14336); NARROW's above; NARROW_WIDE 46.2 us at
+# K = 8192 (128 x 8192 x 8192, 64 blocks: one warpgroup of m64n256 short of the tensor rate); DEFAULT ~28 us at
+# K = 2048 (2048^3, one wave). NARROW_K128 first: where the operands' bytes bound both 64x128 forms their estimates
+# are equal, and the first wins (it measured faster at every such shape)
+BLOCK_S_PER_K = {NARROW_K128: 30e-6 / 8192, NARROW: NARROW_BLOCK_S_PER_K, NARROW_WIDE: 46.2e-6 / 8192,
+                 DEFAULT: 28e-6 / 2048}
 SKINNY_M = 256  # up to this M, a product with few 128x256 tiles is picked by skinny_seconds
 SPLIT_SUM_S = 2e-6  # XLA's sum of a split's partials: its own kernel's start and end, besides the bytes it moves
 MIN_K_STEPS_PER_SPLIT = 8  # fewer k-steps per block and the pipeline's fill dominates

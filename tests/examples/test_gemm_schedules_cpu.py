@@ -15,6 +15,7 @@ from jax_tilescale.codegen.gemm_table import (
     DEFAULT,
     DEFAULT_PERSISTENT,
     NARROW,
+    NARROW_K128,
     NARROW_WIDE,
     pick_config,
     skinny_seconds,
@@ -135,14 +136,14 @@ def test_persistent_matches_dot_at_ragged_shapes(dtype, m, n, k, sms):
 
 
 def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
-    assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 128 tiles of 64x128: one wave
-    assert pick_config(128, 4096, 8192, jnp.bfloat16, 132) == replace(NARROW, split_k=2)  # 64 of them: split K
-    assert pick_config(64, 8192, 8192, jnp.bfloat16, 132) == NARROW  # 64 too, but memory-bound: they keep up
+    assert pick_config(128, 8192, 8192, jnp.bfloat16, 132) == NARROW_K128  # 128 tiles of 64x128: one wave
+    assert pick_config(128, 4096, 8192, jnp.bfloat16, 132) == replace(NARROW_K128, split_k=2)  # 64 of them: split K
+    assert pick_config(64, 8192, 8192, jnp.bfloat16, 132) == NARROW_K128  # 64 too, but memory-bound: they keep up
     assert pick_config(64, 2048, 8192, jnp.bfloat16, 132).split_k > 1  # 16: under a third of the SMs
-    assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == replace(NARROW, split_k=4)  # 32 narrow tiles: split
+    assert pick_config(128, 2048, 8192, jnp.bfloat16, 132) == replace(NARROW_K128, split_k=4)  # 32 narrow tiles: split
     # 224 tiles of 64x128 would take two waves; 112 of 64x256 one, unsplit (no partials to sum)
     assert pick_config(128, 14336, 4096, jnp.bfloat16, 132) == NARROW_WIDE
-    assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW  # 96 of 64x128: no split, no partials
+    assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW_K128  # 96 of 64x128: no split, no partials
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
     assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent

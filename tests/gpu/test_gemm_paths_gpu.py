@@ -143,9 +143,9 @@ def test_persistent_matches_dot(m, n, k, cfg):
 
 @pytest.mark.parametrize("m,n,k", [
     (128, 14336, 4096),  # a decoder's MLP up-projection: NARROW_WIDE, unsplit
-    (128, 4096, 14336),  # its down-projection: NARROW split in two, the partials summed by XLA
-    (100, 3000, 4096),  # ragged M and N (the tiles' edges), NARROW_WIDE split in four
-    (16, 6144, 4096),  # a few tokens: NARROW split in two, 48 of 64 rows of every tile past M
+    (128, 4096, 14336),  # its down-projection: NARROW_K128 split in two, the partials summed by XLA
+    (100, 3000, 4096),  # ragged M and N (the tiles' edges), NARROW_K128 split in two
+    (16, 6144, 4096),  # a few tokens: NARROW_K128 unsplit, 48 of 64 rows of every tile past M
 ])
 def test_table_pick_for_skinny_products_matches_dot(m, n, k):
     """gemm() with no tile arguments at skinny shapes (codegen/gemm_table.skinny_pick), against the float64 product
