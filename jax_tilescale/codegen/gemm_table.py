@@ -9,8 +9,10 @@ The three levers, and when each pays:
   portable default;
 - skinny products (M up to SKINNY_M, too few 128x256 tiles for half the SMs: a decoder's tokens times a weight) are
   bound by the weight's bytes from HBM. There the pick is the fastest by an estimate (`skinny_seconds`) among
-  NARROW (64x128 tiles, one consumer warpgroup, 8 stages, the two blocks of a tile column next to each other:
-  group_m 2, B's column read once from HBM for both, in rows of 256 bytes), NARROW_WIDE (64x256, 5 stages) and
+  NARROW_K128 (NARROW's tiles with k-steps of 128 and 4 stages: 1.07x XLA at 128 x 8192 x 8192 where NARROW ran
+  0.97x, thirty-second session; it wins the estimate's ties with NARROW), NARROW (64x128 tiles, one consumer
+  warpgroup, 8 stages, the two blocks of a tile column next to each other: group_m 2, B's column read once from HBM
+  for both, in rows of 256 bytes), NARROW_WIDE (64x256, 5 stages) and
   the default tiles, each unsplit or split along K: each wave of blocks takes the longer of a block's products
   (BLOCK_S_PER_K, measured per tile shape) and its share of the operands' bytes at HBM_BYTES_PER_S, and a split
   adds its float32 partials' bytes (written, then read by XLA's sum) and the sum's own kernel. Measured on the
