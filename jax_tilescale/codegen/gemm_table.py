@@ -22,8 +22,10 @@ The three levers, and when each pays:
   (0.63 / 0.62); 128 x 6144 x 4096 NARROW unsplit 1.14 / 1.17; 128 x 8192 x 8192 NARROW unsplit, level with XLA's
   kernel in a trace (2026-12-03);
 - narrow tiles for larger M: a problem with fewer 128x256 tiles than half the SMs whose 64x128 tiles make about
-  one wave takes NARROW, and below half a wave (down to a third) where the product is memory-bound
-  (`narrow_keeps_up`: a block's 64 x 128 x K product takes as long as it takes, NARROW_BLOCK_S_PER_K);
+  one wave takes NARROW_K128, and below half a wave (down to a third) where the product is memory-bound
+  (`narrow_keeps_up`: a block's 64 x 128 x K product takes as long as it takes, NARROW_BLOCK_S_PER_K, the slower
+  NARROW's figure: the rule predates NARROW_K128). At 512 x 2048 x 8192 NARROW_K128 ran 1.01 / 0.92 x XLA where
+  NARROW ran 0.83 / 0.77 (thirty-second session);
 - split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
   float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
   than the tile's last split summing them inside the kernel);
@@ -160,7 +162,7 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
             return skinny_pick(m, n, k, sm_count)
         narrow = tiles_of(m, n, NARROW)
         if narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
-            return NARROW  # about one wave of narrow ones: no split, no partials
+            return NARROW_K128  # about one wave of narrow ones: no split, no partials
     split = split_for(m, n, k, DEFAULT, sm_count)
     if split > 1:
         return GemmConfig(split_k=split)
@@ -232,8 +234,8 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
     """The configurations `gemm(..., autotune=True)` times for an m x n x k product, the table's pick first (the one
     taken where nothing can be timed), then the ones the table weighs against it: for a skinny product the skinny
     estimate's candidates, best estimate first; otherwise the default tiles, on a persistent grid or not, WIDE, the
-    ping-pong PERSISTENT, NARROW where its tiles make at most two waves and split_for's split. Element types other
-    than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
+    ping-pong PERSISTENT, NARROW_K128 and NARROW where their tiles make at most two waves and split_for's split.
+    Element types other than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
     pick = pick_config(m, n, k, dtype, sm_count)
     dt = np.dtype(dtype)
     if dt.itemsize != 2 or dt.kind not in "fV":
@@ -245,7 +247,7 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
     else:
         found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT]
         if tiles_of(m, n, NARROW) <= 2 * sm_count:
-            found.append(NARROW)
+            found += [NARROW_K128, NARROW]
         if (split := split_for(m, n, k, DEFAULT, sm_count)) > 1:
             found.append(replace(DEFAULT, split_k=split))
     unique = list(dict.fromkeys(found))

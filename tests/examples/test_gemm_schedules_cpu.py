@@ -145,7 +145,7 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(128, 14336, 4096, jnp.bfloat16, 132) == NARROW_WIDE
     assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW_K128  # 96 of 64x128: no split, no partials
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
-    assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW
+    assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW_K128
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     wide = pick_config(8192, 8192, 8192, jnp.bfloat16, 132)
     assert wide.block_m == 256 and wide.persistent  # the widest tiles when they fill waves, one block per SM
