@@ -26,6 +26,11 @@ The three levers, and when each pays:
   (`narrow_keeps_up`: a block's 64 x 128 x K product takes as long as it takes, NARROW_BLOCK_S_PER_K, the slower
   NARROW's figure: the rule predates NARROW_K128). At 512 x 2048 x 8192 NARROW_K128 ran 1.01 / 0.92 x XLA where
   NARROW ran 0.83 / 0.77 (thirty-second session);
+- square tiles for the middle: a problem with too few 128x256 tiles, too many 64x128 ones for one wave, whose
+  128x128 tiles make between half a wave and one takes MID (128x128 tiles, k-steps of 128, 3 stages, one consumer
+  warpgroup) unsplit: 512 x 4096 x 4096 1.04 / 0.99 x XLA, 384 x 4096 x 4096 0.88 / 0.88 and 512 x 4096 x 14336
+  0.96 / 0.94, where split-K 2 of 128x256 ran 0.85 / 0.88, 0.82 / 0.79 and 0.91 / 0.89 (thirty-second session; at
+  768 x 4096 x 4096, two waves of them, 0.81 / 0.77 against the 128x256 tiles' 0.89 / 0.85);
 - split-K: a problem with too few tiles even then splits K over `split_k` blocks per tile, whose
   float32 partials are summed in split order (deterministic; by XLA afterwards, which measured faster
   than the tile's last split summing them inside the kernel);
@@ -105,6 +110,9 @@ NARROW = GemmConfig(block_m=64, block_n=128, num_stages=8, threads=128, group_m=
 # session, loop / graph x XLA): 128 x 8192 x 8192 1.07 / 1.05 against 0.97 / 0.97; 128 x 6144 x 4096 1.14 / 1.11
 # against 1.10 / 1.03; split in two at 128 x 4096 x 14336 0.98 / 0.93 against 0.95 / 0.91
 NARROW_K128 = GemmConfig(block_m=64, block_n=128, block_k=128, num_stages=4, threads=128, group_m=2)
+# the middle (module doc): 128x128 tiles with k-steps of 128, 3 stages of 64 KiB, one consumer warpgroup (two m64n128
+# products a k-step, 128 accumulators a thread), a tile column's two blocks adjacent
+MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=3, threads=128, group_m=2)
 # skinny too, a tile column twice as wide: 64x256 tiles, one consumer warpgroup (m64n256), 5 stages of 40 KiB
 NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, group_m=2)
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
@@ -163,6 +171,8 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
         narrow = tiles_of(m, n, NARROW)
         if narrow <= sm_count and (2 * narrow >= sm_count or narrow_keeps_up(m, n, sm_count)):
             return NARROW_K128  # about one wave of narrow ones: no split, no partials
+        if sm_count <= 2 * tiles_of(m, n, MID) <= 2 * sm_count:
+            return MID  # half a wave to one of 128x128 tiles: no split, no partials
     split = split_for(m, n, k, DEFAULT, sm_count)
     if split > 1:
         return GemmConfig(split_k=split)
@@ -234,7 +244,8 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
     """The configurations `gemm(..., autotune=True)` times for an m x n x k product, the table's pick first (the one
     taken where nothing can be timed), then the ones the table weighs against it: for a skinny product the skinny
     estimate's candidates, best estimate first; otherwise the default tiles, on a persistent grid or not, WIDE, the
-    ping-pong PERSISTENT, NARROW_K128 and NARROW where their tiles make at most two waves and split_for's split.
+    ping-pong PERSISTENT, MID where its tiles make at most one wave, NARROW_K128 and NARROW where theirs make at
+    most two, and split_for's split.
     Element types other than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
     pick = pick_config(m, n, k, dtype, sm_count)
     dt = np.dtype(dtype)
@@ -246,6 +257,8 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
         found += [cfg if split == 1 else replace(cfg, split_k=split) for cfg, split in ranked]
     else:
         found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT]
+        if tiles_of(m, n, MID) <= sm_count:
+            found.append(MID)
         if tiles_of(m, n, NARROW) <= 2 * sm_count:
             found += [NARROW_K128, NARROW]
         if (split := split_for(m, n, k, DEFAULT, sm_count)) > 1:

@@ -22,6 +22,7 @@ import pytest
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_table import (
     DEFAULT_PERSISTENT,
+    MID,
     NARROW,
     NARROW_K128,
     NARROW_WIDE,
@@ -54,6 +55,7 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),
+    "MID 128x128x128/3, one consumer warpgroup, ragged": lambda: example(300, 300, 400, MID),
     "NARROW_WIDE 64x256/5": lambda: example(130, 512, 256, NARROW_WIDE),
     "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),
     "split-K 3 partials, ragged": lambda: example(100, 200, 384, GemmConfig(block_m=64, block_n=128, block_k=64,

@@ -14,6 +14,7 @@ from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_table import (
     DEFAULT,
     DEFAULT_PERSISTENT,
+    MID,
     NARROW,
     NARROW_K128,
     NARROW_WIDE,
@@ -146,6 +147,10 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW_K128  # 96 of 64x128: no split, no partials
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
     assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW_K128
+    # 64 tiles of 128x256 (too few), 256 of 64x128 (two waves): 128 of 128x128 make one wave, unsplit
+    assert pick_config(512, 4096, 4096, jnp.bfloat16, 132) == MID
+    assert pick_config(384, 4096, 4096, jnp.bfloat16, 132) == MID  # 96: more than half a wave
+    assert pick_config(768, 4096, 4096, jnp.bfloat16, 132) == DEFAULT  # 96 of 128x256: enough of the wide tiles
     assert pick_config(16384, 8192, 1024, jnp.bfloat16, 132).persistent
     wide = pick_config(8192, 8192, 8192, jnp.bfloat16, 132)
     assert wide.block_m == 256 and wide.persistent  # the widest tiles when they fill waves, one block per SM
@@ -175,7 +180,7 @@ def test_two_blocks_per_sm_matches_dot_at_a_ragged_shape(dtype):
 @pytest.mark.parametrize("m,n,k", [
     (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192), (16384, 8192, 1024),
     (128, 8192, 8192), (64, 8192, 8192), (256, 4096, 8192), (128, 4096, 8192), (32, 8192, 8192),
-    (1000, 3000, 777), (4000, 5000, 300), (96, 8192, 4096), (520, 1000, 4096),
+    (1000, 3000, 777), (4000, 5000, 300), (96, 8192, 4096), (520, 1000, 4096), (512, 4096, 4096), (384, 4096, 4096),
 ])
 def test_every_table_pick_takes_the_hopper_plan_as_asked(m, n, k):
     """Whatever the table picks for a bf16 product on an H100/H200 (132 SMs), the Hopper plan takes as it is:

@@ -33,6 +33,8 @@ CONFIGS = {
     "64x256/5/g2/t128": dict(block_m=64, block_n=256, block_k=64, num_stages=5, threads=128, group_m=2),
     # NARROW with k-steps of 128 (A's K rows two swizzle atoms): half the stages and barrier rounds per byte
     "64x128x128/4/g2/t128": dict(block_m=64, block_n=128, block_k=128, num_stages=4, threads=128, group_m=2),
+    # the middle's pick (codegen/gemm_table.MID): 128x128 tiles, k-steps of 128, one consumer warpgroup
+    "128x128x128/3/g2/t128": dict(block_m=128, block_n=128, block_k=128, num_stages=3, threads=128, group_m=2),
     # the pick before it (2026-12-02 to 12-03): 128x64 tiles, 8 stages
     "128x64/8/t128": dict(block_m=128, block_n=64, block_k=64, num_stages=8, threads=128),
 }
