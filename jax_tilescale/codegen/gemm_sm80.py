@@ -33,8 +33,9 @@ plan refuses, and on every GPU since Ampere:
 Conditions (anything else takes the portable path; the reason goes to CudaModule.notes): sm_80 or
 later; a `T.Pipelined` or `T.serial` loop, not under a thread-dependent `if`, whose body is two
 copies into whole 2-D shared tiles and one whole-tile `T.gemm` of them into a 2-D float32 fragment;
-fp16/bf16 tiles; sources in global memory (inputs, outputs, symmetric buffers) of the tile's type,
-whose start and row stride are provably multiples of 8 elements (cp.async moves 16 aligned bytes);
+fp16/bf16 tiles; sources in global memory (inputs, outputs, symmetric buffers) of the tile's type
+(copied by 16-byte cp.async where their start and row stride are provably multiples of 8 elements, else
+by plain loads, 8 elements a chunk: an odd K or N costs load speed, not the registers' accumulator);
 a tile's contiguous dimension a multiple of 16 elements whose 16-byte chunks per row divide the
 thread count; M, N, K multiples of 16 and a warp grid giving every warp a multiple of 16 x 16 with
 at most 128 accumulators per thread (a 64 x 64 piece); the fragment used only by clear/fill/whole
@@ -43,8 +44,9 @@ copies and planned gemms, the tiles by their loop only; shared memory within the
 
 Ragged edges (`Copy.clip_dims`: a window that may end past its buffer): a tile's chunk is then
 wholly inside or wholly outside (start and row stride are multiples of 8 elements), and one
-outside is zero-filled (cp.async with src-size 0); fragment stores outside the buffer are
-skipped, fragment loads read zero there.
+outside is zero-filled (cp.async with src-size 0); an unaligned source's chunk may end part-way
+in, and its elements past the end read zero; fragment stores outside the buffer are skipped,
+fragment loads read zero there.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ class Tile(StagedTile):
     contiguous (as in its global source), swizzled in 16-byte chunks (module docstring)."""
 
     src_row_stride: int  # elements between the source's rows
+    # the source's chunks are 16-byte aligned (start and row stride multiples of 8 elements): cp.async; else each
+    # chunk is read by plain 2-byte loads and stored to shared at once (ts_copy16_u16), the ring unchanged
+    aligned: bool = True
 
     @property
     def pitch(self) -> int:
@@ -315,7 +320,11 @@ class Sm80Plan(TensorCorePlan):
             dst = f"{base} + ts_{name}_s{row_off % 8} + {row_off * tile.pitch}u"
             src_at = f"ts_{name}_gi + {row_off * tile.src_row_stride * item}LL"
             inside = [c for c in (col_ok, row_lim and f"ts_{name}_r + {row_off} < {row_lim}") if c]
-            if inside:
+            if not tile.aligned:  # col_ok is this thread's count of the chunk's elements inside (0-8)
+                row_ok = inside[-1] if row_lim else ""
+                valid = f"({row_ok} ? {col_ok or 8} : 0)" if row_ok else (col_ok or "8")
+                line = f"ts_copy16_u16({dst}, {src_at}, {valid});"
+            elif inside:
                 cond = " && ".join(inside)
                 line = f"ts_cp_async_cg16_zfill({dst}, {src_at}, {cond}, {ctx.pointers[src.buffer]});"
             else:
@@ -341,6 +350,10 @@ class Sm80Plan(TensorCorePlan):
             if what == "row":
                 row_lim = f"ts_{name}_lr"
                 decl = f"const int64_t {row_lim} = {left};  // rows of the window inside {src.buffer.name}"
+            elif not tile.aligned:  # the buffer's end may fall inside a chunk: how many of its elements are in
+                col_ok = f"ts_{name}_cv"
+                decl = (f"const int64_t ts_{name}_cl = {left} - ts_{name}_c * 8;  "
+                        f"const int {col_ok} = ts_{name}_cl <= 0 ? 0 : ts_{name}_cl >= 8 ? 8 : (int)ts_{name}_cl;")
             else:
                 col_ok = f"ts_{name}_cok"
                 decl = f"const bool {col_ok} = ts_{name}_c * 8 < {left};  // this thread's chunk column is inside"
@@ -467,10 +480,10 @@ def _tile(copy: Copy, threads: int) -> Tile | str:
     row_stride = row_major_strides(src.buffer.shape)[-2]
     form = affine_form(element_offset(src))
     aligned = form is not None and form[1] % 8 == 0 and all(c % 8 == 0 for c in form[0].values())
-    if row_stride % 8 or not aligned or BASE_ALIGN[src.buffer.kind] < CHUNK:
-        return (f"the source {src} is not provably 16-byte aligned (its start and row stride must be multiples "
-                "of 8 elements for cp.async)")
-    return Tile(buf, copy, rows, cols, row_stride)
+    # a source not provably 16-byte aligned (an odd K, a start of 4 elements) is copied by plain loads: slower than
+    # cp.async, but its accumulator stays in registers (the portable path would put it in shared memory)
+    return Tile(buf, copy, rows, cols, row_stride, aligned=bool(row_stride % 8 == 0 and aligned
+                                                                and BASE_ALIGN[src.buffer.kind] >= CHUNK))
 
 
 def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:

@@ -23,6 +23,21 @@ __device__ __forceinline__ void ts_cp_async_cg16_zfill(uint32_t smem, const void
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(inside ? gmem : safe),
                "r"(inside ? 16 : 0));
 }
+// 8 16-bit elements global -> shared where the source is only 2-byte aligned (rows of an odd length, a start
+// off the 16-byte grid): plain loads, the elements from `valid` on read as zero (a chunk across the buffer's
+// end), one 16-byte shared store. Synchronous: the block barrier before the stage is read publishes it, as it
+// does the cp.async groups.
+__device__ __forceinline__ void ts_copy16_u16(uint32_t smem, const void* gmem, int valid) {
+  const unsigned short* src = static_cast<const unsigned short*>(gmem);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = 2 * i < valid ? src[2 * i] : 0u, hi = 2 * i + 1 < valid ? src[2 * i + 1] : 0u;
+    w[i] = lo | (hi << 16);
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+               : "memory");
+}
 __device__ __forceinline__ void ts_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's commit groups are still in flight.
 template <int N>

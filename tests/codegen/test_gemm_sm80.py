@@ -170,7 +170,7 @@ def test_refusals(kw, pattern):
     assert plan is None and any(re.search(pattern, r) for r in reasons), reasons
 
 
-def test_refuses_unaligned_sources_and_other_uses():
+def test_unaligned_sources_take_plain_loads_and_other_uses_are_refused():
     def kernel(extra=None, shift=0, cols=256):
         @ts.kernel(out_shape=S((128, 128), F32), grid=(1,), threads=128)
         def kern(A, B, C):
@@ -188,14 +188,14 @@ def test_refuses_unaligned_sources_and_other_uses():
 
         return plan_with_reasons(kern.trace(S((128, cols), BF16), S((128, 128), BF16)), "sm_80")
 
-    assert kernel()[0] is not None
-    for why, got in [
-        ("16-byte aligned", kernel(shift=4)),  # a start of 4 elements: 8 bytes
-        ("16-byte aligned", kernel(cols=260)),  # rows of 520 bytes
-        ("other than clear/fill/whole copy", kernel(extra=lambda c, out: T.fill(c[0:16, :], 1.0))),
-    ]:
-        plan, reasons = got
-        assert plan is None and any(why in r for r in reasons), reasons
+    plan, _ = kernel()
+    assert plan is not None and plan.loops[0].a.aligned and plan.loops[0].b.aligned
+    # a start of 4 elements (8 bytes), rows of 520 bytes: A copied by plain loads, B still by cp.async
+    for plan, reasons in (kernel(shift=4), kernel(cols=260)):
+        assert plan is not None, reasons
+        assert not plan.loops[0].a.aligned and plan.loops[0].b.aligned
+    plan, reasons = kernel(extra=lambda c, out: T.fill(c[0:16, :], 1.0))
+    assert plan is None and any("other than clear/fill/whole copy" in r for r in reasons), reasons
 
 
 def test_ragged_edges_take_mma():
@@ -253,6 +253,14 @@ EMULATED = {
                                                  tb=True, dtype=F16, out_dtype=F32, stages=2),
     "ragged M, N, K: clipped pair stores": lambda: gemm_case(100, 88, 72, bm=64, bn=64, bk=32, threads=128,
                                                              out_dtype=F32),
+    # sources off the 16-byte grid: plain 2-byte loads into the ring (ts_copy16_u16), chunks across the buffer's
+    # end partly zero
+    "odd K: A's rows 154 bytes, ragged": lambda: gemm_case(100, 88, 77, bm=64, bn=64, bk=32, threads=128,
+                                                         out_dtype=F32),
+    "odd N: B's rows 200 bytes, ragged": lambda: gemm_case(128, 100, 96, bm=64, bn=64, bk=32, threads=128,
+                                                         stages=2, out_dtype=F32),
+    "odd K, A^T B^T, fp16": lambda: gemm_case(72, 88, 45, bm=64, bn=64, bk=32, threads=128, ta=True, tb=True,
+                                              dtype=F16, out_dtype=F32),
     "ragged M, odd row stride: clipped scalar stores": lambda: gemm_case(100, 128, 64, bm=64, bn=64, bk=32,
                                                                          threads=128, out_cols=129),
 }
@@ -286,6 +294,21 @@ def test_emulated_results_are_exact(emulated, name):
     mod, got, want = emulated[name]
     assert got is not None, mod.notes
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+def test_emulator_sees_an_unaligned_chunk_cut_short(emulated):
+    """The plain-load copies' element count is used: one element fewer a chunk and the product is wrong."""
+    name = "odd K: A's rows 154 bytes, ragged"
+    mod, got, want = emulated[name]
+    assert "ts_copy16_u16(" in mod.source and got is not None
+    bad = dataclasses.replace(mod, source=mod.source.replace("? ts_a_cv : 0", "? (ts_a_cv > 0 ? ts_a_cv - 1 : 0) : 0"))
+    assert bad.source != mod.source
+    case = EMULATED[name]()
+    rng = np.random.default_rng(len(name))
+    data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]
+    poison = np.full(case.out_shape, np.nan, np.float32)
+    (wrong,) = emulator.run(bad, [x.astype(np_dtype(d)) for x, d in zip(data, case.dtypes)], [poison])
+    assert not np.array_equal(wrong.astype(np.float64), want.astype(np.float64))
 
 
 def test_emulator_sees_a_wrong_swizzle(emulated):

@@ -388,6 +388,18 @@ def test_mma_ragged_k(mma_lowering):
     _close(_poisoned_call(jax.jit(kern), a, b), _ref(a) @ _ref(b), "bfloat16")
 
 
+@pytest.mark.parametrize("m,n,k", [(300, 500, 777), (256, 300, 512), (130, 250, 45)])
+def test_mma_unaligned_rows_take_plain_loads(mma_lowering, m, n, k):
+    """An odd K (A's rows off the 16-byte grid) or N (B's): examples/gemm.py's default tiles on the mma.sync
+    lowering, the unaligned operand copied by plain loads (ts_copy16_u16; the portable path before, whose
+    accumulator in shared memory did not fit beside 128x256 tiles)."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), block_m=128, block_n=256, block_k=64, num_stages=3)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + n + k)
+    src = generate_cuda(kern.trace(a, b), "sm_90").source
+    assert "ts_mma_16816_" in src and "ts_copy16_u16(" in src and "ts_wgmma_" not in src
+    _close(_poisoned_call(jax.jit(kern), a, b), _ref(a) @ _ref(b), "bfloat16")
+
+
 @pytest.mark.parametrize("dtype,cfg", [
     ("bfloat16", dict(m_per_pe=128, k=256, n_per_pe=128)),
     ("float16", dict(m_per_pe=256, k=512, n_per_pe=128, block_m=64, block_n=64, block_k=64)),

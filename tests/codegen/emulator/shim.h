@@ -132,6 +132,14 @@ inline void ts_cp_async_cg16_zfill(uint32_t smem, const void* gmem, bool inside,
     ts_emu_open.back().gmem = nullptr;
   }
 }
+// plain loads and one shared store, at once (tilescale_sm80.cuh): elements from `valid` on are zero
+inline void ts_copy16_u16(uint32_t smem, const void* gmem, int valid) {
+  if (smem % 16) ts_emu_die("16-byte shared store not 16-byte aligned", smem);
+  if (valid < 0 || valid > 8) ts_emu_die("ts_copy16_u16: valid elements outside 0..8", smem);
+  unsigned char* dst = ts_emu_smem(smem, 16);
+  std::memset(dst, 0, 16);
+  if (valid) std::memcpy(dst, gmem, 2 * static_cast<size_t>(valid));
+}
 inline void ts_cp_async_commit() {
   ts_emu_groups.push_back(ts_emu_open);
   ts_emu_open.clear();
