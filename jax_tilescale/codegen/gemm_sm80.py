@@ -319,9 +319,9 @@ class Sm80Plan(TensorCorePlan):
             row_off = j * step
             dst = f"{base} + ts_{name}_s{row_off % 8} + {row_off * tile.pitch}u"
             src_at = f"ts_{name}_gi + {row_off * tile.src_row_stride * item}LL"
-            inside = [c for c in (col_ok, row_lim and f"ts_{name}_r + {row_off} < {row_lim}") if c]
+            row_ok = row_lim and f"ts_{name}_r + {row_off} < {row_lim}"
+            inside = [c for c in (col_ok, row_ok) if c]
             if not tile.aligned:  # col_ok is this thread's count of the chunk's elements inside (0-8)
-                row_ok = inside[-1] if row_lim else ""
                 valid = f"({row_ok} ? {col_ok or 8} : 0)" if row_ok else (col_ok or "8")
                 line = f"ts_copy16_u16({dst}, {src_at}, {valid});"
             elif inside:
@@ -479,11 +479,11 @@ def _tile(copy: Copy, threads: int) -> Tile | str:
         return f"tile {buf.name}: {cols // 8} 16-byte chunks per row do not divide {threads} threads"
     row_stride = row_major_strides(src.buffer.shape)[-2]
     form = affine_form(element_offset(src))
-    aligned = form is not None and form[1] % 8 == 0 and all(c % 8 == 0 for c in form[0].values())
+    start_aligned = form is not None and form[1] % 8 == 0 and all(c % 8 == 0 for c in form[0].values())
     # a source not provably 16-byte aligned (an odd K, a start of 4 elements) is copied by plain loads: slower than
     # cp.async, but its accumulator stays in registers (the portable path would put it in shared memory)
-    return Tile(buf, copy, rows, cols, row_stride, aligned=bool(row_stride % 8 == 0 and aligned
-                                                                and BASE_ALIGN[src.buffer.kind] >= CHUNK))
+    aligned = row_stride % 8 == 0 and start_aligned and BASE_ALIGN[src.buffer.kind] >= CHUNK
+    return Tile(buf, copy, rows, cols, row_stride, aligned=aligned)
 
 
 def _plan_loop(loop: Loop, index: int, threads: int) -> MmaLoop | str:

@@ -25,7 +25,7 @@ from jax_tilescale.errors import KernelTraceError
 from tests.codegen import emulator
 from tests.codegen.gemm_cases import Case, gemm_case, np_dtype
 from tests.codegen.kernels import serial_allgather_gemm
-from tests.conftest import load_example, missing_tool
+from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
 S = jax.ShapeDtypeStruct
@@ -266,24 +266,28 @@ EMULATED = {
 }
 
 
+def _emulate(name: str, mod) -> tuple[np.ndarray, np.ndarray]:
+    """(emulated output, host reference) of EMULATED[name] built as `mod`, on the case's integer-valued data (seeded
+    by the name: the same data for a mutated module as for the one it came from)."""
+    case = EMULATED[name]()
+    rng = np.random.default_rng(len(name))
+    data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]  # exact sums in fp32
+    out_dtype = np_dtype(case.kern.trace(*(S(s, d) for s, d in zip(case.shapes, case.dtypes))).outputs[0].dtype)
+    poison = np.full(case.out_shape, np.nan, out_dtype)
+    (got,) = emulator.run(mod, [x.astype(np_dtype(d)) for x, d in zip(data, case.dtypes)], [poison])
+    return got, case.want(*data).astype(out_dtype)
+
+
 @pytest.fixture(scope="module")
 def emulated() -> dict[str, tuple]:
     """Every case's module and its emulated output (built and run in parallel)."""
-    reason = emulator.available()
-    if reason:
-        missing_tool(f"the CPU emulator cannot run: {reason}")
+    emulator.require()
 
     def run(name):
-        case = EMULATED[name]()
-        mod = generate_cuda(case.ir(), "sm_80")
-        rng = np.random.default_rng(len(name))
-        data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]  # exact sums in fp32
-        out_dtype = np_dtype(case.kern.trace(*(S(s, d) for s, d in zip(case.shapes, case.dtypes))).outputs[0].dtype)
-        poison = np.full(case.out_shape, np.nan, out_dtype)
+        mod = generate_cuda(EMULATED[name]().ir(), "sm_80")
         if not _mma(mod):
             return mod, None, None
-        (got,) = emulator.run(mod, [x.astype(np_dtype(d)) for x, d in zip(data, case.dtypes)], [poison])
-        return mod, got, case.want(*data).astype(out_dtype)
+        return (mod, *_emulate(name, mod))
 
     with ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))) as pool:
         return dict(zip(EMULATED, pool.map(run, EMULATED)))
@@ -303,11 +307,7 @@ def test_emulator_sees_an_unaligned_chunk_cut_short(emulated):
     assert "ts_copy16_u16(" in mod.source and got is not None
     bad = dataclasses.replace(mod, source=mod.source.replace("? ts_a_cv : 0", "? (ts_a_cv > 0 ? ts_a_cv - 1 : 0) : 0"))
     assert bad.source != mod.source
-    case = EMULATED[name]()
-    rng = np.random.default_rng(len(name))
-    data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]
-    poison = np.full(case.out_shape, np.nan, np.float32)
-    (wrong,) = emulator.run(bad, [x.astype(np_dtype(d)) for x, d in zip(data, case.dtypes)], [poison])
+    wrong, _ = _emulate(name, bad)
     assert not np.array_equal(wrong.astype(np.float64), want.astype(np.float64))
 
 
@@ -316,11 +316,7 @@ def test_emulator_sees_a_wrong_swizzle(emulated):
     mod, _, want = emulated["bf16 128x128x64 3 stages"]
     bad = dataclasses.replace(mod, source=mod.source.replace("^ ts_xa ^ 2)", "^ 2)"))
     assert bad.source != mod.source
-    case = EMULATED["bf16 128x128x64 3 stages"]()
-    rng = np.random.default_rng(len("bf16 128x128x64 3 stages"))
-    data = [rng.integers(-3, 4, s).astype(np.float64) for s in case.shapes]
-    poison = np.full(case.out_shape, np.nan, np_dtype(BF16))
-    (got,) = emulator.run(bad, [x.astype(np_dtype(BF16)) for x in data], [poison])
+    got, _ = _emulate("bf16 128x128x64 3 stages", bad)
     assert not np.array_equal(got.astype(np.float64), want.astype(np.float64))
 
 
