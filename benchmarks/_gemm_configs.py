@@ -13,7 +13,15 @@ from gemm import device_sm_count
 
 from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
-from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config, skinny_options, skinny_seconds, tiles_of
+from jax_tilescale.codegen.gemm_table import (
+    SWAP_MAX_M,
+    GemmConfig,
+    pick_config,
+    skinny_options,
+    skinny_seconds,
+    swapped_config,
+    tiles_of,
+)
 
 SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192),
           (16384, 8192, 1024), (128, 8192, 8192))  # issue 16's bf16 sweep
@@ -63,10 +71,12 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     """The --configs entries to time at one shape, the table's pick first ("table" marks it);
     `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
     stands for the pick there (and `tuned` for gemm(autotune=True)); `--configs skinny`: the pick, then every
-    candidate of the skinny estimate (skinny_estimates), so that one run measures what the estimate weighs."""
+    candidate of the skinny estimate (skinny_estimates), so that one run measures what the estimate weighs, after the
+    swapped product (unsplit and split in two) where A has at most SWAP_MAX_M rows."""
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
     if text == "skinny":
-        return [pick.describe() + "/table", *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
+        swapped = [replace(swapped_config(m), split_k=s).describe() for s in (1, 2)] if m <= SWAP_MAX_M else []
+        return [pick.describe() + "/table", *swapped, *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
     if text not in ("auto", "table"):
         return [pick.describe() + "/table" if entry == "table" else entry for entry in text.split(",")]
     out = [pick.describe() + "/table"]
@@ -96,6 +106,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["persistent"] = True
         elif suffix == "pp":
             cfg["pingpong"] = True
+        elif suffix == "swap":
+            cfg["swap"] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:
@@ -108,7 +120,7 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
         elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, swap, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

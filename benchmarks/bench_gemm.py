@@ -70,7 +70,8 @@ thread-block cluster adding through shared memory, reduce="cluster"), `/p` the p
 loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` two-block clusters
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
-consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/smemx1`,
+consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/swap` each tile
+computed transposed, C^T = B^T A^T (GemmConfig.swap: a decoder's few tokens on wgmma's n), `/smemx1`,
 `/smemx2` each consumer warpgroup re-reading every stage's A tile once or twice (gemm_sm90_probe: is the main
 loop shared-memory bound?), `/nodep` launched
 plainly instead of as a programmatic dependent of the kernel before it (codegen.cuda.DEPENDENT_LAUNCH off). `/mc` builds

@@ -10,7 +10,9 @@ copy into TMA stores (jax_tilescale/codegen/gemm_sm90.py; there `block_m=256, bl
 persistent grid, whose epilogue stages through the ring's last stages, is the fastest measured at large
 shapes: benchmarks/NOTES.md); on other GPUs since Ampere into cp.async + mma.sync
 (gemm_sm80.py); the CPU interpreter runs the kernel as written. Blocks are visited in groups of
-`group_m` rows of tiles so that neighbouring blocks share tiles of B in L2.
+`group_m` rows of tiles so that neighbouring blocks share tiles of B in L2. For a decoder's few
+tokens (`swap=True`) each block computes its tile transposed, C^T = B^T A^T, so that the tokens sit
+on the tensor cores' narrow side instead of filling 64 rows mostly with zeros (`swapped_kernel`).
 
 `python examples/gemm.py` runs the kernel on one device (a GPU, else one simulated CPU device
 through the interpreter, at a smaller default size) and checks A @ B against a float64 product
@@ -33,8 +35,10 @@ from jax_tilescale.codegen.gemm_table import (
     DEFAULT,
     HOPPER_SMS,
     PERSISTENT,
+    SWAP_MAX_M,
     GemmConfig,
     pick_config,
+    swapped_config,
     tune_candidates,
 )
 from jax_tilescale.codegen.layout import shared_budget
@@ -51,7 +55,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          block_n: int | None = None, block_k: int | None = None, num_stages: int | None = None,
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
-         blocks_per_sm: int | None = None, pingpong: bool | None = None,
+         blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
          split_reduce: str = "xla", autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
@@ -61,7 +65,9 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     otherwise the kernel itself, `persistent` or not.
     `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; gemm_table.PAIRED,
     which the table no longer picks: benchmarks/NOTES.md). `pingpong=True` with `persistent`: the two
-    consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192).
+    consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192). `swap=True`: each
+    block computes its tile transposed (`swapped_kernel`: a decoder's few tokens on the tensor cores' narrow side);
+    without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
@@ -69,7 +75,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     sms = num_sms or device_sm_count()
     given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
                  group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm,
-                 pingpong=pingpong)
+                 pingpong=pingpong, swap=swap)
     given = {f: v for f, v in given.items() if v is not None}
     if autotune:
         if given:
@@ -77,7 +83,13 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
                              f"or give them with autotune=False")
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
-    base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
+    if swap and not tiles_given:
+        if m > SWAP_MAX_M:
+            raise ValueError(f"gemm(swap=True) chooses its tiles for up to {SWAP_MAX_M} rows of A, not {m}: take "
+                             f"block_m (A's rows a tile, wgmma's n: a multiple of 8 up to 256) and block_n")
+        base = swapped_config(m, jnp.dtype(dtype).itemsize)
+    else:
+        base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
     if persistent and not base.persistent and num_stages is None:
         base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
     return build(m, n, k, dtype, dataclasses.replace(base, **given), sms, split_reduce)
@@ -86,10 +98,14 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
 def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
           split_reduce: str = "xla") -> Callable[..., jax.Array]:
     """The kernel of one configuration: a SplitK where it splits K, else a persistent or one-block-per-tile one."""
+    if cfg.swap:
+        check_swapped(cfg, split_reduce)
     if cfg.split_k > 1:
         return SplitK(m, n, k, dtype, cfg, split_reduce)
     if cfg.persistent:
         return persistent_kernel(m, n, k, dtype, cfg, sms)
+    if cfg.swap:
+        return swapped_kernel(m, n, k, dtype, cfg)
     return tile_kernel(m, n, k, dtype, cfg)
 
 
@@ -154,6 +170,67 @@ def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel
         T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])  # only the part inside C
 
     return gemm_kernel
+
+
+def check_swapped(cfg: GemmConfig, split_reduce: str) -> None:
+    """The forms the swapped product takes: one block per tile, or split-K partials summed by XLA; block_n on the
+    tensor cores' 64-row side (m64 slabs, shared among the consumer warpgroups), block_m on their n."""
+    warpgroups = max(1, cfg.threads // 128)
+    if cfg.threads % 128 or cfg.block_n % (64 * warpgroups):
+        raise ValueError(f"swap=True puts block_n on wgmma's 64-row slabs, {warpgroups} consumer warpgroup(s) at "
+                         f"threads={cfg.threads}: block_n={cfg.block_n} is not a multiple of {64 * warpgroups}: take "
+                         f"threads=128 and block_n a multiple of 64")
+    if cfg.block_m % 8 or cfg.block_m > 256:
+        raise ValueError(f"swap=True puts block_m on wgmma's n: take block_m a multiple of 8 up to 256, not "
+                         f"{cfg.block_m}")
+    if cfg.persistent or cfg.pingpong or cfg.blocks_per_sm > 1:
+        raise ValueError(f"swap=True computes one tile a block ({cfg.describe()}): take it without persistent, "
+                         f"pingpong and blocks_per_sm")
+    if cfg.split_k > 1 and split_reduce != "xla":
+        raise ValueError(f"swap=True with split_k sums the partials in XLA, not {split_reduce!r}: take "
+                         f"split_reduce='xla'")
+
+
+def swapped_product(A, B, Ct, tm, tn, k_steps, first_step, cfg: GemmConfig, dtype) -> None:
+    """Ct (block_n x block_m, float32) = the transpose of A's tile row tm times B's tile column tn over `k_steps`
+    k-steps from `first_step`: C^T = B^T A^T, so that B's block_n columns take the tensor cores' 64-row side and
+    A's few rows their narrow one. B's tile as stored (K x N) is the product's left operand read MN-major
+    (`transpose_A`), A's (M x K) its right one read K-major (`transpose_B`)."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    A_s = T.alloc_shared((bm, bk), dtype)
+    B_s = T.alloc_shared((bk, bn), dtype)
+    T.clear(Ct)
+    for ko in T.Pipelined(k_steps, num_stages=cfg.num_stages):
+        T.copy(A[T.ds(tm * bm, bm), T.ds((first_step + ko) * bk, bk)], A_s)
+        T.copy(B[T.ds((first_step + ko) * bk, bk), T.ds(tn * bn, bn)], B_s)
+        T.gemm(B_s, A_s, Ct, transpose_A=True, transpose_B=True)
+
+
+def store_transposed(Ct, Ct_s, dst, row0, col0, rows: int, cols: int) -> None:
+    """Ct (block_n x block_m) into dst[row0 : row0 + block_m, col0 : col0 + block_n] transposed, the part inside
+    `rows` x `cols`: through the shared tile Ct_s (its dtype is the rounding), so that neighbouring threads write
+    neighbouring elements of dst's rows."""
+    bn, bm = Ct_s.shape
+    T.copy(Ct, Ct_s)
+    for i, j in T.Parallel(bm, bn):
+        # a helper, not the kernel's body: T.If, not `if`; one condition each, so that each bound is proven alone
+        with T.If(row0 + i < rows), T.If(col0 + j < cols):
+            dst[row0 + i, col0 + j] = Ct_s[j, i]
+
+
+def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel:
+    """One block per output tile, computed transposed (swapped_product) and stored back the right way round."""
+    bm, bn = cfg.block_m, cfg.block_n
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(T.ceildiv(n, bn), T.ceildiv(m, bm)),
+               threads=cfg.threads)
+    def gemm_swapped(A, B, C):
+        tn, tm = T.program_id(0), T.program_id(1)
+        Ct = T.alloc_fragment((bn, bm), jnp.float32)
+        swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
+        store_transposed(Ct, T.alloc_shared((bn, bm), dtype, name="Ct_s"), C, tm * bm, tn * bn, m, n)
+
+    return gemm_swapped
 
 
 def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
@@ -243,7 +320,10 @@ class SplitK:
             out_shape = jax.ShapeDtypeStruct((splits * rows, n), jnp.float32)
 
         def partial(A, B, C_f, tm, tn, split):
-            """This split's k-steps into C_f."""
+            """This split's k-steps into C_f (its transpose where the configuration swaps the product)."""
+            if cfg.swap:
+                swapped_product(A, B, C_f, tm, tn, per, split * per, cfg, dtype)
+                return
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared((bk, bn), dtype)
             T.clear(C_f)
@@ -264,9 +344,13 @@ class SplitK:
         @ts.kernel(**launch)
         def gemm_split_k_partials(A, B, W):
             tm, tn, split, _ = tile()
-            C_f = T.alloc_fragment((bm, bn), jnp.float32)
+            C_f = T.alloc_fragment((bn, bm) if cfg.swap else (bm, bn), jnp.float32)
             partial(A, B, C_f, tm, tn, split)
-            T.copy(C_f, W[T.ds(split * rows + tm * bm, bm), T.ds(tn * bn, bn)])
+            if cfg.swap:
+                store_transposed(C_f, T.alloc_shared((bn, bm), jnp.float32, name="Ct_s"), W,
+                                 split * rows + tm * bm, tn * bn, splits * rows, n)
+            else:
+                T.copy(C_f, W[T.ds(split * rows + tm * bm, bm), T.ds(tn * bn, bn)])
 
         @ts.kernel(**launch)
         def gemm_split_k(A, B, C, W):

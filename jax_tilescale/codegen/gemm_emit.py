@@ -164,7 +164,14 @@ class TensorCorePlan(ABC):
         setup, pair = (fragment_store if store else fragment_load)(s, ctx, base)
         frag = s.src.buffer if store else s.dst.buffer
         lines = [*(prelude or []), *setup, *self.pair_walk(frag).for_each_pair(pair)]
-        return _synced(ctx, self.STORE_SYNC if store else self.LOAD_SYNC, lines)
+        if base is not None:  # a peer block's tile: the cluster's barrier (T.cluster_sync) orders the copy after it
+            return _synced(ctx, self.STORE_SYNC if store else self.LOAD_SYNC, lines)
+        return _synced(ctx, self.copy_sync(s, ctx, store), lines)
+
+    def copy_sync(self, s: Copy, ctx: Ctx, store: bool) -> tuple[str | None, str | None]:
+        """The barriers around a fragment copy to or from this block's or global memory: STORE_SYNC or LOAD_SYNC
+        unless a plan knows better."""
+        return self.STORE_SYNC if store else self.LOAD_SYNC
 
     def epilogue_lines(self, s: Parallel, frag: Buffer, ctx: Ctx) -> list[str]:
         """An element-wise update of the register fragment `frag` (gemm_pattern.register_epilogue):

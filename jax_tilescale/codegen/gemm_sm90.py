@@ -20,7 +20,9 @@ is lowered, when `plan_with_reasons` finds every condition below, to the structu
   planned loop becomes: wait for the stage, issue the tile's wgmma instructions asynchronously,
   keep one stage's products in flight, release the previous stage;
 - C_f lives in registers, in wgmma's accumulator layout: `T.clear`, `T.fill` and `T.copy` of the
-  whole fragment are lowered element by element over each thread's own accumulators.
+  whole fragment are lowered element by element over each thread's own accumulators; a copy into a
+  buffer another statement uses (a shared tile a `T.Parallel` then reads across threads) is followed
+  by the consumers' barrier, as every block-level copy is.
 - the kernel's last statement, the copy of the whole fragment into an fp16/bf16/fp32 output, is a TMA
   store (`TMA_STORE`): the consumers write their accumulators, converted, into the freed stage
   ring in the swizzled box layout, and one thread stores the boxes; the block's final
@@ -130,8 +132,16 @@ class Sm90Plan(TensorCorePlan):
     blocks_per_sm: int = 1  # the kernel's: each block splits 1/blocks_per_sm of the register file
     pingpong: PingPong | None = None  # the consumer warpgroups take the tile loop's tiles in turn (gemm_sm90_pingpong)
     arch: ClassVar[str] = "sm_90a"  # wgmma and setmaxnreg need the architecture-specific target
-    # Before a load, the consumers' earlier writes of the source; a store needs no barrier.
+    # Before a load, the consumers' earlier writes of the source.
     LOAD_SYNC: ClassVar = ("earlier writes of the source by other threads", None)
+
+    def copy_sync(self, s: Copy, ctx: Ctx, store: bool) -> tuple[str | None, str | None]:
+        """LOAD_SYNC's barrier before a load; after a copy whose window another statement uses, a barrier, as after
+        every block-level copy (a shared tile a T.Parallel reads or rewrites next); none after C's store."""
+        window = (s.dst if store else s.src).buffer
+        used = any(t is not s and window in buffers_of(t) for t in walk_stmts(ctx.kernel.body))
+        after = "like every block-level copy: later statements may use its window" if used else None
+        return (None if store else self.LOAD_SYNC[0]), after
 
     # ---- facts for the layout and the kernel frame ----
 

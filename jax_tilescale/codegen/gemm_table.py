@@ -76,13 +76,17 @@ class GemmConfig:
     persistent: bool = False  # grid = SM count, each block walks tiles in grouped order
     blocks_per_sm: int = 1  # blocks one SM runs at once (ts.kernel's blocks_per_sm)
     pingpong: bool = False  # persistent: the consumer warpgroups take alternate tiles (ts.kernel's pingpong)
+    # each block computes its tile transposed, C^T = B^T A^T: block_n (B's columns) on the tensor cores' 64-row side
+    # and block_m (A's rows, a decoder's few tokens) on their narrow side (wgmma's n8-n256), not on 64 mostly empty rows
+    swap: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`): the form bench_gemm.py's --configs reads."""
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`): the form bench_gemm.py's --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
+        text += "/swap" if self.swap else ""
         return text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
 
 
@@ -115,6 +119,14 @@ NARROW_K128 = GemmConfig(block_m=64, block_n=128, block_k=128, num_stages=4, thr
 MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=3, threads=128, group_m=2)
 # skinny too, a tile column twice as wide: 64x256 tiles, one consumer warpgroup (m64n256), 5 stages of 40 KiB
 NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, group_m=2)
+# the swapped product (GemmConfig.swap) for a decoder's few tokens: 64 of B's columns a block on wgmma's m64, the tokens
+# (block_m, a multiple of 8 up to SWAP_MAX_M) on its n, k-steps of 128, one consumer warpgroup; its stages are
+# sized by `swapped_config` to about SWAP_BYTES_IN_FLIGHT. Not picked by the table yet (not timed on a GPU):
+# gemm(swap=True) and autotune's candidates for M <= SWAP_MAX_M
+SWAPPED = GemmConfig(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, group_m=1, swap=True)
+SWAP_MAX_M = 64
+SWAP_BYTES_IN_FLIGHT = 192 * 1024
+SWAP_MAX_STAGES = 10
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
 # read rate skinny products reach (XLA's and ours, ~3.3-3.5 TB/s at 128 x 8192 x 8192): benchmarks/NOTES.md
 NARROW_BLOCK_S_PER_K = 36e-6 / 8192
@@ -223,6 +235,16 @@ def skinny_pick(m: int, n: int, k: int, sm_count: int) -> GemmConfig:
     return cfg if split == 1 else replace(cfg, split_k=split)
 
 
+def swapped_config(m: int, itemsize: int = 2) -> GemmConfig:
+    """SWAPPED for an m-row A (m <= SWAP_MAX_M): block_m the tokens rounded up to wgmma's multiple of 8, as many
+    stages as keep about SWAP_BYTES_IN_FLIGHT of `itemsize`-byte operands loading (at most SWAP_MAX_STAGES)."""
+    if not 0 < m <= SWAP_MAX_M:
+        raise ValueError(f"the swapped product puts A's {m} rows on wgmma's n: at most {SWAP_MAX_M}")
+    block_m = _ceildiv(m, 8) * 8
+    stage = (SWAPPED.block_n + block_m) * SWAPPED.block_k * itemsize
+    return replace(SWAPPED, block_m=block_m, num_stages=max(2, min(SWAP_MAX_STAGES, SWAP_BYTES_IN_FLIGHT // stage)))
+
+
 def narrow_keeps_up(m: int, n: int, sm_count: int) -> bool:
     """Whether fewer than half the SMs' worth of NARROW blocks (but at least a third) finish as soon as HBM
     delivers the operands: each element of K costs a block NARROW_BLOCK_S_PER_K and brings (m + n) two-byte
@@ -243,7 +265,8 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
                     limit: int = TUNE_LIMIT) -> list[GemmConfig]:
     """The configurations `gemm(..., autotune=True)` times for an m x n x k product, the table's pick first (the one
     taken where nothing can be timed), then the ones the table weighs against it: for a skinny product the skinny
-    estimate's candidates, best estimate first; otherwise the default tiles, on a persistent grid or not, WIDE, the
+    estimate's candidates, best estimate first, after the swapped product's (unsplit and split in two) where A has
+    at most SWAP_MAX_M rows; otherwise the default tiles, on a persistent grid or not, WIDE, the
     ping-pong PERSISTENT, MID where its tiles make at most one wave, NARROW_K128 and NARROW where theirs make at
     most two, and split_for's split.
     Element types other than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
@@ -252,6 +275,9 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
     if dt.itemsize != 2 or dt.kind not in "fV":
         return [pick]
     found = [pick]
+    if m <= SWAP_MAX_M:  # the swapped product, unsplit and in two (not in the estimate: not timed yet)
+        swapped = swapped_config(m, dt.itemsize)
+        found += [replace(swapped, split_k=s) for s in splits_of(k, swapped)[:2]]
     if m <= SKINNY_M and 2 * tiles_of(m, n, DEFAULT) <= sm_count:
         ranked = sorted(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
         found += [cfg if split == 1 else replace(cfg, split_k=split) for cfg, split in ranked]

@@ -66,6 +66,21 @@ def test_skinny_times_the_pick_and_every_candidate_of_the_estimate():
         assert cfg["block_m"] == 64 or cfg["block_n"] == 256
 
 
+def test_skinny_at_a_few_tokens_times_the_swapped_product_too():
+    """Up to SWAP_MAX_M tokens `--configs skinny` also times the swapped product, unsplit and split in two, as
+    gemm(swap=True) builds it."""
+    from jax_tilescale.codegen.gemm_table import swapped_config
+
+    bench = load_bench("bench_gemm")
+    got = bench.shape_configs("skinny", 16, 4096, 4096)
+    assert got[1:3] == ["16x64x128/9/g1/t128/swap", "16x64x128/9/g1/t128/s2/swap"]
+    cfg, switches = bench.parse_config(got[2])
+    assert switches == {} and cfg == dict(block_m=16, block_n=64, block_k=128, num_stages=9, group_m=1, threads=128,
+                                          split_k=2, swap=True)
+    assert swapped_config(16).describe() == got[1]
+    assert not any(entry.endswith("/swap") for entry in bench.shape_configs("skinny", 128, 4096, 4096))
+
+
 def test_shape_sets_expand_in_place_and_bad_entries_are_refused():
     bench = load_bench("bench_gemm")
     issue = ["x".join(map(str, s)) for s in bench.SHAPES]

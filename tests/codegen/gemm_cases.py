@@ -83,6 +83,12 @@ def gemm_case(m, n, k, *, bm=128, bn=128, bk=64, stages=3, threads=256, dtype=BF
     return Case(kern, shapes, (dtype, dtype), (m, out_cols), want)
 
 
+def example_case(m: int, n: int, k: int, cfg: GemmConfig, dtype=BF16) -> Case:
+    """examples/gemm.py's kernel for one unsplit configuration as a Case: C = A @ B."""
+    kern = gemm_example.build(m, n, k, jnp.dtype(dtype), cfg, SMS)
+    return Case(kern, ((m, k), (k, n)), (dtype, dtype), (m, n), lambda a, b: a @ b)
+
+
 # ---- Hopper kernels for the emulator ----------------------------------------------------------------------
 
 
@@ -123,6 +129,36 @@ def user_kernel(m: int, n: int, k: int, **kw) -> Emulated:
     case = gemm_case(m, n, k, **kw)
     return Emulated(case.ir, lambda rng: [_ints(rng, s, np_dtype(d)) for s, d in zip(case.shapes, case.dtypes)],
                     case.want)
+
+
+def started_from_shared(m: int, n: int, k: int, bm: int = 64, bn: int = 64, bk: int = 64) -> Emulated:
+    """C = A @ B + 3 D in float32: the accumulator starts from D's tile through a shared tile, which a T.Parallel then
+    doubles in place (every thread rewriting elements other threads' accumulators were loaded from) and the epilogue
+    adds: the fragment's load must be complete in every thread before the tile is rewritten."""
+
+    @ts.kernel(out_shape=S((m, n), F32), grid=(-(-n // bn), -(-m // bm)), threads=128)
+    def kern(A, B, D, C):
+        bx, by = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((bm, bk), BF16)
+        B_s = T.alloc_shared((bk, bn), BF16)
+        D_s = T.alloc_shared((bm, bn), F32)
+        C_f = T.alloc_fragment((bm, bn), F32)
+        T.copy(D[T.ds(by * bm, bm), T.ds(bx * bn, bn)], D_s)
+        T.copy(D_s, C_f)
+        for i, j in T.Parallel(bm, bn):
+            D_s[i, j] = D_s[i, j] * 2.0
+        for ko in T.Pipelined(-(-k // bk), num_stages=2):
+            T.copy(A[T.ds(by * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(ko * bk, bk), T.ds(bx * bn, bn)], B_s)
+            T.gemm(A_s, B_s, C_f)
+        for i, j in T.Parallel(bm, bn):
+            C_f[i, j] = C_f[i, j] + D_s[i, j]
+        T.copy(C_f, C[T.ds(by * bm, bm), T.ds(bx * bn, bn)])
+
+    bf16 = np_dtype(BF16)
+    return Emulated(lambda: kern.trace(S((m, k), BF16), S((k, n), BF16), S((m, n), F32)),
+                    lambda rng: [_ints(rng, (m, k), bf16), _ints(rng, (k, n), bf16), _ints(rng, (m, n), np.float32)],
+                    lambda a, b, d: a @ b + 3 * d)
 
 
 def fp8(m: int, n: int, k: int, dtype, **cfg) -> Emulated:

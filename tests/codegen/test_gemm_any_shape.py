@@ -26,14 +26,16 @@ BF16 = jnp.bfloat16
 S = jax.ShapeDtypeStruct
 
 # (block_m, block_n, block_k, stages, threads): the example's default, the measured-fastest at
-# 8192^3 (256 x 192), a tall one, a one-warpgroup one, and one whose k-step is 128 (A's K rows two
-# 128-byte swizzle atoms: half the stages and barrier rounds per byte)
+# 8192^3 (256 x 192), a tall one, a one-warpgroup one, one whose k-step is 128 (A's K rows two
+# 128-byte swizzle atoms: half the stages and barrier rounds per byte), and the swapped product
 CONFIGS = {
     "128x256": dict(block_m=128, block_n=256, block_k=64, num_stages=4, threads=256),
     "256x192": dict(block_m=256, block_n=192, block_k=64, num_stages=4, threads=256),
     "256x128": dict(block_m=256, block_n=128, block_k=64, num_stages=4, threads=256),
     "64x128/t128": dict(block_m=64, block_n=128, block_k=64, num_stages=3, threads=128),
     "64x128x128/t128": dict(block_m=64, block_n=128, block_k=128, num_stages=4, threads=128),
+    # the swapped product (C^T = B^T A^T): block_n on wgmma's m64, block_m on its n; C stored by the threads
+    "16x64x128/swap": dict(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, swap=True),
 }
 # M x N x K: divisible; the 1000 x 3000 x 777 (A's rows 1554 bytes: no tensor map);
 # N odd (B's and C's rows not 16-byte multiples); every row length odd
@@ -57,9 +59,10 @@ def test_every_config_takes_the_hopper_lowering_at_every_shape(config, shape):
     src = mod.source
     assert src.count("ts_swizzled_chunk_from_global<2, ") == len(copied)
     maps = np.asarray(mod.tensor_maps, dtype=np.int64).reshape(-1, TENSOR_MAP_FIELDS)
-    # one tensor map per tile TMA loads, + C's when the epilogue stores through TMA (rows of 16 bytes)
+    # one tensor map per tile TMA loads, + C's when the epilogue stores through TMA (rows of 16 bytes; the swapped
+    # product's threads store C's tile transposed)
     n = shape[1]
-    assert len(maps) == 2 - len(copied) + (n * 2 % 16 == 0)
+    assert len(maps) == 2 - len(copied) + (n * 2 % 16 == 0 and not CONFIGS[config].get("swap"))
     if copied:  # the full barriers count the producer's 128 threads
         assert "ts_mbar_init(&ts_full0[ts_s], 128);" in src and "ts_mbar_expect_tx(" in src
     else:
@@ -79,6 +82,8 @@ def test_no_tensor_map_at_all_drops_the_parameter():
     ("128x256", (999, 777, 555)),  # A and B thread-copied, C stored from registers
     ("64x128/t128", (1024, 1001, 512)),  # B thread-copied, one consumer warpgroup
     ("64x128x128/t128", (1000, 3000, 777)),  # A thread-copied in k-steps of two swizzle atoms
+    ("16x64x128/swap", (1000, 3000, 777)),  # the swapped product, A thread-copied
+    ("16x64x128/swap", (999, 777, 555)),  # both thread-copied, C's odd rows
 ])
 def test_thread_copied_tiles_build_without_spills(session_cache, require_nvcc, config, shape):
     mod = generate_cuda(_ir(*shape, CONFIGS[config]), "sm_90")
@@ -99,7 +104,7 @@ SMALL = [(300, 200, 77), (130, 385, 64), (257, 64, 129)]
 
 
 @pytest.mark.parametrize("shape", SMALL, ids=["x".join(map(str, s)) for s in SMALL])
-@pytest.mark.parametrize("config", ["128x256", "256x192", "64x128/t128", "64x128x128/t128"])
+@pytest.mark.parametrize("config", ["128x256", "256x192", "64x128/t128", "64x128x128/t128", "16x64x128/swap"])
 def test_every_config_computes_the_product_on_the_interpreter(config, shape):
     m, n, k = shape
     rng = np.random.default_rng(hash((config, shape)) % 2**32)

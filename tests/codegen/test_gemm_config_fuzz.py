@@ -33,7 +33,10 @@ def random_configs(seed: int, count: int) -> list[tuple[dict, tuple[int, int, in
                    block_k=rng.choice([32, 64, 128]), threads=rng.choice([128, 256, 384]),
                    num_stages=rng.choice([2, 3, 4, 6]), persistent=persistent,
                    pingpong=persistent and rng.random() < 0.3, split_k=rng.choice([1, 1, 1, 2, 4]), num_sms=132)
-        out.append((cfg, rng.choice(SHAPES), rng.choice([jnp.bfloat16, jnp.float16])))
+        shape, dtype = rng.choice(SHAPES), rng.choice([jnp.bfloat16, jnp.float16])
+        if rng.random() < 0.25:  # the swapped product (block_m on wgmma's n), refused on a persistent grid
+            cfg["swap"] = True
+        out.append((cfg, shape, dtype))
     return out
 
 

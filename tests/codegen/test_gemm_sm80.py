@@ -20,10 +20,11 @@ from jax_tilescale import language as T
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, requested_lowering
 from jax_tilescale.codegen.gemm_sm80 import Sm80Plan, WarpTiling, plan_with_reasons, warp_tiling
+from jax_tilescale.codegen.gemm_table import swapped_config
 from jax_tilescale.compiler import compile_cubin, kernel_resources, ptxas_report
 from jax_tilescale.errors import KernelTraceError
 from tests.codegen import emulator
-from tests.codegen.gemm_cases import Case, gemm_case, np_dtype
+from tests.codegen.gemm_cases import Case, example_case, gemm_case, np_dtype
 from tests.codegen.kernels import serial_allgather_gemm
 from tests.conftest import load_example
 
@@ -263,6 +264,9 @@ EMULATED = {
                                               dtype=F16, out_dtype=F32),
     "ragged M, odd row stride: clipped scalar stores": lambda: gemm_case(100, 128, 64, bm=64, bn=64, bk=32,
                                                                          threads=128, out_cols=129),
+    # examples/gemm.py's swapped product (C^T = B^T A^T, through a shared tile read across threads), 3 stages
+    "swapped, 13 tokens, ragged": lambda: example_case(13, 200, 300,
+                                                       dataclasses.replace(swapped_config(13), num_stages=3)),
 }
 
 

@@ -1,9 +1,9 @@
 """The Hopper lowering's generated CUDA run on the CPU (tests/codegen/emulator with shim_sm90.h: mbarriers, named
 barriers, TMA boxes through the module's tensor maps, wgmma read through its descriptors), bit for bit against
 numpy on integer-valued data (fp32 sums exact): the tile table's configurations (persistent, ping-pong, the
-epilogue through the ring, thread-copied producers, split-K partials), the 64- and 32-byte swizzles, k-steps of 32
-and 128, transposed operands, FP8, ragged edges. So the addressing of a change to the Hopper path is checked
-without a GPU; speed and the hardware's memory ordering are the GPU's to say (tests/gpu)."""
+epilogue through the ring, thread-copied producers, split-K partials, the swapped product), the 64- and 32-byte
+swizzles, k-steps of 32 and 128, transposed operands, FP8, ragged edges. So the addressing of a change to the Hopper
+path is checked without a GPU; speed and the hardware's memory ordering are the GPU's to say (tests/gpu)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,19 @@ from jax_tilescale.codegen.gemm_table import (
     PERSISTENT,
     WIDE,
     GemmConfig,
+    swapped_config,
 )
 from tests.codegen import emulator
-from tests.codegen.gemm_cases import SMS, Emulated, Run, example, fp8, run_emulated, user_kernel
+from tests.codegen.gemm_cases import (
+    SMS,
+    Emulated,
+    Run,
+    example,
+    fp8,
+    run_emulated,
+    started_from_shared,
+    user_kernel,
+)
 
 S = jax.ShapeDtypeStruct
 BF16, F16, F32 = jnp.bfloat16, jnp.float16, jnp.float32
@@ -57,6 +67,13 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),
     "MID 128x128x128/3, one consumer warpgroup, ragged": lambda: example(300, 300, 400, MID),
     "NARROW_WIDE 64x256/5": lambda: example(130, 512, 256, NARROW_WIDE),
+    # the swapped product (C^T = B^T A^T): B's tile MN-major on wgmma's m64, A's K-major on n8-n40, the transposed
+    # tile through a shared one into C (a barrier between the fragment's store and the T.Parallel that reads it)
+    "SWAPPED 16 tokens, N and K ragged": lambda: example(16, 200, 300, swapped_config(16)),
+    "SWAPPED 1 token on n8, odd K and N: A and B thread-copied": lambda: example(1, 130, 777, swapped_config(1)),
+    "SWAPPED 40 tokens on n40, two tile columns": lambda: example(40, 128, 256, swapped_config(40)),
+    "SWAPPED split in three, ragged, float32 partials transposed": lambda: example(
+        13, 200, 1536, dataclasses.replace(swapped_config(13), split_k=3)),
     "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),
     "split-K 3 partials, ragged": lambda: example(100, 200, 384, GemmConfig(block_m=64, block_n=128, block_k=64,
                                                                          num_stages=3, threads=128, split_k=3)),
@@ -90,6 +107,7 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "C rows of 129: stores from registers": lambda: user_kernel(128, 128, 64, bm=64, bn=64, threads=128,
                                                                out_dtype=F32, out_cols=129),
     "ragged M, N, K": lambda: user_kernel(100, 88, 72, bm=64, bn=64, bk=32, threads=128, out_dtype=F32),
+    "accumulator from a shared tile a T.Parallel rewrites": lambda: started_from_shared(128, 128, 128),
     # FP8
     "FP8 e4m3 128x256x128": lambda: fp8(256, 512, 256, E4M3),
     "FP8 e5m2 64x128, ragged": lambda: fp8(200, 300, 160, E5M2, block_m=64, block_n=128, threads=128, num_stages=2),
@@ -137,6 +155,25 @@ def test_a_wrong_layout_gives_a_wrong_product(emulated, mutate):
     assert mutate(emulated[name].mod.source) != emulated[name].mod.source  # the pattern is still in the source
     run = run_case(name, mutate)
     assert not np.array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+def _between(src: str, statement: str, later: str) -> str:
+    """The generated code from `statement` (its IR comment, not the listing at the top) to the next `later`."""
+    start = src.index(f"] {statement}    at ")
+    return src[start:src.index(later, start)]
+
+
+def test_a_fragment_copy_whose_window_another_statement_uses_is_followed_by_a_barrier(emulated):
+    """The swapped product's transposed tile goes through a shared tile that a T.Parallel reads across threads, and
+    an accumulator loaded from a shared tile that a T.Parallel then rewrites: the consumers meet after the copy, as
+    after every block-level copy (without it the emulated C was about half wrong in both); C's own store, which
+    nothing uses after it, is not followed by one."""
+    barrier = "ts_named_sync(1, 128);  // like every block-level copy"
+    swapped = emulated["SWAPPED 16 tokens, N and K ragged"].mod.source
+    assert barrier in _between(swapped, "copy(Ct[:, :] -> Ct_s[:, :])", "in Parallel(")
+    started = emulated["accumulator from a shared tile a T.Parallel rewrites"].mod.source
+    assert barrier in _between(started, "copy(D_s[:, :] -> C_f[:, :])", "in Parallel(")
+    assert "like every block-level copy" not in emulated["128x128/3"].mod.source
 
 
 def test_a_kernel_left_with_products_in_flight_is_reported():

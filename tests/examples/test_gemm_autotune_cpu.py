@@ -5,13 +5,15 @@ tests/gpu/test_autotune_gpu.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.codegen.gemm_table import TUNE_LIMIT, pick_config, tune_candidates
+from jax_tilescale.codegen.gemm_table import SWAP_MAX_M, TUNE_LIMIT, pick_config, swapped_config, tune_candidates
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -44,6 +46,14 @@ def test_candidates_start_with_the_table_pick_and_differ(m, n, k):
     found = tune_candidates(m, n, k, jnp.bfloat16, 132)
     assert found[0] == pick_config(m, n, k, jnp.bfloat16, 132)
     assert 2 <= len(found) <= TUNE_LIMIT and len({c.describe() for c in found}) == len(found)
+
+
+def test_a_few_tokens_time_the_swapped_product_after_the_pick():
+    """Up to SWAP_MAX_M rows of A, autotune also times the swapped product (C^T = B^T A^T), unsplit and split in two,
+    which the table does not pick before the GPU has timed it."""
+    found = tune_candidates(16, 14336, 4096, jnp.bfloat16, 132)
+    assert not found[0].swap and found[1:3] == [swapped_config(16), replace(swapped_config(16), split_k=2)]
+    assert not any(c.swap for c in tune_candidates(SWAP_MAX_M + 1, 8192, 8192, jnp.bfloat16, 132))
 
 
 def test_other_element_types_have_one_candidate():

@@ -1,4 +1,4 @@
-"""examples/gemm.py's split-K and persistent schedules on the interpreter, against jnp.dot in
+"""examples/gemm.py's split-K, persistent and swapped schedules on the interpreter, against jnp.dot in
 float32 on random data at ragged shapes, and the tile table's (codegen/gemm_table.py) picks."""
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ from jax_tilescale.codegen.gemm_table import (
     NARROW,
     NARROW_K128,
     NARROW_WIDE,
+    SWAP_MAX_M,
+    SWAPPED,
     pick_config,
     skinny_seconds,
+    swapped_config,
 )
+from jax_tilescale.ir.nodes import Gemm, walk_stmts
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -204,3 +208,57 @@ def test_skinny_estimate_weighs_waves_bytes_and_partials():
     split = skinny_seconds(128, 4096, 4096, NARROW, 2, sms)  # 128 blocks of 32, plus the sum
     assert split < unsplit
     assert skinny_seconds(128, 4096, 4096, DEFAULT, 8, sms) > split  # eight partials of each element cost more
+
+
+# ---- the swapped product: C^T = B^T A^T, a decoder's few tokens on the tensor cores' narrow side ----
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16, 200, 300, {}),  # swapped_config(16): 16x64x128, N ragged, K ragged
+    (5, 130, 512, dict(split_k=2)),  # 5 tokens in an 8-row tile, split in two (partials summed by XLA)
+    (40, 70, 33, dict(block_m=24, block_n=64, block_k=16, num_stages=2, threads=128)),  # two token tiles, ragged
+])
+def test_swapped_product_matches_dot_at_ragged_shapes(dtype, m, n, k, cfg):
+    """Each block's tile computed transposed and stored back the right way round, the part inside C only."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(dtype), swap=True, **cfg)
+    ir = kern.trace(jax.ShapeDtypeStruct((m, k), dtype), jax.ShapeDtypeStruct((k, n), dtype))
+    (g,) = [s for s in walk_stmts(ir.body) if isinstance(s, Gemm)]  # the accumulator is C's tile transposed
+    assert g.transpose_a and g.transpose_b and g.c.buffer.shape == (64, cfg.get("block_m", swapped_config(m).block_m))
+    got, want = _product(m, n, k, dtype, m * 7 + n + k, swap=True, **cfg)
+    _assert_close(got, want, dtype)
+
+
+def test_swapped_config_rounds_the_tokens_to_wgmma_n_and_sizes_its_stages():
+    assert swapped_config(1) == replace(SWAPPED, block_m=8, num_stages=10)
+    assert swapped_config(16) == SWAPPED
+    assert swapped_config(17).block_m == 24 and swapped_config(SWAP_MAX_M).block_m == SWAP_MAX_M
+    for m in (1, 16, 33, SWAP_MAX_M):  # about the same bytes in flight whatever the tokens
+        cfg = swapped_config(m)
+        stage = (cfg.block_m + cfg.block_n) * cfg.block_k * 2
+        assert 150 * 1024 <= stage * cfg.num_stages <= 192 * 1024, (m, cfg.describe())
+    with pytest.raises(ValueError, match="at most 64"):
+        swapped_config(SWAP_MAX_M + 1)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(persistent=True), "one tile a block"),
+    (dict(split_k=2, split_reduce="kernel"), "take split_reduce='xla'"),
+    (dict(split_k=2, split_reduce="cluster"), "take split_reduce='xla'"),
+    (dict(block_m=16, block_n=96, threads=128), "block_n=96 is not a multiple of 64: take threads=128"),
+    (dict(block_m=16, block_n=64, threads=256), "2 consumer warpgroup.* not a multiple of 128"),
+    (dict(block_m=20, block_n=64, threads=128), "take block_m a multiple of 8 up to 256, not 20"),
+])
+def test_swapped_forms_it_does_not_take_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        gemm_example.gemm(16, 256, 512, jnp.dtype(jnp.bfloat16), swap=True, **kw)
+
+
+def test_swap_without_tiles_for_many_rows_says_to_give_them():
+    with pytest.raises(ValueError, match="take block_m"):
+        gemm_example.gemm(SWAP_MAX_M + 1, 256, 512, jnp.dtype(jnp.bfloat16), swap=True)
+    kern = gemm_example.gemm(128, 256, 512, jnp.dtype(jnp.bfloat16), swap=True, block_m=128, block_n=64,
+                             block_k=64, threads=128)  # explicit tiles: any M
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((128, 512), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((512, 256), jnp.bfloat16)), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes

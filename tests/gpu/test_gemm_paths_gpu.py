@@ -161,6 +161,23 @@ def test_table_pick_for_skinny_products_matches_dot(m, n, k):
     assert np.array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(jax.jit(kern)(a, b).astype(jnp.float32)))
 
 
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16, 4096, 4096, {}),  # a decoder's 16 tokens on wgmma's n16: 64 blocks of 64 of B's columns
+    (16, 4096, 14336, dict(split_k=2)),  # split in two, the transposed float32 partials summed by XLA
+    (1, 3000, 777, {}),  # one token on n8; A's rows 1554 bytes and B's 6000: A thread-copied, N ragged
+    (13, 1001, 512, {}),  # B's and C's rows odd: B thread-copied, C's rows stored element by element
+    (64, 6144, 4096, {}),  # the most tokens swapped_config takes: n64
+])
+def test_swapped_product_matches_dot(m, n, k, cfg):
+    """gemm(swap=True): each tile computed transposed (C^T = B^T A^T) on wgmma, B's tile MN-major on its m64 and A's
+    K-major on its n, stored back through a shared tile; against the float64 product, every element."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), swap=True, **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", 3 * m + n + k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (2500, 3100, 1500)])  # 512 and 260 tiles, the second ragged
 def test_table_pick_on_a_persistent_grid_matches_dot(m, n, k):
     """More than one wave of 128x256 tiles: gemm() with no tile arguments takes the persistent grid
