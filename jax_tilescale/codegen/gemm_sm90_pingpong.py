@@ -31,7 +31,8 @@ examples/gemm.py's GemmConfig.pingpong, the tile table's pick at 16384 x 8192 x 
 communicate, two consumer warpgroups, one planned loop, in a serial tile loop either directly or in the `then`
 branch (no `else`) of the if that is the tile loop's whole body; the innermost body holds only the
 accumulator's clear folded into the loop (gemm_sm90._with_folded_clear), the loop, element-wise
-epilogues on the accumulator and its final whole copy; a whole tile fits in one warpgroup's
+epilogues on the accumulator and its final whole copy (not into shared memory: both warpgroups' tiles
+would meet in the one shared tile, in flight at once); a whole tile fits in one warpgroup's
 registers (PINGPONG_MAX_ACCUMULATORS per thread).
 """
 
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 
 from ..ir.control import If
 from ..ir.kernel_ir import KernelIR
-from ..ir.nodes import Copy, Fill, Loop, Stmt
+from ..ir.nodes import BufferKind, Copy, Fill, Loop, Stmt
 from ..ir.tile_ops import Parallel
 from . import gemm_sm90_trace as trace
 from .body import emit_body
@@ -167,6 +168,6 @@ def _tile_statement(s: Stmt, gl: GemmLoop) -> bool:
         return s is gl.folded_clear
     if isinstance(s, Parallel):
         return register_epilogue(s, {gl.acc}) is not None
-    if isinstance(s, Copy):
-        return s.src.buffer is gl.acc
+    if isinstance(s, Copy):  # into shared memory, the two warpgroups' tiles would meet in one tile
+        return s.src.buffer is gl.acc and s.dst.buffer.kind is not BufferKind.SHARED
     return False
