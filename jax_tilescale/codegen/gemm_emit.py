@@ -29,7 +29,7 @@ from .common import INDENT, indent
 from .compute import typed_base
 from .context import Ctx, Frame
 from .expr_printer import c_expr, c_identifier, var_name
-from .gemm_pattern import PlannedLoop, as_local_copy, register_epilogue
+from .gemm_pattern import PlannedLoop, as_local_copy, register_epilogue, shared_with_others
 from .regions import element_offset, row_major_strides
 from .tile_ops import ValuePrinter, enclosing_ranges, float_literal, storage_type
 
@@ -176,7 +176,8 @@ class TensorCorePlan(ABC):
     def epilogue_lines(self, s: Parallel, frag: Buffer, ctx: Ctx) -> list[str]:
         """An element-wise update of the register fragment `frag` (gemm_pattern.register_epilogue):
         each thread computes the new value of each of its accumulators, the Parallel's variables
-        bound to the accumulator's row and column; no barrier (no thread reads another's)."""
+        bound to the accumulator's row and column; no barrier (no thread reads another's accumulators) unless it
+        reads a tile another statement uses (gemm_pattern.shared_with_others)."""
         ranges = {**enclosing_ranges(ctx.kernel, s), **{v: (0, e - 1) for v, e in zip(s.vars, s.extents)}}
         name = acc_name(frag)
         value = s.body[0].value  # type: ignore[attr-defined]
@@ -192,7 +193,10 @@ class TensorCorePlan(ABC):
                           f"{INDENT}{name}{e(j)} = {p.operand(value, f32, s.loc)};", "}"]
             return lines
 
-        return self.pair_walk(frag).for_each_pair(pair)
+        lines = self.pair_walk(frag).for_each_pair(pair)
+        if shared_with_others(s, self.register_buffers(), ctx.kernel.body):  # it reads a tile others rewrite
+            lines += ctx.block_sync(SHARED_SYNC_NOTE)
+        return lines
 
     # ---- facts for the layout ----
 
@@ -234,6 +238,10 @@ def stage_bytes(loops: Sequence[PlannedLoop]) -> dict[Buffer, int]:
         for t in (gl.a, gl.b):
             out[t.buffer] = max(out.get(t.buffer, 0), t.stage_bytes * gl.stages)
     return out
+
+
+# The note of the barrier after a statement a plan owns whose window or operand another statement uses
+SHARED_SYNC_NOTE = "like every block-level statement: later ones may use what it touched"
 
 
 def _synced(ctx: Ctx, notes: tuple[str | None, str | None], lines: list[str]) -> list[str]:

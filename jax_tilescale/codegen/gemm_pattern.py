@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.cluster import ClusterCopy
 from ..ir.expr import Const
-from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, Loop, Region, Stmt
+from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Gemm, Loop, Region, Stmt, walk_stmts
 from ..ir.tile_ops import Parallel, Store
 from ..ir.values import reads
 
@@ -171,6 +171,20 @@ def register_epilogue(s: Parallel, registers: set[Buffer] | frozenset[Buffer]) -
         if r.region.buffer in registers and (r.region.buffer is not frag or r.region.starts != at):
             return None
     return st
+
+
+def shared_with_others(s: Stmt, registers: set[Buffer] | frozenset[Buffer], body: tuple[Stmt, ...]) -> set[Buffer]:
+    """The buffers a statement the plans own (a fragment copy, an element-wise epilogue) touches that another
+    statement of `body` also uses, besides register fragments and the kernel's read-only inputs: where the block
+    must meet after `s`, as after every block-level statement (a shared tile a later T.Parallel reads, or rewrites
+    while slower threads still read it)."""
+    mine = {b for b in buffers_of(s) if b not in registers and b.kind is not BufferKind.INPUT}
+    if isinstance(s, Parallel):  # its store is one of the statements walk_stmts visits: not another use
+        mine |= {b for st in s.body for b in buffers_of(st) if b not in registers and b.kind is not BufferKind.INPUT}
+        own = {id(s), *(id(t) for t in walk_stmts(s.body))}
+    else:
+        own = {id(s)}
+    return {b for t in walk_stmts(body) if id(t) not in own for b in buffers_of(t) if b in mine}
 
 
 def epilogue_statements(stmts: list[Stmt], registers: set[Buffer] | frozenset[Buffer]) -> set[int]:

@@ -70,8 +70,15 @@ from . import gemm_sm90_trace as trace
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
-from .gemm_emit import PairWalk, TensorCorePlan, acc_name, stage_bytes
-from .gemm_pattern import buffers_of, epilogue_statements, fragment_use_ok, match_gemm_step, whole
+from .gemm_emit import SHARED_SYNC_NOTE, PairWalk, TensorCorePlan, acc_name, stage_bytes
+from .gemm_pattern import (
+    buffers_of,
+    epilogue_statements,
+    fragment_use_ok,
+    match_gemm_step,
+    shared_with_others,
+    whole,
+)
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
 from .gemm_sm90_fit import (
     PRODUCER_REGS,
@@ -137,11 +144,9 @@ class Sm90Plan(TensorCorePlan):
 
     def copy_sync(self, s: Copy, ctx: Ctx, store: bool) -> tuple[str | None, str | None]:
         """LOAD_SYNC's barrier before a load; after a copy whose window another statement uses, a barrier, as after
-        every block-level copy (a shared tile a T.Parallel reads or rewrites next); none after C's store."""
-        window = (s.dst if store else s.src).buffer
-        used = any(t is not s and window in buffers_of(t) for t in walk_stmts(ctx.kernel.body))
-        after = "like every block-level copy: later statements may use its window" if used else None
-        return (None if store else self.LOAD_SYNC[0]), after
+        every block-level copy (gemm_pattern.shared_with_others); none after C's store."""
+        used = shared_with_others(s, self.register_buffers(), ctx.kernel.body)
+        return (None if store else self.LOAD_SYNC[0]), (SHARED_SYNC_NOTE if used else None)
 
     # ---- facts for the layout and the kernel frame ----
 

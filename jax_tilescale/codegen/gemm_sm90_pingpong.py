@@ -49,7 +49,7 @@ from .body import emit_body
 from .common import INDENT, indent
 from .context import Ctx
 from .expr_printer import var_name
-from .gemm_pattern import register_epilogue
+from .gemm_pattern import register_epilogue, shared_with_others
 from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter, inner_body
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
@@ -154,20 +154,24 @@ def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, commu
     elif len(gl.nest) != 1:
         return no + "the pipelined loop is nested more than a tile loop and an `if` deep"
     inner = inner_body(gl.nest)
-    if not all(_tile_statement(s, gl) for s in inner) or not isinstance(inner[-1], Copy):
+    if not all(_tile_statement(s, gl, kernel) for s in inner) or not isinstance(inner[-1], Copy):
         return no + ("a tile's statements must be the accumulator's clear, the loop, element-wise epilogues "
                      "and its whole copy, last")
     return PingPong(tile_loop, guard, gl.index, gl.loop.extent)
 
 
-def _tile_statement(s: Stmt, gl: GemmLoop) -> bool:
-    """Whether one warpgroup can run `s` alone: nothing that meets the other warpgroup's threads."""
+def _tile_statement(s: Stmt, gl: GemmLoop, kernel: KernelIR) -> bool:
+    """Whether one warpgroup can run `s` alone: nothing that meets the other warpgroup's threads, nor a buffer
+    another statement uses (the barrier after it would wait for both warpgroups: gemm_pattern.shared_with_others),
+    nor a copy into shared memory (the two warpgroups' tiles would meet in the one tile)."""
     if s is gl.loop:
         return True
     if isinstance(s, Fill):
         return s is gl.folded_clear
+    if shared_with_others(s, {gl.acc}, kernel.body):
+        return False
     if isinstance(s, Parallel):
         return register_epilogue(s, {gl.acc}) is not None
-    if isinstance(s, Copy):  # into shared memory, the two warpgroups' tiles would meet in one tile
+    if isinstance(s, Copy):
         return s.src.buffer is gl.acc and s.dst.buffer.kind is not BufferKind.SHARED
     return False

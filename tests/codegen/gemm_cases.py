@@ -161,6 +161,42 @@ def started_from_shared(m: int, n: int, k: int, bm: int = 64, bn: int = 64, bk: 
                     lambda a, b, d: a @ b + 3 * d)
 
 
+def reloaded_per_tile(m: int, n: int, k: int, blocks: int = 2, bm: int = 64, bn: int = 64, bk: int = 64) -> Emulated:
+    """C = A @ B + D shifted a row within each tile, float32, on a persistent grid: each tile loads D's tile into a
+    shared tile that the epilogue reads across threads (row i + 1 of the tile for row i), and the next tile reloads
+    it: no thread may reload it while another still reads the last tile's."""
+    tiles_n = -(-n // bn)
+    tiles = -(-m // bm) * tiles_n
+
+    @ts.kernel(out_shape=S((m, n), F32), grid=(blocks,), threads=128)
+    def kern(A, B, D, C):
+        A_s = T.alloc_shared((bm, bk), BF16)
+        B_s = T.alloc_shared((bk, bn), BF16)
+        D_s = T.alloc_shared((bm, bn), F32)
+        C_f = T.alloc_fragment((bm, bn), F32)
+        for w in T.serial(-(-tiles // blocks)):
+            tile = w * blocks + T.program_id(0)
+            tm, tn = tile // tiles_n, tile % tiles_n
+            T.copy(D[T.ds(tm * bm, bm), T.ds(tn * bn, bn)], D_s)
+            T.clear(C_f)
+            for ko in T.Pipelined(-(-k // bk), num_stages=2):
+                T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
+                T.gemm(A_s, B_s, C_f)
+            for i, j in T.Parallel(bm, bn):
+                C_f[i, j] = C_f[i, j] + D_s[(i + 1) % bm, j]
+            T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+    def want(a, b, d):
+        shifted = np.concatenate([np.roll(d[r:r + bm], -1, axis=0) for r in range(0, m, bm)])
+        return a @ b + shifted
+
+    bf16 = np_dtype(BF16)
+    return Emulated(lambda: kern.trace(S((m, k), BF16), S((k, n), BF16), S((m, n), F32)),
+                    lambda rng: [_ints(rng, (m, k), bf16), _ints(rng, (k, n), bf16), _ints(rng, (m, n), np.float32)],
+                    want)
+
+
 def fp8(m: int, n: int, k: int, dtype, **cfg) -> Emulated:
     """examples/gemm_fp8.py: C = scale_a * scale_b * A @ B^T, float8 tiles both K-major, bf16 out."""
     kern = fp8_example.gemm_fp8(m, n, k, dtype, **cfg)

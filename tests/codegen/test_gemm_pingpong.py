@@ -182,7 +182,7 @@ def test_not_taken_when_the_tile_goes_through_a_shared_tile():
     assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
     assert any("pingpong=True not taken" in note and "a tile's statements" in note for note in mod.notes), mod.notes
     stored = _consumer(mod).split("] copy(C_f[:, :] -> C_s[:, :])", 1)[1].split("in Parallel(", 1)[0]
-    assert "ts_named_sync(1, 256);  // like every block-level copy" in stored  # both warpgroups' tile, then reads
+    assert "ts_named_sync(1, 256);  // like every block-level statement" in stored  # both warpgroups' tile, then reads
 
 
 def test_a_failing_check_pauses_instead_of_meeting_the_other_warpgroup():

@@ -38,6 +38,7 @@ from tests.codegen.gemm_cases import (
     Run,
     example,
     fp8,
+    reloaded_per_tile,
     run_emulated,
     started_from_shared,
     user_kernel,
@@ -108,6 +109,7 @@ CASES: dict[str, Callable[[], Emulated]] = {
                                                                out_dtype=F32, out_cols=129),
     "ragged M, N, K": lambda: user_kernel(100, 88, 72, bm=64, bn=64, bk=32, threads=128, out_dtype=F32),
     "accumulator from a shared tile a T.Parallel rewrites": lambda: started_from_shared(128, 128, 128),
+    "epilogue reads a shared tile each tile reloads": lambda: reloaded_per_tile(256, 256, 128),
     # FP8
     "FP8 e4m3 128x256x128": lambda: fp8(256, 512, 256, E4M3),
     "FP8 e5m2 64x128, ragged": lambda: fp8(200, 300, 160, E5M2, block_m=64, block_n=128, threads=128, num_stages=2),
@@ -163,17 +165,20 @@ def _between(src: str, statement: str, later: str) -> str:
     return src[start:src.index(later, start)]
 
 
-def test_a_fragment_copy_whose_window_another_statement_uses_is_followed_by_a_barrier(emulated):
-    """The swapped product's transposed tile goes through a shared tile that a T.Parallel reads across threads, and
-    an accumulator loaded from a shared tile that a T.Parallel then rewrites: the consumers meet after the copy, as
-    after every block-level copy (without it the emulated C was about half wrong in both); C's own store, which
-    nothing uses after it, is not followed by one."""
-    barrier = "ts_named_sync(1, 128);  // like every block-level copy"
+def test_a_statement_on_the_accumulator_that_shares_a_tile_is_followed_by_a_barrier(emulated):
+    """The swapped product's transposed tile goes through a shared tile that a T.Parallel reads across threads; an
+    accumulator loaded from a shared tile that a T.Parallel then rewrites; an epilogue reading a shared tile that
+    the next tile reloads: the consumers meet after the copy or the epilogue, as after every block-level statement
+    (without it the emulated C of the first two was about half wrong); C's own store, which nothing uses after it,
+    is not followed by one."""
+    barrier = "ts_named_sync(1, 128);  // like every block-level statement"
     swapped = emulated["SWAPPED 16 tokens, N and K ragged"].mod.source
     assert barrier in _between(swapped, "copy(Ct[:, :] -> Ct_s[:, :])", "in Parallel(")
     started = emulated["accumulator from a shared tile a T.Parallel rewrites"].mod.source
     assert barrier in _between(started, "copy(D_s[:, :] -> C_f[:, :])", "in Parallel(")
-    assert "like every block-level copy" not in emulated["128x128/3"].mod.source
+    reloaded = emulated["epilogue reads a shared tile each tile reloads"].mod.source
+    assert barrier in _between(reloaded, "for i2, i3 in Parallel(64, 64):", "copy(C_f[:, :] -> C[")
+    assert "like every block-level statement" not in emulated["128x128/3"].mod.source
 
 
 def test_a_kernel_left_with_products_in_flight_is_reported():
