@@ -125,37 +125,9 @@ def test_pingpong_must_be_a_bool():
             pass
 
 
-def test_not_taken_when_the_tile_body_meets_every_consumer():
-    """The plan takes ping-pong only when every statement of the tile body is one it knows to be
-    private to a warpgroup; a fill with 1.0 (not folded into the products) is not on that list."""
-    m, n, k, bm, bn, bk = 1024, 1024, 256, 128, 128, 64
-    tiles = (m // bm) * (n // bn)
-
-    @ts.kernel(out_shape=S((m, n), BF16), grid=(8,), threads=256, pingpong=True)
-    def kern(A, B, C):
-        A_s = T.alloc_shared((bm, bk), BF16)
-        B_s = T.alloc_shared((bk, bn), BF16)
-        C_f = T.alloc_fragment((bm, bn), jnp.float32)
-        for w in T.serial(tiles // 8):
-            tile = w * 8 + T.program_id(0)
-            tm, tn = tile // (n // bn), tile % (n // bn)
-            T.fill(C_f, 1.0)
-            for ko in T.Pipelined(k // bk, num_stages=3):
-                T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
-                T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
-                T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
-
-    mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
-    assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
-    assert any("a tile's statements" in note for note in mod.notes), mod.notes
-
-
-def test_not_taken_when_the_tile_goes_through_a_shared_tile():
-    """The accumulator copied into a shared tile that an element-wise epilogue then reads (every other statement one
-    a warpgroup could run alone): in ping-pong both warpgroups' tiles would be in that one shared tile at once (and
-    the copy's barrier would wait for the other warpgroup, busy in its main loop), so the plan keeps the cooperative
-    schedule and the note says why."""
+def _tile_loop_module(fill: float = 0.0, through_shared: bool = False):
+    """A ping-pong persistent kernel (8 blocks, 128x128 tiles of 1024 x 1024 x 256) whose tiles start from `fill`
+    and, `through_shared`, add a copy of their accumulator through a shared tile before C's store."""
     m, n, k, bm, bn, bk = 1024, 1024, 256, 128, 128, 64
     tiles = (m // bm) * (n // bn)
 
@@ -168,17 +140,35 @@ def test_not_taken_when_the_tile_goes_through_a_shared_tile():
         for w in T.serial(tiles // 8):
             tile = w * 8 + T.program_id(0)
             tm, tn = tile // (n // bn), tile % (n // bn)
-            T.clear(C_f)
+            T.fill(C_f, fill)
             for ko in T.Pipelined(k // bk, num_stages=3):
                 T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
                 T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
                 T.gemm(A_s, B_s, C_f)
-            T.copy(C_f, C_s)
-            for i, j in T.Parallel(bm, bn):
-                C_f[i, j] = C_f[i, j] + C_s[i, j]
+            if through_shared:
+                T.copy(C_f, C_s)
+                for i, j in T.Parallel(bm, bn):
+                    C_f[i, j] = C_f[i, j] + C_s[i, j]
             T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 
-    mod = generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+    return generate_cuda(kern.trace(S((m, k), BF16), S((k, n), BF16)), "sm_90")
+
+
+def test_not_taken_when_the_tile_body_meets_every_consumer():
+    """The plan takes ping-pong only when every statement of the tile body is one it knows to be
+    private to a warpgroup; a fill with 1.0 (not folded into the products) is not on that list."""
+    assert "ts_named_arrive" in _consumer(_tile_loop_module())  # taken with a clear, as the test kernel's control
+    mod = _tile_loop_module(fill=1.0)
+    assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
+    assert any("a tile's statements" in note for note in mod.notes), mod.notes
+
+
+def test_not_taken_when_the_tile_goes_through_a_shared_tile():
+    """The accumulator copied into a shared tile that an element-wise epilogue then reads (every other statement one
+    a warpgroup could run alone): in ping-pong both warpgroups' tiles would be in that one shared tile at once (and
+    the copy's barrier would wait for the other warpgroup, busy in its main loop), so the plan keeps the cooperative
+    schedule and the note says why."""
+    mod = _tile_loop_module(through_shared=True)
     assert mod.arch == "sm_90a" and "ts_named_arrive" not in _consumer(mod)
     assert any("pingpong=True not taken" in note and "a tile's statements" in note for note in mod.notes), mod.notes
     stored = _consumer(mod).split("] copy(C_f[:, :] -> C_s[:, :])", 1)[1].split("in Parallel(", 1)[0]
