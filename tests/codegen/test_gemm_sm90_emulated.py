@@ -73,6 +73,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "SWAPPED 16 tokens, N and K ragged": lambda: example(16, 200, 300, swapped_config(16)),
     "SWAPPED 1 token on n8, odd K and N: A and B thread-copied": lambda: example(1, 130, 777, swapped_config(1)),
     "SWAPPED 40 tokens on n40, two tile columns": lambda: example(40, 128, 256, swapped_config(40)),
+    "SWAPPED 128 columns on two consumer warpgroups, 24 tokens": lambda: example(24, 320, 777, GemmConfig(
+        block_m=24, block_n=128, block_k=128, num_stages=3, group_m=1, swap=True)),
     "SWAPPED split in three, ragged, float32 partials transposed": lambda: example(
         13, 200, 1536, dataclasses.replace(swapped_config(13), split_k=3)),
     "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),
