@@ -3,6 +3,8 @@ examples/gemm_fp8.py (float8 e4m3) against jnp.dot and, where torch with CUDA is
 cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
 
     python benchmarks/bench_gemm.py            # the whole sweep, one table (about 10 minutes on an H200)
+    python benchmarks/bench_gemm.py --shapes 16x4096x4096 --configs skinny --fp8-shapes 16x4096x4096 \
+        --fp8-configs 128x256x128/4/g8,16x64x128/8/g1/t128/swap   # a decoder's 16 tokens, the swapped products too
 
 Both are timed the same three ways, interleaved (`--rounds`, 5 by default, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
@@ -126,7 +128,8 @@ GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
 # (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
 GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
-FP8_CONFIG = dict(block_m=128, block_n=256, block_k=128, num_stages=4)
+FP8_CONFIGS = "128x256x128/4/g8"  # examples/gemm_fp8.py's tiles; `--fp8-configs` times others beside them
+FP8_ARGUMENTS = {"block_m", "block_n", "block_k", "num_stages", "group_m", "threads", "swap"}  # gemm_fp8's
 
 
 @contextlib.contextmanager
@@ -362,6 +365,8 @@ def main() -> None:
                     help="tiles/stages/group[/tTHREADS], comma-separated (`table`: the table's pick)")
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
+    ap.add_argument("--fp8-configs", default=FP8_CONFIGS,
+                    help="examples/gemm_fp8.py's tiles to time, --configs entries (tN and swap suffixes only)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "
@@ -373,6 +378,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    try:
+        args.fp8_configs = fp8_configs(args.fp8_configs)
+    except ValueError as err:
+        ap.error(str(err))
     lowerings = args.lowerings.split(",")
     for lowering in lowerings:
         if lowering not in LOWERINGS:
@@ -466,6 +475,21 @@ def main() -> None:
         print_table(fp8_rows)
 
 
+def fp8_configs(text: str) -> dict[str, dict]:
+    """`--fp8-configs`: entry -> gemm_fp8's keyword arguments (parse_config's, of those gemm_fp8 takes)."""
+    out = {}
+    for entry in filter(None, text.split(",")):
+        cfg, switches = parse_config(entry)
+        extra = sorted(set(cfg) - FP8_ARGUMENTS) + [name for _, name in switches]
+        if extra:
+            raise ValueError(f"--fp8-configs {entry!r}: examples/gemm_fp8.py takes no {', '.join(extra)} (tiles, "
+                             f"stages, group, tN and swap only)")
+        out[entry] = cfg
+    if not out:
+        raise ValueError("--fp8-configs names no configuration")
+    return out
+
+
 def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     """FP8 e4m3 at `shape`: our FP8 kernel, our bf16 kernel (each config) on the same values,
     torch._scaled_mm; ratios to our best bf16 config (the xXLA columns) and to torch (xcuBLAS)."""
@@ -479,10 +503,13 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     b8, sb = quantize(rng.standard_normal((n, k)).astype(np.float32), fp8)
     a16 = jnp.asarray(a8.astype(np.float32), jnp.bfloat16)  # the same values (e4m3 fits in bf16)
     b16 = jnp.asarray(b8.astype(np.float32).T, jnp.bfloat16)
-    ours8 = gemm_fp8(m, n, k, fp8, **FP8_CONFIG)
+    ours8 = {f"ts fp8 {entry}": gemm_fp8(m, n, k, fp8, **cfg) for entry, cfg in args.fp8_configs.items()}
     ja8, jb8, jsa, jsb = (jnp.asarray(x) for x in (a8, b8, sa, sb))
     reps = whole_iterations(args.reps)
-    runners = {("ts fp8 e4m3", how): run for how, run in timing_forms(lambda x, y: ours8(x, y, jsa, jsb), reps).items()}
+    runners = {}
+    for name, kern in ours8.items():
+        for how, run in timing_forms((lambda f: lambda x, y: f(x, y, jsa, jsb))(kern), reps).items():
+            runners[name, how] = run
     bf16 = {f"ts bf16 {c}": gemm(m, n, k, jnp.bfloat16, **cfg) for c, (cfg, _) in configs.items()}
     for name, kern in bf16.items():
         for how, run in timing_forms(kern, reps).items():
@@ -499,12 +526,13 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     spread_graph = graph_spreads(times, t, best, "torch._scaled_mm")
     ref = {how: t[best, how] for how in FORMS}
     cub = {how: t.get(("torch._scaled_mm", how)) for how in FORMS}
-    got = np.asarray(jax.jit(ours8)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
     want = (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
-    ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
     rows = [row(f"{shape} fp8", name, t, name, ref, cub, "-", True, spread, spread_graph) for name in bf16]
-    rows.append(row(f"{shape} fp8", "ts fp8 e4m3", t, "ts fp8 e4m3", ref, cub,
-                     resources(ours8, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread, spread_graph))
+    for name, kern in ours8.items():
+        got = np.asarray(jax.jit(kern)(ja8, jb8, jsa, jsb).astype(jnp.float32), np.float64)
+        ok = float(np.max(np.abs(got - want))) <= 2e-2 * float(np.max(np.abs(want)))
+        rows.append(row(f"{shape} fp8", name, t, name, ref, cub,
+                         resources(kern, ja8, jb8, "auto", {}, extra=(jsa, jsb)), ok, spread, spread_graph))
     if cub["loop"] is not None:
         rows.append(row(f"{shape} fp8", "torch._scaled_mm", t, "torch._scaled_mm", ref, cub, "-", True, spread,
                          spread_graph))

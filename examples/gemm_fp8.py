@@ -10,6 +10,9 @@ a multiply per accumulator, jax_tilescale/codegen/gemm_emit.py) and stores C thr
 interpreter runs the kernel as written (float8 -> float32 is exact, so its products are float32
 products).
 
+For a decoder's few tokens, `swap=True` computes each tile transposed (C^T = B A^T: B's rows on the tensor
+cores' 64-row side, the tokens on their narrow n), both tiles still K-major.
+
 `python examples/gemm_fp8.py` quantises random normal matrices to float8 with per-tensor scales
 (max |x| / the format's largest finite value), runs the kernel and checks C against a float64
 product of the dequantised operands on the host.
@@ -31,9 +34,12 @@ TOLERANCE = 2e-2  # relative to max |C|: bfloat16 output (the float8 rounding is
 # --- config + kernel --------------------------------------------------------------------------
 def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bfloat16, block_m: int = 128,
              block_n: int = 256, block_k: int = 128, num_stages: int = 4, threads: int = 256,
-             group_m: int = 8) -> ts.TileKernel:
+             group_m: int = 8, swap: bool = False) -> ts.TileKernel:
     """A [m, k] (float8), B [n, k] (float8), scale_a [1], scale_b [1] (float32) ->
-    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`."""
+    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`. `swap=True`: each tile computed transposed
+    (`swapped_fp8`), for a few rows of A (a decoder's tokens)."""
+    if swap:
+        return swapped_fp8(m, n, k, dtype, out_dtype, block_m, block_n, block_k, num_stages, threads)
     tiles_m, tiles_n = T.ceildiv(m, block_m), T.ceildiv(n, block_n)
     group = group_m if tiles_m % group_m == 0 else 1
 
@@ -56,6 +62,36 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
         T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])
 
     return gemm_fp8_kernel
+
+
+def swapped_fp8(m: int, n: int, k: int, dtype, out_dtype, block_m: int, block_n: int, block_k: int,
+                num_stages: int, threads: int) -> ts.TileKernel:
+    """C^T = B A^T a tile at a time: block_n of B's rows on the tensor cores' 64-row side, block_m of A's on their
+    narrow n (8-256). Both tiles stay K-major, as FP8's wgmma reads them: B's is the product's left operand as
+    stored, A's its right one (`transpose_B`). The tile goes back the right way round through a shared tile
+    (examples/gemm.py's store_transposed)."""
+    gemm = ts.testing.sibling(__file__, "gemm")
+    gemm.check_swapped(gemm.GemmConfig(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages,
+                                       threads=threads, swap=True), "xla")
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype), grid=(T.ceildiv(n, block_n), T.ceildiv(m, block_m)),
+               threads=threads)
+    def gemm_fp8_swapped(A, B, scale_a, scale_b, C):
+        tn, tm = T.program_id(0), T.program_id(1)
+        A_s = T.alloc_shared((block_m, block_k), dtype)
+        B_s = T.alloc_shared((block_n, block_k), dtype)
+        Ct = T.alloc_fragment((block_n, block_m), jnp.float32)
+        T.clear(Ct)
+        for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
+            T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
+            T.copy(B[T.ds(tn * block_n, block_n), T.ds(ko * block_k, block_k)], B_s)
+            T.gemm(B_s, A_s, Ct, transpose_B=True)
+        for i, j in T.Parallel(block_n, block_m):  # the per-tensor scales, on the accumulator
+            Ct[i, j] = Ct[i, j] * (scale_a[0] * scale_b[0])
+        gemm.store_transposed(Ct, T.alloc_shared((block_n, block_m), out_dtype, name="Ct_s"), C, tm * block_m,
+                              tn * block_n, m, n)
+
+    return gemm_fp8_swapped
 
 
 def quantize(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:

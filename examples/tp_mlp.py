@@ -13,10 +13,6 @@ devices; on GPUs `python -m jax_tilescale.launch -n 2 examples/tp_mlp.py`.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,25 +23,14 @@ import jax_tilescale as ts
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}  # relative to max |Y|
 
 
-def _example(name: str):
-    """A sibling example module (examples are scripts, not a package)."""
-    key = f"examples_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
 # --- config + kernels -------------------------------------------------------------------------
 def tp_mlp(x: jax.Array, w1: jax.Array, w2: jax.Array, npes: int, ag_config: dict | None = None,
            rs_config: dict | None = None) -> jax.Array:
     """Inside `jax.shard_map` over `npes` PEs: this PE's rows of gelu(all_gather(X) @ W1) @ W2, for X
     sharded by rows, W1 by columns and W2 by rows."""
-    h = _example("allgather_gemm").ag_gemm(x, w1, npes, **(ag_config or {}))
+    h = ts.testing.sibling(__file__, "allgather_gemm").ag_gemm(x, w1, npes, **(ag_config or {}))
     h = jax.nn.gelu(h.astype(jnp.float32), approximate=True).astype(x.dtype)
-    return _example("gemm_reducescatter").gemm_rs(h, w2, npes, **(rs_config or {}))
+    return ts.testing.sibling(__file__, "gemm_reducescatter").gemm_rs(h, w2, npes, **(rs_config or {}))
 
 
 def tp_mlp_fn(mesh: jax.sharding.Mesh, **configs):

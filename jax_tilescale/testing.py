@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import inspect
 import itertools
 import math
 import sys
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import jax
@@ -53,6 +56,20 @@ LOOP_GRAPH_OPTIONS = {
     "xla_gpu_enable_command_buffer": "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL",
     "xla_gpu_graph_min_graph_size": 1,
 }
+
+
+# --- examples -------------------------------------------------------------------------------------
+def sibling(script: str, name: str) -> types.ModuleType:
+    """The example `name`.py next to the script `script` (a caller's `__file__`), imported once as the module
+    `examples_<name>` (examples are scripts, not a package; tests/conftest.load_example names them the same way, so
+    a test and an example share one module)."""
+    key = f"examples_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(script).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 # --- inputs ---------------------------------------------------------------------------------------

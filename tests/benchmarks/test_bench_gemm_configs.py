@@ -81,6 +81,21 @@ def test_skinny_at_a_few_tokens_times_the_swapped_product_too():
     assert not any(entry.endswith("/swap") for entry in bench.shape_configs("skinny", 128, 4096, 4096))
 
 
+def test_fp8_configs_parse_into_gemm_fp8_arguments_and_the_rest_is_refused():
+    bench = load_bench("bench_gemm")
+    got = bench.fp8_configs("128x256x128/4/g8,16x64x128/8/g1/t128/swap")
+    assert got == {"128x256x128/4/g8": dict(block_m=128, block_n=256, block_k=128, num_stages=4, group_m=8),
+                   "16x64x128/8/g1/t128/swap": dict(block_m=16, block_n=64, block_k=128, num_stages=8, group_m=1,
+                                                    threads=128, swap=True)}
+    assert got == {entry: cfg for entry, cfg in got.items() if set(cfg) <= bench.FP8_ARGUMENTS}
+    for bad, word in (("128x256x128/4/g8/s2", "split_k"), ("128x256x128/4/g8/p", "persistent"),
+                      ("128x256x128/4/g8/mc", "MULTICAST")):
+        with pytest.raises(ValueError, match=f"takes no {word}"):
+            bench.fp8_configs(bad)
+    with pytest.raises(ValueError, match="names no configuration"):
+        bench.fp8_configs("")
+
+
 def test_shape_sets_expand_in_place_and_bad_entries_are_refused():
     bench = load_bench("bench_gemm")
     issue = ["x".join(map(str, s)) for s in bench.SHAPES]

@@ -69,6 +69,8 @@ def test_every_float8_configuration_generates_or_says_what_to_take():
                    block_k=rng.choice([32, 64, 128, 256]), threads=rng.choice([128, 256, 384]),
                    num_stages=rng.choice([2, 3, 4]))
         m, n, k = rng.choice(SHAPES)
+        if rng.random() < 0.25:  # the swapped product: block_m a decoder's few tokens on wgmma's n
+            cfg.update(swap=True, block_m=rng.choice([8, 16, 24, 64]))
         dtype = rng.choice([jnp.float8_e4m3fn, jnp.float8_e5m2])
         args = (S((m, k), dtype), S((n, k), dtype), S((1,), jnp.float32), S((1,), jnp.float32))
         try:

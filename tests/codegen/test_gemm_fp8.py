@@ -40,6 +40,7 @@ def _fp8_ir(m, n, k, dtype=E4M3, **cfg):
 @pytest.mark.parametrize("m,n,k,cfg", [
     (256, 512, 256, {}),
     (200, 300, 130, dict(block_m=64, block_n=128, threads=128, num_stages=2)),  # every edge ragged
+    (13, 200, 300, dict(block_m=16, block_n=64, threads=128, num_stages=3, swap=True)),  # swapped, ragged
 ])
 def test_fp8_example_on_the_interpreter(dtype, m, n, k, cfg):
     verdict = fp8_example.check(m, n, k, dtype, seed=m + n, **cfg)
@@ -138,6 +139,8 @@ def test_elementwise_update_of_a_bf16_accumulator_stays_in_registers():
     ("e4m3 128x256x128 8192^3", lambda: _fp8_ir(8192, 8192, 8192)),
     ("e5m2 ragged thread-copied", lambda: _fp8_ir(1024, 3072, 777, E5M2)),
     ("e4m3 256x128 t256", lambda: _fp8_ir(4096, 4096, 4096, block_m=256, block_n=128)),
+    ("e4m3 swapped, 16 tokens", lambda: _fp8_ir(16, 4096, 4096, block_m=16, block_n=64, threads=128, num_stages=8,
+                                                swap=True)),
 ])
 def test_fp8_builds_without_spills(session_cache, require_nvcc, name, make):
     mod = make()

@@ -82,6 +82,9 @@ fp8_example = load_example("gemm_fp8")
     (2048, 1024, 512, dict(block_m=256, block_n=128)),
     (1000, 3000, 777, {}),  # ragged, rows of 777 bytes: the producer's threads copy A and B
     (300, 200, 256, dict(block_m=64, block_n=128, threads=128, num_stages=3)),
+    # the swapped product (C^T = B A^T, both K-major): 16 tokens on n16; 5 tokens on two warpgroups, ragged K
+    (16, 4096, 4096, dict(block_m=16, block_n=64, threads=128, num_stages=8, swap=True)),
+    (5, 3000, 777, dict(block_m=8, block_n=128, num_stages=4, swap=True)),
 ])
 def test_fp8_gemm_matches_the_dequantised_product(dtype, m, n, k, cfg):
     fp8 = np.dtype(getattr(__import__("ml_dtypes"), dtype))
