@@ -36,62 +36,44 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
              block_n: int = 256, block_k: int = 128, num_stages: int = 4, threads: int = 256,
              group_m: int = 8, swap: bool = False) -> ts.TileKernel:
     """A [m, k] (float8), B [n, k] (float8), scale_a [1], scale_b [1] (float32) ->
-    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`. `swap=True`: each tile computed transposed
-    (`swapped_fp8`), for a few rows of A (a decoder's tokens)."""
+    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`.
+
+    `swap=True`, for a few rows of A (a decoder's tokens): each tile is computed transposed, C^T = B A^T, block_n
+    of B's rows on the tensor cores' 64-row side and block_m of A's on their narrow n (8-256). Both tiles stay
+    K-major, as FP8's wgmma reads them (B's is the product's left operand as stored, A's its right one with
+    `transpose_B`), and the tile goes back the right way round through a shared tile (examples/gemm.py's
+    store_transposed)."""
+    gemm = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the swapped product's checks and store
     if swap:
-        return swapped_fp8(m, n, k, dtype, out_dtype, block_m, block_n, block_k, num_stages, threads)
+        gemm.check_swapped(gemm.GemmConfig(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages,
+                                           threads=threads, swap=True), "xla")
     tiles_m, tiles_n = T.ceildiv(m, block_m), T.ceildiv(n, block_n)
     group = group_m if tiles_m % group_m == 0 else 1
+    acc_shape = (block_n, block_m) if swap else (block_m, block_n)
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype), grid=(tiles_n, tiles_m), threads=threads)
     def gemm_fp8_kernel(A, B, scale_a, scale_b, C):
-        pid = T.program_id(1) * tiles_n + T.program_id(0)
-        in_group = pid % (group * tiles_n)
-        tm = pid // (group * tiles_n) * group + in_group % group
-        tn = in_group // group
+        tm, tn = gemm.grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
         A_s = T.alloc_shared((block_m, block_k), dtype)
         B_s = T.alloc_shared((block_n, block_k), dtype)
-        C_f = T.alloc_fragment((block_m, block_n), jnp.float32)
+        C_f = T.alloc_fragment(acc_shape, jnp.float32)  # C's tile, or its transpose
         T.clear(C_f)
         for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
             T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
             T.copy(B[T.ds(tn * block_n, block_n), T.ds(ko * block_k, block_k)], B_s)
-            T.gemm(A_s, B_s, C_f, transpose_B=True)
-        for i, j in T.Parallel(block_m, block_n):  # the per-tensor scales, on the accumulator
+            if swap:
+                T.gemm(B_s, A_s, C_f, transpose_B=True)
+            else:
+                T.gemm(A_s, B_s, C_f, transpose_B=True)
+        for i, j in T.Parallel(*acc_shape):  # the per-tensor scales, on the accumulator
             C_f[i, j] = C_f[i, j] * (scale_a[0] * scale_b[0])
-        T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])
+        if swap:
+            gemm.store_transposed(C_f, T.alloc_shared(acc_shape, out_dtype, name="Ct_s"), C, tm * block_m,
+                                  tn * block_n, m, n)
+        else:
+            T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])
 
     return gemm_fp8_kernel
-
-
-def swapped_fp8(m: int, n: int, k: int, dtype, out_dtype, block_m: int, block_n: int, block_k: int,
-                num_stages: int, threads: int) -> ts.TileKernel:
-    """C^T = B A^T a tile at a time: block_n of B's rows on the tensor cores' 64-row side, block_m of A's on their
-    narrow n (8-256). Both tiles stay K-major, as FP8's wgmma reads them: B's is the product's left operand as
-    stored, A's its right one (`transpose_B`). The tile goes back the right way round through a shared tile
-    (examples/gemm.py's store_transposed)."""
-    gemm = ts.testing.sibling(__file__, "gemm")
-    gemm.check_swapped(gemm.GemmConfig(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages,
-                                       threads=threads, swap=True), "xla")
-
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype), grid=(T.ceildiv(n, block_n), T.ceildiv(m, block_m)),
-               threads=threads)
-    def gemm_fp8_swapped(A, B, scale_a, scale_b, C):
-        tn, tm = T.program_id(0), T.program_id(1)
-        A_s = T.alloc_shared((block_m, block_k), dtype)
-        B_s = T.alloc_shared((block_n, block_k), dtype)
-        Ct = T.alloc_fragment((block_n, block_m), jnp.float32)
-        T.clear(Ct)
-        for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
-            T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
-            T.copy(B[T.ds(tn * block_n, block_n), T.ds(ko * block_k, block_k)], B_s)
-            T.gemm(B_s, A_s, Ct, transpose_B=True)
-        for i, j in T.Parallel(block_n, block_m):  # the per-tensor scales, on the accumulator
-            Ct[i, j] = Ct[i, j] * (scale_a[0] * scale_b[0])
-        gemm.store_transposed(Ct, T.alloc_shared((block_n, block_m), out_dtype, name="Ct_s"), C, tm * block_m,
-                              tn * block_n, m, n)
-
-    return gemm_fp8_swapped
 
 
 def quantize(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
