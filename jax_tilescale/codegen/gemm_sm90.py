@@ -59,11 +59,6 @@ import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import numpy as np
-
-from ..ir.control import If
-from ..ir.evaluate import evaluate_array
-from ..ir.expr import Expr, Var, VarKind
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
 from . import gemm_sm90_trace as trace
@@ -100,6 +95,7 @@ from .gemm_sm90_load import (
     plan_operand,
     producer_lines,
 )
+from .gemm_sm90_multicast import pair_shares
 from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, plan_pingpong
 from .gemm_sm90_probe import extra_reads_lines
@@ -562,41 +558,10 @@ def _with_folded_clear(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     return gl
 
 
-# ---- clusters: which tile two neighbouring blocks can load once for both ----------------------------
+# ---- clusters: which tile two neighbouring blocks can load once for both (gemm_sm90_multicast) -----------------
 
-MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
 STAGE_TRACE = False  # the consumers' stage waits written over the product (gemm_sm90_trace; tools/stage_trace.py)
 MULTICAST = False  # measured slower on H200, persistent kernels too (benchmarks/NOTES.md); tests turn it on
-
-
-def _pair_shares(copy: Copy, gl: GemmLoop, grid: tuple[int, ...]) -> bool:
-    """Whether blocks (2c, y, z) and (2c + 1, y, z) copy the same source tile at every iteration:
-    checked by evaluating the tile's start on every such pair and iteration (exact, not a guess). In a
-    tile loop (persistent kernels) every iteration of the loops around it counts too, and the ifs between
-    must take the same branch in both blocks: a block that skips a tile would leave its peer's stage
-    waiting for the half it multicasts."""
-    loops = [s for s in gl.nest if isinstance(s, Loop)]  # the nest is loops and ifs (gemm_sm90_nest.nesting)
-    if not all(isinstance(s.extent, int) for s in loops):
-        return False
-    gx, gy, gz = (*grid, 1, 1)[:3]
-    extents = [s.extent for s in loops] + [gl.loop.extent]
-    if gx % 2 or (gx // 2) * gy * gz * int(np.prod(extents)) > MAX_CHECKED_POINTS:
-        return False
-    axes = np.meshgrid(np.arange(0, gx, 2, dtype=np.int64), np.arange(gy, dtype=np.int64),
-                       np.arange(gz, dtype=np.int64), *(np.arange(e, dtype=np.int64) for e in extents),
-                       indexing="ij", sparse=True)
-    pid = [Var(VarKind.PROGRAM_ID, a) for a in range(3)]
-    even = {pid[0]: axes[0], pid[1]: axes[1], pid[2]: axes[2],
-            **{s.var: axis for s, axis in zip([*loops, gl.loop], axes[3:])}}
-    odd = {**even, pid[0]: axes[0] + 1}
-    guards = [s.cond for s in gl.nest if isinstance(s, If)]
-    for e in [*copy.src.starts, *guards]:
-        if not isinstance(e, Expr):  # an element value (reads memory): not decidable here
-            return False
-        a, b = evaluate_array(e, even), evaluate_array(e, odd)
-        if a is None or b is None or not np.array_equal(*np.broadcast_arrays(a, b)):
-            return False
-    return True
 
 
 def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
@@ -605,6 +570,6 @@ def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     if not MULTICAST or gl.by_threads or kernel.cluster:
         return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
-        if _pair_shares(op.copy, gl, kernel.grid):
+        if pair_shares(op.copy, gl, kernel.grid):
             return dataclasses.replace(gl, multicast=role)
     return gl
