@@ -121,6 +121,7 @@ from gemm_fp8 import gemm_fp8, quantize
 
 from jax_tilescale.codegen import generate_cuda
 from jax_tilescale.codegen.gemm_select import LOWERING_VAR, LOWERINGS
+from jax_tilescale.codegen.gemm_table import FP8_DEFAULT
 from jax_tilescale.compiler import compile_cubin, kernel_resources
 from jax_tilescale.testing import LOOP_GRAPH_OPTIONS
 
@@ -128,8 +129,8 @@ GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
 # (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
 GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
-FP8_CONFIGS = "128x256x128/4/g8"  # examples/gemm_fp8.py's tiles; `--fp8-configs` times others beside them
-FP8_ARGUMENTS = {"block_m", "block_n", "block_k", "num_stages", "group_m", "threads", "swap"}  # gemm_fp8's
+FP8_CONFIGS = FP8_DEFAULT.describe()  # examples/gemm_fp8.py's tiles; `--fp8-configs` times others (`tuned` too)
+FP8_ARGUMENTS = {"block_m", "block_n", "block_k", "num_stages", "group_m", "threads", "swap", "autotune"}  # gemm_fp8's
 
 
 @contextlib.contextmanager
@@ -366,7 +367,8 @@ def main() -> None:
     ap.add_argument("--lowerings", default="auto", help=f"GEMM lowerings to time each config with: {LOWERINGS}")
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--fp8-configs", default=FP8_CONFIGS,
-                    help="examples/gemm_fp8.py's tiles to time, --configs entries (tN and swap suffixes only)")
+                    help="examples/gemm_fp8.py's tiles to time, --configs entries (tN and swap suffixes only; "
+                         "`tuned`: gemm_fp8(autotune=True))")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "

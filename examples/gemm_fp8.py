@@ -20,6 +20,9 @@ product of the dequantised operands on the host.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -27,53 +30,112 @@ import numpy as np
 
 import jax_tilescale as ts
 from jax_tilescale import language as T
+from jax_tilescale.codegen.gemm_table import (
+    FP8_DEFAULT,
+    SWAP_MAX_M,
+    GemmConfig,
+    fp8_tune_candidates,
+    swapped_config,
+)
 
 TOLERANCE = 2e-2  # relative to max |C|: bfloat16 output (the float8 rounding is in the reference)
 
 
 # --- config + kernel --------------------------------------------------------------------------
-def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bfloat16, block_m: int = 128,
-             block_n: int = 256, block_k: int = 128, num_stages: int = 4, threads: int = 256,
-             group_m: int = 8, swap: bool = False) -> ts.TileKernel:
+def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bfloat16, block_m: int | None = None,
+             block_n: int | None = None, block_k: int | None = None, num_stages: int | None = None,
+             threads: int | None = None, group_m: int | None = None, swap: bool | None = None,
+             autotune: bool = False) -> ts.TileKernel:
     """A [m, k] (float8), B [n, k] (float8), scale_a [1], scale_b [1] (float32) ->
-    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`.
+    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`. Arguments left None come from
+    gemm_table.FP8_DEFAULT (128 x 256 x 128 tiles, 4 stages), the ones given win.
 
     `swap=True`, for a few rows of A (a decoder's tokens): each tile is computed transposed, C^T = B A^T, block_n
-    of B's rows on the tensor cores' 64-row side and block_m of A's on their narrow n (8-256). Both tiles stay
-    K-major, as FP8's wgmma reads them (B's is the product's left operand as stored, A's its right one with
-    `transpose_B`), and the tile goes back the right way round through a shared tile (examples/gemm.py's
-    store_transposed)."""
-    gemm = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the swapped product's checks and store
-    if swap:
-        gemm.check_swapped(gemm.GemmConfig(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages,
-                                           threads=threads, swap=True), "xla")
-    tiles_m, tiles_n = T.ceildiv(m, block_m), T.ceildiv(n, block_n)
-    group = group_m if tiles_m % group_m == 0 else 1
-    acc_shape = (block_n, block_m) if swap else (block_m, block_n)
+    of B's rows on the tensor cores' 64-row side and block_m of A's on their narrow n (8-256); without tile
+    arguments gemm_table.swapped_config's. Both tiles stay K-major, as FP8's wgmma reads them (B's is the product's
+    left operand as stored, A's its right one with `transpose_B`), and the tile goes back the right way round
+    through a shared tile (examples/gemm.py's store_transposed).
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype), grid=(tiles_n, tiles_m), threads=threads)
+    `autotune=True` (no configuration arguments then): FP8_DEFAULT and the others gemm_table.fp8_tune_candidates
+    names are built, checked against the dequantised product and timed on the GPU the first time this problem is
+    seen; the fastest is kept on disk for every later call and process (jax_tilescale/tune); without a GPU,
+    FP8_DEFAULT untimed."""
+    given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
+                 group_m=group_m, swap=swap)
+    given = {f: v for f, v in given.items() if v is not None}
+    if autotune:
+        if given:
+            raise ValueError(f"gemm_fp8(autotune=True) chooses the configuration itself: leave out "
+                             f"{', '.join(given)}, or give them with autotune=False")
+        return build(m, n, k, dtype, out_dtype, tuned_config(m, n, k, dtype, out_dtype).config)
+    tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
+    base = swapped_config(m, 1) if swap and not tiles_given and m <= SWAP_MAX_M else FP8_DEFAULT
+    return build(m, n, k, dtype, out_dtype, dataclasses.replace(base, **given))
+
+
+def build(m: int, n: int, k: int, dtype, out_dtype, cfg: GemmConfig) -> ts.TileKernel:
+    """The kernel of one configuration (its split_k, persistent, blocks_per_sm and pingpong unused: one block per
+    tile)."""
+    gemm = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: grouped order, the swapped product's parts
+    if cfg.swap:
+        gemm.check_swapped(cfg, "xla")
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+    group = gemm.group_of(tiles_m, cfg)
+    acc_shape = (bn, bm) if cfg.swap else (bm, bn)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), out_dtype), grid=(tiles_n, tiles_m), threads=cfg.threads)
     def gemm_fp8_kernel(A, B, scale_a, scale_b, C):
         tm, tn = gemm.grouped_tile(T.program_id(1) * tiles_n + T.program_id(0), tiles_m, tiles_n, group)
-        A_s = T.alloc_shared((block_m, block_k), dtype)
-        B_s = T.alloc_shared((block_n, block_k), dtype)
+        A_s = T.alloc_shared((bm, bk), dtype)
+        B_s = T.alloc_shared((bn, bk), dtype)
         C_f = T.alloc_fragment(acc_shape, jnp.float32)  # C's tile, or its transpose
         T.clear(C_f)
-        for ko in T.Pipelined(T.ceildiv(k, block_k), num_stages=num_stages):
-            T.copy(A[T.ds(tm * block_m, block_m), T.ds(ko * block_k, block_k)], A_s)
-            T.copy(B[T.ds(tn * block_n, block_n), T.ds(ko * block_k, block_k)], B_s)
-            if swap:
+        for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
+            T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+            T.copy(B[T.ds(tn * bn, bn), T.ds(ko * bk, bk)], B_s)
+            if cfg.swap:
                 T.gemm(B_s, A_s, C_f, transpose_B=True)
             else:
                 T.gemm(A_s, B_s, C_f, transpose_B=True)
         for i, j in T.Parallel(*acc_shape):  # the per-tensor scales, on the accumulator
             C_f[i, j] = C_f[i, j] * (scale_a[0] * scale_b[0])
-        if swap:
-            gemm.store_transposed(C_f, T.alloc_shared(acc_shape, out_dtype, name="Ct_s"), C, tm * block_m,
-                                  tn * block_n, m, n)
+        if cfg.swap:
+            gemm.store_transposed(C_f, T.alloc_shared(acc_shape, out_dtype, name="Ct_s"), C, tm * bm, tn * bn, m, n)
         else:
-            T.copy(C_f, C[T.ds(tm * block_m, block_m), T.ds(tn * block_n, block_n)])
+            T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 
     return gemm_fp8_kernel
+
+
+def tuned_config(m: int, n: int, k: int, dtype, out_dtype=jnp.bfloat16, sms: int | None = None,
+                 **tune: Any) -> ts.tune.Tuned[GemmConfig]:
+    """The fastest of gemm_table.fp8_tune_candidates for this problem on a GPU of `sms` SMs (default: this one's)
+    (ts.tune.autotune: timed on the GPU the first time, then read from disk), each candidate's C first checked
+    against the float64 product of the dequantised operands (a wrong one is refused, never chosen). `tune`:
+    autotune's keyword arguments (timer, retune, progress)."""
+    fp8 = np.dtype(dtype)
+    sms = sms or ts.testing.sibling(__file__, "gemm").device_sm_count()
+    rng = np.random.default_rng(0)
+    a8, sa = quantize(rng.standard_normal((m, k)).astype(np.float32), fp8)
+    b8, sb = quantize(rng.standard_normal((n, k)).astype(np.float32), fp8)
+    want = dequantised_product(a8, sa, b8, sb)
+    limit = TOLERANCE * max(float(np.abs(want).max()), 1e-30)
+
+    def check(c: jax.Array) -> str | None:
+        err = float(np.abs(np.asarray(c.astype(jnp.float32), np.float64) - want).max())
+        return None if err <= limit else f"max |C - the dequantised product| = {err:.3g}, over {limit:.3g}"
+
+    with jax.ensure_compile_time_eval():  # on the device now, also where gemm_fp8() is called while a jit traces
+        args = tuple(jnp.asarray(x) for x in (a8, b8, sa, sb))
+    return ts.tune.autotune("examples.gemm_fp8", fp8_tune_candidates(m, n, k, sms),
+                            lambda cfg: build(m, n, k, fp8, out_dtype, cfg), args, describe=GemmConfig.describe,
+                            key=dict(sms=sms, out_dtype=str(np.dtype(out_dtype))), check=check, **tune)
+
+
+def dequantised_product(a8: np.ndarray, sa: np.ndarray, b8: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    """(scale_a * A) @ (scale_b * B)^T in float64 on the host: what the kernel's C is checked against."""
+    return (a8.astype(np.float64) * float(sa[0])) @ (b8.astype(np.float64) * float(sb[0])).T
 
 
 def quantize(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -84,16 +146,17 @@ def quantize(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
 
 
 # --- check + entry point ----------------------------------------------------------------------
-def check(m: int, n: int, k: int, dtype: str = "float8_e4m3fn", seed: int = 0, **config: int) -> ts.testing.Verdict:
-    """The kernel's C vs a float64 product of the dequantised float8 operands on the host."""
+def check(m: int, n: int, k: int, dtype: str = "float8_e4m3fn", seed: int = 0, autotune: bool = False,
+          **config: int) -> ts.testing.Verdict:
+    """The kernel's C vs a float64 product of the dequantised float8 operands on the host. `--autotune`:
+    gemm_fp8(autotune=True)'s choice (timed on a GPU the first time)."""
     fp8 = np.dtype(getattr(ml_dtypes, dtype))
     rng = np.random.default_rng(seed)
     a, sa = quantize(rng.standard_normal((m, k)).astype(np.float32), fp8)
     b, sb = quantize(rng.standard_normal((n, k)).astype(np.float32), fp8)
-    got = jax.jit(gemm_fp8(m, n, k, fp8, **config))(a, b, sa, sb)
-    want = (a.astype(np.float64) * float(sa[0])) @ (b.astype(np.float64) * float(sb[0])).T
-    return ts.testing.compare(got, want, "C close to the float64 product of the dequantised operands",
-                              atol_of_max=TOLERANCE)
+    got = jax.jit(gemm_fp8(m, n, k, fp8, autotune=autotune, **config))(a, b, sa, sb)
+    return ts.testing.compare(got, dequantised_product(a, sa, b, sb),
+                              "C close to the float64 product of the dequantised operands", atol_of_max=TOLERANCE)
 
 
 if __name__ == "__main__":

@@ -236,13 +236,16 @@ def skinny_pick(m: int, n: int, k: int, sm_count: int) -> GemmConfig:
 
 
 def swapped_config(m: int, itemsize: int = 2) -> GemmConfig:
-    """SWAPPED for an m-row A (m <= SWAP_MAX_M): block_m the tokens rounded up to wgmma's multiple of 8, as many
-    stages as keep about SWAP_BYTES_IN_FLIGHT of `itemsize`-byte operands loading (at most SWAP_MAX_STAGES)."""
+    """SWAPPED for an m-row A (m <= SWAP_MAX_M) of `itemsize`-byte elements: block_m the tokens rounded up to
+    wgmma's multiple of 8, k-steps of 256 bytes a row (128 bf16 elements, 256 float8), as many stages as keep about
+    SWAP_BYTES_IN_FLIGHT loading (at most SWAP_MAX_STAGES)."""
     if not 0 < m <= SWAP_MAX_M:
         raise ValueError(f"the swapped product puts A's {m} rows on wgmma's n: at most {SWAP_MAX_M}")
-    block_m = _ceildiv(m, 8) * 8
-    stage = (SWAPPED.block_n + block_m) * SWAPPED.block_k * itemsize
-    return replace(SWAPPED, block_m=block_m, num_stages=max(2, min(SWAP_MAX_STAGES, SWAP_BYTES_IN_FLIGHT // stage)))
+    block_m, block_k = _ceildiv(m, 8) * 8, SWAPPED.block_k * 2 // itemsize
+    stage = (SWAPPED.block_n + block_m) * block_k * itemsize
+    stages = max(2, min(SWAP_MAX_STAGES, SWAP_BYTES_IN_FLIGHT // stage))
+    return replace(SWAPPED, block_m=block_m, block_k=block_k, num_stages=stages)
+
 
 
 def narrow_keeps_up(m: int, n: int, sm_count: int) -> bool:
@@ -291,3 +294,26 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
             found.append(replace(DEFAULT, split_k=split))
     unique = list(dict.fromkeys(found))
     return unique[:limit]
+
+
+# FP8 (examples/gemm_fp8.py, both tiles K-major). FP8_DEFAULT: the tiles measured at 8192^3 (1,227 TFLOP/s, 1.05x
+# torch._scaled_mm, 1.70x our bf16: thirty-second session). The others are what `gemm_fp8(..., autotune=True)` times
+# against it where its tiles make less than a wave (fp8_tune_candidates), each with about 192 KiB of stages; not
+# timed yet on a GPU (benchmarks/NOTES.md)
+FP8_DEFAULT = GemmConfig(block_m=128, block_n=256, block_k=128, num_stages=4)
+FP8_TALL = GemmConfig(block_m=256, block_n=128, block_k=128, num_stages=4)
+FP8_NARROW = GemmConfig(block_m=64, block_n=128, block_k=256, num_stages=4, threads=128, group_m=2)
+FP8_MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=6, threads=128, group_m=2)
+
+
+def fp8_tune_candidates(m: int, n: int, k: int, sm_count: int = HOPPER_SMS,
+                        limit: int = TUNE_LIMIT) -> list[GemmConfig]:
+    """The configurations `gemm_fp8(..., autotune=True)` times for an m x n x k FP8 product, FP8_DEFAULT first: with
+    a wave of its tiles or more, FP8_TALL; with fewer, the swapped product (A's rows up to SWAP_MAX_M), FP8_NARROW
+    and FP8_MID, whose smaller tiles put more blocks on the operands' bytes."""
+    found = [FP8_DEFAULT]
+    if tiles_of(m, n, FP8_DEFAULT) >= sm_count:
+        found.append(FP8_TALL)
+    else:
+        found += ([swapped_config(m, itemsize=1)] if m <= SWAP_MAX_M else []) + [FP8_NARROW, FP8_MID]
+    return list(dict.fromkeys(found))[:limit]

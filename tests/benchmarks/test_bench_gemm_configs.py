@@ -94,6 +94,8 @@ def test_fp8_configs_parse_into_gemm_fp8_arguments_and_the_rest_is_refused():
             bench.fp8_configs(bad)
     with pytest.raises(ValueError, match="names no configuration"):
         bench.fp8_configs("")
+    assert bench.fp8_configs("tuned") == {"tuned": {"autotune": True}}  # gemm_fp8(autotune=True)
+    assert list(bench.fp8_configs(bench.FP8_CONFIGS)) == ["128x256x128/4/g8"]  # gemm_table.FP8_DEFAULT
 
 
 def test_shape_sets_expand_in_place_and_bad_entries_are_refused():

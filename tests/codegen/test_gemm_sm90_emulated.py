@@ -115,6 +115,10 @@ CASES: dict[str, Callable[[], Emulated]] = {
     # FP8
     "FP8 e4m3 128x256x128": lambda: fp8(256, 512, 256, E4M3),
     "FP8 e5m2 64x128, ragged": lambda: fp8(200, 300, 160, E5M2, block_m=64, block_n=128, threads=128, num_stages=2),
+    "FP8 e4m3 FP8_NARROW 64x128x256/4, ragged K": lambda: fp8(100, 300, 700, E4M3, block_m=64, block_n=128,
+                                                              block_k=256, num_stages=4, threads=128, group_m=2),
+    "FP8 e5m2 FP8_MID 128x128x128/6 on one warpgroup": lambda: fp8(256, 256, 512, E5M2, block_m=128, block_n=128,
+                                                                   num_stages=6, threads=128, group_m=2),
     "FP8 e4m3 swapped, 16 tokens on n16": lambda: fp8(16, 200, 384, E4M3, block_m=16, block_n=64, threads=128,
                                                       num_stages=4, swap=True),
     "FP8 e5m2 swapped, 5 tokens, two warpgroups, ragged K": lambda: fp8(5, 300, 300, E5M2, block_m=8, block_n=128,

@@ -13,7 +13,18 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.codegen.gemm_table import SWAP_MAX_M, TUNE_LIMIT, pick_config, swapped_config, tune_candidates
+from jax_tilescale.codegen.gemm_table import (
+    FP8_DEFAULT,
+    FP8_NARROW,
+    FP8_TALL,
+    SWAP_MAX_M,
+    TUNE_LIMIT,
+    fp8_tune_candidates,
+    pick_config,
+    swapped_config,
+    tiles_of,
+    tune_candidates,
+)
 from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
@@ -131,3 +142,43 @@ def test_gemm_autotune_inside_a_jitted_function():
     want = jnp.dot(a, b, preferred_element_type=jnp.float32)
     assert timer.given == [labels]
     assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) <= 2e-2 * float(jnp.max(jnp.abs(want)))
+
+
+# ---- FP8 (examples/gemm_fp8.py's gemm_fp8(autotune=True): gemm_table.fp8_tune_candidates) ----
+
+fp8_example = load_example("gemm_fp8")
+E4M3 = jnp.dtype(jnp.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (128, 8192, 8192), (8192, 8192, 8192), (1000, 3000, 777)])
+def test_fp8_candidates_start_with_the_default_and_all_take_the_hopper_plan(m, n, k):
+    found = fp8_tune_candidates(m, n, k, 132)
+    assert found[0] == FP8_DEFAULT and len({c.describe() for c in found}) == len(found) >= 2
+    few = tiles_of(m, n, FP8_DEFAULT) < 132  # under a wave of the default tiles: smaller ones, swapped for tokens
+    assert any(c.swap for c in found) == (few and m <= SWAP_MAX_M)
+    assert m > SWAP_MAX_M or swapped_config(m, itemsize=1) in found
+    assert (FP8_NARROW in found) == few and (FP8_TALL in found) == (not few)
+    S = jax.ShapeDtypeStruct
+    args = (S((m, k), E4M3), S((n, k), E4M3), S((1,), jnp.float32), S((1,), jnp.float32))
+    for cfg in found:
+        mod = generate_cuda(fp8_example.build(m, n, k, E4M3, jnp.bfloat16, cfg).trace(*args), "sm_90")
+        assert mod.arch == "sm_90a" and not mod.notes, (cfg.describe(), mod.notes)
+
+
+def test_fp8_timer_decides_among_candidates_that_match_the_dequantised_product():
+    m, n, k = 16, 200, 256
+    labels = [c.describe() for c in fp8_tune_candidates(m, n, k, 132)]
+    assert "16x64x256/9/g1/t128/swap" in labels
+    timer = ScriptedTimer(fast="16x64x256/9/g1/t128/swap")
+    tuned = fp8_example.tuned_config(m, n, k, E4M3, sms=132, timer=timer, progress=None)
+    assert (tuned.label, tuned.source, tuned.refused) == ("16x64x256/9/g1/t128/swap", "timed", {})
+    assert timer.given == [labels]  # every candidate ran right in the interpreter
+    again = fp8_example.tuned_config(m, n, k, E4M3, sms=132, timer=ScriptedTimer(fast=labels[0]), progress=None)
+    assert (again.config, again.source) == (tuned.config, "cache")
+
+
+def test_fp8_autotune_without_a_gpu_runs_the_default_and_refuses_arguments():
+    verdict = fp8_example.check(40, 96, 256, autotune=True)
+    assert verdict.ok, verdict
+    with pytest.raises(ValueError, match=r"chooses the configuration itself: leave out block_m, swap"):
+        fp8_example.gemm_fp8(16, 128, 256, E4M3, block_m=16, swap=True, autotune=True)

@@ -60,3 +60,20 @@ def test_gemm_autotune_times_its_candidates_and_keeps_the_fastest(m, n, k):
     again = gemm_example.tuned_config(m, n, k, jnp.bfloat16, gemm_example.device_sm_count(), timer=NoTimer(),
                                       progress=None)
     assert (again.label, again.source) == (tuned.label, "cache")
+
+
+fp8_example = load_example("gemm_fp8")
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (2048, 2048, 1024)])
+def test_fp8_autotune_times_its_candidates_and_the_choice_is_right(m, n, k):
+    """gemm_fp8(autotune=True): at 16 tokens the swapped product and the smaller tiles against the default, at 2048
+    the taller tiles; every candidate checked against the dequantised product before it is timed, the fastest kept."""
+    fp8 = np.dtype(jnp.float8_e4m3fn)
+    lines = []
+    tuned = fp8_example.tuned_config(m, n, k, fp8, timer=QUICK, progress=lines.append)
+    print("\n".join(lines))
+    assert tuned.source == "timed" and not tuned.refused and tuned.seconds[tuned.label] == min(tuned.seconds.values())
+    assert len(tuned.seconds) == len(fp8_example.fp8_tune_candidates(m, n, k, gemm_example.device_sm_count()))
+    verdict = fp8_example.check(m, n, k, seed=m + k, autotune=True)  # reads the record
+    assert verdict.ok, verdict
