@@ -69,7 +69,10 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
                              f"{', '.join(given)}, or give them with autotune=False")
         return build(m, n, k, dtype, out_dtype, tuned_config(m, n, k, dtype, out_dtype).config)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
-    base = swapped_config(m, 1) if swap and not tiles_given and m <= SWAP_MAX_M else FP8_DEFAULT
+    if swap and not tiles_given and m > SWAP_MAX_M:
+        raise ValueError(f"gemm_fp8(swap=True) chooses its tiles for up to {SWAP_MAX_M} rows of A, not {m}: take "
+                         f"block_m (A's rows a tile, wgmma's n: a multiple of 8 up to 256) and block_n")
+    base = swapped_config(m, 1) if swap and not tiles_given else FP8_DEFAULT
     return build(m, n, k, dtype, out_dtype, dataclasses.replace(base, **given))
 
 

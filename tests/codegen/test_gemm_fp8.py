@@ -147,3 +147,12 @@ def test_fp8_builds_without_spills(session_cache, require_nvcc, name, make):
     mod = generate_cuda(mod, "sm_90")
     assert mod.arch == "sm_90a", mod.notes
     _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
+
+
+def test_fp8_swap_without_tiles_takes_the_swapped_configuration_up_to_64_rows():
+    kern = fp8_example.gemm_fp8(16, 256, 512, E4M3, swap=True)
+    mod = generate_cuda(kern.trace(S((16, 512), E4M3), S((256, 512), E4M3), S((1,), jnp.float32),
+                                   S((1,), jnp.float32)), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes and "ts_wgmma_m64n16k32_e4m3_kk" in mod.source, mod.notes
+    with pytest.raises(ValueError, match="chooses its tiles for up to 64 rows of A, not 65: take block_m"):
+        fp8_example.gemm_fp8(65, 256, 512, E4M3, swap=True)
