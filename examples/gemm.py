@@ -73,26 +73,37 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
     the table's pick, untimed."""
     sms = num_sms or device_sm_count()
-    given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
-                 group_m=group_m, split_k=split_k, persistent=persistent, blocks_per_sm=blocks_per_sm,
-                 pingpong=pingpong, swap=swap)
-    given = {f: v for f, v in given.items() if v is not None}
+    given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
+                            num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
+                            persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap)
     if autotune:
-        if given:
-            raise ValueError(f"gemm(autotune=True) chooses the configuration itself: leave out {', '.join(given)}, "
-                             f"or give them with autotune=False")
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
     if swap and not tiles_given:
-        if m > SWAP_MAX_M:
-            raise ValueError(f"gemm(swap=True) chooses its tiles for up to {SWAP_MAX_M} rows of A, not {m}: take "
-                             f"block_m (A's rows a tile, wgmma's n: a multiple of 8 up to 256) and block_n")
-        base = swapped_config(m, jnp.dtype(dtype).itemsize)
+        base = swapped_base("gemm", m, jnp.dtype(dtype).itemsize)
     else:
         base = DEFAULT if tiles_given else pick_config(m, n, k, dtype, sms)  # the caller chose the tiles
     if persistent and not base.persistent and num_stages is None:
         base = dataclasses.replace(base, num_stages=PERSISTENT.num_stages)
     return build(m, n, k, dtype, dataclasses.replace(base, **given), sms, split_reduce)
+
+
+def given_arguments(caller: str, autotune: bool, **arguments: Any) -> dict[str, Any]:
+    """The configuration arguments a call gave (those not None); none may be given with `autotune=True`, which
+    chooses the configuration itself."""
+    given = {name: value for name, value in arguments.items() if value is not None}
+    if autotune and given:
+        raise ValueError(f"{caller}(autotune=True) chooses the configuration itself: leave out {', '.join(given)}, "
+                         f"or give them with autotune=False")
+    return given
+
+
+def swapped_base(caller: str, m: int, itemsize: int) -> GemmConfig:
+    """gemm_table.swapped_config for a call that asks for the swapped product without naming its tiles."""
+    if m > SWAP_MAX_M:
+        raise ValueError(f"{caller}(swap=True) chooses its tiles for up to {SWAP_MAX_M} rows of A, not {m}: take "
+                         f"block_m (A's rows a tile, wgmma's n: a multiple of 8 up to 256) and block_n")
+    return swapped_config(m, itemsize)
 
 
 def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,

@@ -32,10 +32,8 @@ import jax_tilescale as ts
 from jax_tilescale import language as T
 from jax_tilescale.codegen.gemm_table import (
     FP8_DEFAULT,
-    SWAP_MAX_M,
     GemmConfig,
     fp8_tune_candidates,
-    swapped_config,
 )
 
 TOLERANCE = 2e-2  # relative to max |C|: bfloat16 output (the float8 rounding is in the reference)
@@ -60,19 +58,13 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
     names are built, checked against the dequantised product and timed on the GPU the first time this problem is
     seen; the fastest is kept on disk for every later call and process (jax_tilescale/tune); without a GPU,
     FP8_DEFAULT untimed."""
-    given = dict(block_m=block_m, block_n=block_n, block_k=block_k, num_stages=num_stages, threads=threads,
-                 group_m=group_m, swap=swap)
-    given = {f: v for f, v in given.items() if v is not None}
+    gemm = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the arguments' rules, as gemm()'s
+    given = gemm.given_arguments("gemm_fp8", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
+                                 num_stages=num_stages, threads=threads, group_m=group_m, swap=swap)
     if autotune:
-        if given:
-            raise ValueError(f"gemm_fp8(autotune=True) chooses the configuration itself: leave out "
-                             f"{', '.join(given)}, or give them with autotune=False")
         return build(m, n, k, dtype, out_dtype, tuned_config(m, n, k, dtype, out_dtype).config)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
-    if swap and not tiles_given and m > SWAP_MAX_M:
-        raise ValueError(f"gemm_fp8(swap=True) chooses its tiles for up to {SWAP_MAX_M} rows of A, not {m}: take "
-                         f"block_m (A's rows a tile, wgmma's n: a multiple of 8 up to 256) and block_n")
-    base = swapped_config(m, 1) if swap and not tiles_given else FP8_DEFAULT
+    base = gemm.swapped_base("gemm_fp8", m, 1) if swap and not tiles_given else FP8_DEFAULT
     return build(m, n, k, dtype, out_dtype, dataclasses.replace(base, **given))
 
 
