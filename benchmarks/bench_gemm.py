@@ -4,7 +4,7 @@ cuBLAS (torch.matmul, torch._scaled_mm for FP8), same run, same GPU.
 
     python benchmarks/bench_gemm.py            # the whole sweep, one table (about 10 minutes on an H200)
     python benchmarks/bench_gemm.py --shapes 16x4096x4096 --configs skinny --fp8-shapes 16x4096x4096 \
-        --fp8-configs 128x256x128/4/g8,16x64x128/8/g1/t128/swap   # a decoder's 16 tokens, the swapped products too
+        --fp8-configs 128x256x128/4/g8,16x64x256/9/g1/t128/swap   # a decoder's 16 tokens, the swapped products too
 
 Both are timed the same three ways, interleaved (`--rounds`, 5 by default, each running every variant once, so
 that clock and temperature drift hit all alike; medians reported), each timed run preceded by
