@@ -129,7 +129,7 @@ GRAPH_UNROLL = 16  # products per iteration of the graph form's recorded loop (a
 # The graph form's recording: loops as graphs, and every command after the one before it, as a stream capture
 # (cuBLAS's graph) runs them; XLA's default mode may let independent products overlap in the graph.
 GRAPH_OPTIONS = {**LOOP_GRAPH_OPTIONS, "xla_gpu_command_buffer_scheduling_mode": "SERIALIZE"}
-FP8_CONFIGS = FP8_DEFAULT.describe()  # examples/gemm_fp8.py's tiles; `--fp8-configs` times others (`tuned` too)
+FP8_CONFIGS = FP8_DEFAULT.describe()  # the 8192^3 tiles; `--fp8-configs` times others (`table`: fp8_pick, `tuned`)
 FP8_ARGUMENTS = {"block_m", "block_n", "block_k", "num_stages", "group_m", "threads", "swap", "autotune"}  # gemm_fp8's
 
 
@@ -368,7 +368,7 @@ def main() -> None:
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--fp8-configs", default=FP8_CONFIGS,
                     help="examples/gemm_fp8.py's tiles to time, --configs entries (tN and swap suffixes only; "
-                         "`tuned`: gemm_fp8(autotune=True))")
+                         "`table`: gemm_fp8() without tile arguments; `tuned`: gemm_fp8(autotune=True))")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "
@@ -481,6 +481,9 @@ def fp8_configs(text: str) -> dict[str, dict]:
     """`--fp8-configs`: entry -> gemm_fp8's keyword arguments (parse_config's, of those gemm_fp8 takes)."""
     out = {}
     for entry in filter(None, text.split(",")):
+        if entry == "table":  # gemm_fp8() without tile arguments: gemm_table.fp8_pick
+            out[entry] = {}
+            continue
         cfg, switches = parse_config(entry)
         extra = sorted(set(cfg) - FP8_ARGUMENTS) + [name for _, name in switches]
         if extra:

@@ -33,6 +33,7 @@ from jax_tilescale import language as T
 from jax_tilescale.codegen.gemm_table import (
     FP8_DEFAULT,
     GemmConfig,
+    fp8_pick,
     fp8_tune_candidates,
 )
 
@@ -45,8 +46,9 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
              threads: int | None = None, group_m: int | None = None, swap: bool | None = None,
              autotune: bool = False) -> ts.TileKernel:
     """A [m, k] (float8), B [n, k] (float8), scale_a [1], scale_b [1] (float32) ->
-    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`. Arguments left None come from
-    gemm_table.FP8_DEFAULT (128 x 256 x 128 tiles, 4 stages), the ones given win.
+    C [m, n] = scale_a * scale_b * A @ B^T in `out_dtype`. Arguments left None come from gemm_table.fp8_pick for
+    this problem (FP8_DEFAULT's 128 x 256 x 128 tiles, 4 stages, where they make a wave; smaller or swapped tiles
+    where they do not), or from FP8_DEFAULT where tiles are given; the ones given win.
 
     `swap=True`, for a few rows of A (a decoder's tokens): each tile is computed transposed, C^T = B A^T, block_n
     of B's rows on the tensor cores' 64-row side and block_m of A's on their narrow n (8-256); without tile
@@ -54,17 +56,20 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
     left operand as stored, A's its right one with `transpose_B`), and the tile goes back the right way round
     through a shared tile (examples/gemm.py's store_transposed).
 
-    `autotune=True` (no configuration arguments then): FP8_DEFAULT and the others gemm_table.fp8_tune_candidates
-    names are built, checked against the dequantised product and timed on the GPU the first time this problem is
-    seen; the fastest is kept on disk for every later call and process (jax_tilescale/tune); without a GPU,
-    FP8_DEFAULT untimed."""
+    `autotune=True` (no configuration arguments then): fp8_pick's choice and the others
+    gemm_table.fp8_tune_candidates names are built, checked against the dequantised product and timed on the GPU the
+    first time this problem is seen; the fastest is kept on disk for every later call and process
+    (jax_tilescale/tune); without a GPU, fp8_pick's choice untimed."""
     gemm = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the arguments' rules, as gemm()'s
     given = gemm.given_arguments("gemm_fp8", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                                  num_stages=num_stages, threads=threads, group_m=group_m, swap=swap)
     if autotune:
         return build(m, n, k, dtype, out_dtype, tuned_config(m, n, k, dtype, out_dtype).config)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
-    base = gemm.swapped_base("gemm_fp8", m, 1) if swap and not tiles_given else FP8_DEFAULT
+    if swap and not tiles_given:
+        base = gemm.swapped_base("gemm_fp8", m, 1)
+    else:  # the caller chose the tiles, else gemm_table.fp8_pick for this problem
+        base = FP8_DEFAULT if tiles_given else fp8_pick(m, n, k, gemm.device_sm_count())
     return build(m, n, k, dtype, out_dtype, dataclasses.replace(base, **given))
 
 

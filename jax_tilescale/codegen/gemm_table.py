@@ -121,10 +121,15 @@ MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=3, threads=12
 NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, group_m=2)
 # the swapped product (GemmConfig.swap) for a decoder's few tokens: 64 of B's columns a block on wgmma's m64, the tokens
 # (block_m, a multiple of 8 up to SWAP_MAX_M) on its n, k-steps of 128, one consumer warpgroup; its stages are
-# sized by `swapped_config` to about SWAP_BYTES_IN_FLIGHT. Not picked by the table yet (not timed on a GPU):
-# gemm(swap=True) and autotune's candidates for M <= SWAP_MAX_M
+# sized by `swapped_config` to about SWAP_BYTES_IN_FLIGHT. The table picks it up to SWAP_PICK_M rows of A where its
+# blocks make one wave or less (skinny_pick): H100, thirty-third session, loop / graph x XLA against NARROW_K128's
+# pick: 16 x 4096 x 4096 0.77 / 0.76 against 0.60 / 0.50 (split in two), 16 x 6144 x 4096 0.94 / 0.93 against
+# 0.90 / 0.86, 16 x 4096 x 14336 0.96 / 0.95 against 0.95 / 0.93 (split); at 16 x 14336 x 4096 (224 blocks, two
+# waves) 0.96 / 0.95 against unsplit NARROW_K128's 1.00 / 0.98, which stays. Above 16 rows: gemm(swap=True) and
+# autotune's candidates (not timed there)
 SWAPPED = GemmConfig(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, group_m=1, swap=True)
 SWAP_MAX_M = 64
+SWAP_PICK_M = 16
 SWAP_BYTES_IN_FLIGHT = 192 * 1024
 SWAP_MAX_STAGES = 10
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
@@ -229,8 +234,11 @@ def skinny_options(k: int) -> list[tuple[GemmConfig, int]]:
 
 
 def skinny_pick(m: int, n: int, k: int, sm_count: int) -> GemmConfig:
-    """The fastest by skinny_seconds of NARROW, NARROW_WIDE and the default tiles, each unsplit or split along K (the
+    """Up to SWAP_PICK_M rows of A, the swapped product where its blocks make at most one wave; else the fastest by
+    skinny_seconds of NARROW_K128, NARROW, NARROW_WIDE and the default tiles, each unsplit or split along K (the
     first of them, fewest splits first, where two estimates are equal)."""
+    if m <= SWAP_PICK_M and tiles_of(m, n, swapped_config(m)) <= sm_count:
+        return swapped_config(m)
     cfg, split = min(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
     return cfg if split == 1 else replace(cfg, split_k=split)
 
@@ -297,21 +305,34 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
 
 
 # FP8 (examples/gemm_fp8.py, both tiles K-major). FP8_DEFAULT: the tiles measured at 8192^3 (1,227 TFLOP/s, 1.05x
-# torch._scaled_mm, 1.70x our bf16: thirty-second session). The others are what `gemm_fp8(..., autotune=True)` times
-# against it where its tiles make less than a wave (fp8_tune_candidates), each with about 192 KiB of stages; not
-# timed yet on a GPU (benchmarks/NOTES.md)
+# torch._scaled_mm, 1.70x our bf16: thirty-second session). The others, each with about 192 KiB of stages, are what
+# fp8_pick takes where FP8_DEFAULT's tiles make less than a wave and what `gemm_fp8(..., autotune=True)` times
+# (fp8_tune_candidates); FP8_NARROW, FP8_MID and the swapped product timed at 16 tokens (fp8_pick), FP8_TALL not
 FP8_DEFAULT = GemmConfig(block_m=128, block_n=256, block_k=128, num_stages=4)
 FP8_TALL = GemmConfig(block_m=256, block_n=128, block_k=128, num_stages=4)
 FP8_NARROW = GemmConfig(block_m=64, block_n=128, block_k=256, num_stages=4, threads=128, group_m=2)
 FP8_MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=6, threads=128, group_m=2)
 
 
+def fp8_pick(m: int, n: int, k: int, sm_count: int = HOPPER_SMS) -> GemmConfig:
+    """The configuration `gemm_fp8()` takes without tile arguments: FP8_DEFAULT where its tiles make a wave or more;
+    with fewer, the swapped product up to SWAP_PICK_M rows of A where its blocks make at most a wave, else
+    FP8_NARROW. H100, thirty-third session, loop / graph x torch._scaled_mm: 16 x 4096 x 4096 swapped 1.22 / 1.44,
+    FP8_NARROW 1.01 / 1.14, FP8_DEFAULT 0.66 / 0.70; 16 x 14336 x 4096 (224 swapped blocks) FP8_NARROW 1.22 / 1.24,
+    swapped 1.14 / 1.16, FP8_DEFAULT 1.11 / 1.08."""
+    if tiles_of(m, n, FP8_DEFAULT) >= sm_count:
+        return FP8_DEFAULT
+    if m <= SWAP_PICK_M and tiles_of(m, n, swapped_config(m, itemsize=1)) <= sm_count:
+        return swapped_config(m, itemsize=1)
+    return FP8_NARROW
+
+
 def fp8_tune_candidates(m: int, n: int, k: int, sm_count: int = HOPPER_SMS,
                         limit: int = TUNE_LIMIT) -> list[GemmConfig]:
-    """The configurations `gemm_fp8(..., autotune=True)` times for an m x n x k FP8 product, FP8_DEFAULT first: with
-    a wave of its tiles or more, FP8_TALL; with fewer, the swapped product (A's rows up to SWAP_MAX_M), FP8_NARROW
-    and FP8_MID, whose smaller tiles put more blocks on the operands' bytes."""
-    found = [FP8_DEFAULT]
+    """The configurations `gemm_fp8(..., autotune=True)` times for an m x n x k FP8 product, fp8_pick's first, then
+    FP8_DEFAULT and: with a wave of its tiles or more, FP8_TALL; with fewer, the swapped product (A's rows up to
+    SWAP_MAX_M), FP8_NARROW and FP8_MID, whose smaller tiles put more blocks on the operands' bytes."""
+    found = [fp8_pick(m, n, k, sm_count), FP8_DEFAULT]
     if tiles_of(m, n, FP8_DEFAULT) >= sm_count:
         found.append(FP8_TALL)
     else:

@@ -95,6 +95,7 @@ def test_fp8_configs_parse_into_gemm_fp8_arguments_and_the_rest_is_refused():
     with pytest.raises(ValueError, match="names no configuration"):
         bench.fp8_configs("")
     assert bench.fp8_configs("tuned") == {"tuned": {"autotune": True}}  # gemm_fp8(autotune=True)
+    assert bench.fp8_configs("table") == {"table": {}}  # gemm_fp8() without tile arguments: gemm_table.fp8_pick
     assert list(bench.fp8_configs(bench.FP8_CONFIGS)) == ["128x256x128/4/g8"]  # gemm_table.FP8_DEFAULT
 
 

@@ -19,6 +19,7 @@ from jax_tilescale.codegen.gemm_table import (
     FP8_TALL,
     SWAP_MAX_M,
     TUNE_LIMIT,
+    fp8_pick,
     fp8_tune_candidates,
     pick_config,
     swapped_config,
@@ -153,7 +154,8 @@ E4M3 = jnp.dtype(jnp.float8_e4m3fn)
 @pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (128, 8192, 8192), (8192, 8192, 8192), (1000, 3000, 777)])
 def test_fp8_candidates_start_with_the_default_and_all_take_the_hopper_plan(m, n, k):
     found = fp8_tune_candidates(m, n, k, 132)
-    assert found[0] == FP8_DEFAULT and len({c.describe() for c in found}) == len(found) >= 2
+    assert found[0] == fp8_pick(m, n, k, 132) and FP8_DEFAULT in found
+    assert len({c.describe() for c in found}) == len(found) >= 2
     few = tiles_of(m, n, FP8_DEFAULT) < 132  # under a wave of the default tiles: smaller ones, swapped for tokens
     assert any(c.swap for c in found) == (few and m <= SWAP_MAX_M)
     assert m > SWAP_MAX_M or swapped_config(m, itemsize=1) in found
@@ -175,6 +177,13 @@ def test_fp8_timer_decides_among_candidates_that_match_the_dequantised_product()
     assert timer.given == [labels]  # every candidate ran right in the interpreter
     again = fp8_example.tuned_config(m, n, k, E4M3, sms=132, timer=ScriptedTimer(fast=labels[0]), progress=None)
     assert (again.config, again.source) == (tuned.config, "cache")
+
+
+def test_fp8_pick_takes_smaller_tiles_where_the_default_ones_make_less_than_a_wave():
+    assert fp8_pick(8192, 8192, 8192, 132) == FP8_DEFAULT  # 2048 tiles
+    assert fp8_pick(16, 4096, 4096, 132) == swapped_config(16, itemsize=1)  # 64 swapped blocks
+    assert fp8_pick(16, 14336, 4096, 132) == FP8_NARROW  # 224 swapped blocks: two waves
+    assert fp8_pick(128, 8192, 8192, 132) == FP8_NARROW  # 32 default tiles, too many rows to swap
 
 
 def test_fp8_autotune_without_a_gpu_runs_the_default_and_refuses_arguments():

@@ -149,6 +149,11 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     # 224 tiles of 64x128 would take two waves; 112 of 64x256 one, unsplit (no partials to sum)
     assert pick_config(128, 14336, 4096, jnp.bfloat16, 132) == NARROW_WIDE
     assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW_K128  # 96 of 64x128: no split, no partials
+    # up to 16 tokens the swapped product where its blocks make a wave (64 and 96 here), else the estimate's pick
+    assert pick_config(16, 4096, 4096, jnp.bfloat16, 132) == swapped_config(16)
+    assert pick_config(5, 6144, 4096, jnp.bfloat16, 132) == swapped_config(5)
+    assert pick_config(16, 14336, 4096, jnp.bfloat16, 132) == NARROW_K128  # 224 swapped blocks: two waves
+    assert not pick_config(17, 4096, 4096, jnp.bfloat16, 132).swap  # above 16 tokens: not timed, not picked
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
     assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW_K128
     # 64 tiles of 128x256 (too few), 256 of 64x128 (two waves): 128 of 128x128 make one wave, unsplit
@@ -185,6 +190,7 @@ def test_two_blocks_per_sm_matches_dot_at_a_ragged_shape(dtype):
     (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 28672, 8192), (16384, 8192, 1024),
     (128, 8192, 8192), (64, 8192, 8192), (256, 4096, 8192), (128, 4096, 8192), (32, 8192, 8192),
     (1000, 3000, 777), (4000, 5000, 300), (96, 8192, 4096), (520, 1000, 4096), (512, 4096, 4096), (384, 4096, 4096),
+    (16, 4096, 4096), (1, 6144, 4096), (16, 4096, 14336),  # the swapped product
 ])
 def test_every_table_pick_takes_the_hopper_plan_as_asked(m, n, k):
     """Whatever the table picks for a bf16 product on an H100/H200 (132 SMs), the Hopper plan takes as it is:
