@@ -78,9 +78,11 @@ fp8_example = load_example("gemm_fp8")
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
 @pytest.mark.parametrize("m,n,k,cfg", [
-    (1024, 1024, 1024, {}),  # 128 x 256 x 128 tiles, 4 stages, TMA-stored bf16 C
+    (1024, 1024, 1024, dict(block_m=128, block_n=256)),  # FP8_DEFAULT's tiles, 4 stages, TMA-stored bf16 C
+    (1024, 1024, 1024, {}),  # gemm_table.fp8_pick: 32 default tiles, under a wave: FP8_NARROW (64x128x256)
     (2048, 1024, 512, dict(block_m=256, block_n=128)),
-    (1000, 3000, 777, {}),  # ragged, rows of 777 bytes: the producer's threads copy A and B
+    (1000, 3000, 777, {}),  # ragged, rows of 777 bytes: the producer's threads copy A and B (fp8_pick: FP8_NARROW)
+    (1000, 3000, 777, dict(block_m=128, block_n=256)),  # the same with FP8_DEFAULT's tiles
     (300, 200, 256, dict(block_m=64, block_n=128, threads=128, num_stages=3)),
     # the swapped product (C^T = B A^T, both K-major): 16 tokens on n16; 5 tokens on two warpgroups, ragged K
     (16, 4096, 4096, dict(block_m=16, block_n=64, threads=128, num_stages=8, swap=True)),
