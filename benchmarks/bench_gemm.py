@@ -481,10 +481,7 @@ def fp8_configs(text: str) -> dict[str, dict]:
     """`--fp8-configs`: entry -> gemm_fp8's keyword arguments (parse_config's, of those gemm_fp8 takes)."""
     out = {}
     for entry in filter(None, text.split(",")):
-        if entry == "table":  # gemm_fp8() without tile arguments: gemm_table.fp8_pick
-            out[entry] = {}
-            continue
-        cfg, switches = parse_config(entry)
+        cfg, switches = parse_entry(entry)  # `table`: gemm_fp8() without tile arguments (gemm_table.fp8_pick)
         extra = sorted(set(cfg) - FP8_ARGUMENTS) + [name for _, name in switches]
         if extra:
             raise ValueError(f"--fp8-configs {entry!r}: examples/gemm_fp8.py takes no {', '.join(extra)} (tiles, "
