@@ -70,7 +70,8 @@ def skinny_estimates(m: int, n: int, k: int) -> dict[str, float]:
 def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
     """The --configs entries to time at one shape, the table's pick first ("table" marks it);
     `--configs table`: the pick alone (what `gemm()` without tile arguments runs); `table` in a list of entries
-    stands for the pick there (and `tuned` for gemm(autotune=True)); `--configs skinny`: the pick, then every
+    stands for the pick there (and `tuned` for gemm(autotune=True), `swapped` for the swapped product's tiles at the
+    shape: per_shape_entry); `--configs skinny`: the pick, then every
     candidate of the skinny estimate (skinny_estimates), so that one run measures what the estimate weighs, after the
     swapped product (unsplit and split in two) where A has at most SWAP_MAX_M rows."""
     pick = pick_config(m, n, k, jnp.bfloat16, device_sm_count())
@@ -78,7 +79,9 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
         swapped = [replace(swapped_config(m), split_k=s).describe() for s in (1, 2)] if m <= SWAP_MAX_M else []
         return [pick.describe() + "/table", *swapped, *(e for e in skinny_estimates(m, n, k) if e != pick.describe())]
     if text not in ("auto", "table"):
-        return [pick.describe() + "/table" if entry == "table" else entry for entry in text.split(",")]
+        entries = (pick.describe() + "/table" if entry == "table" else per_shape_entry(entry, m)
+                   for entry in text.split(","))
+        return [entry for entry in entries if entry is not None]
     out = [pick.describe() + "/table"]
     if text == "table":
         return out
@@ -88,6 +91,21 @@ def shape_configs(text: str, m: int, n: int, k: int) -> list[str]:
         out += [f"{base.describe()}/s{s}" for s in (2, 4) if f"{base.describe()}/s{s}" != pick.describe()]
         out.append(f"{base.describe()}/s4/kernel")  # the partials summed inside the kernel by each tile's last split
     return out
+
+
+def per_shape_entry(entry: str, m: int, itemsize: int = 2) -> str | None:
+    """`swapped` and `swapped/sN`: gemm_table.swapped_config at this shape's M (its tiles follow M), unsplit or split
+    along K in N, described as an entry; None where A has more rows than SWAP_MAX_M (the swapped product is not built
+    for those). Any other entry is returned as given."""
+    head, *suffixes = entry.split("/")
+    if head != "swapped":
+        return entry
+    if len(suffixes) > 1 or any(not (s.startswith("s") and s[1:].isdigit() and int(s[1:]) >= 1) for s in suffixes):
+        raise ValueError(f"config {entry!r}: `swapped` takes one split suffix at most (`swapped/s2`)")
+    if m > SWAP_MAX_M:
+        return None
+    split = int(suffixes[0][1:]) if suffixes else 1
+    return replace(swapped_config(m, itemsize), split_k=split).describe()
 
 
 def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:

@@ -53,7 +53,9 @@ and power (NVML) sampled while each runner runs, and the energy per product (ben
 `--configs table` times only the table's pick at each shape (the issue's sweep as a user runs it); `--configs
 table,tuned` also `gemm(autotune=True)`'s choice (the tuner's lines on stderr say which it took and why);
 `--configs skinny` the pick and every candidate of the table's skinny estimate, each estimate printed first (to
-check or recalibrate gemm_table.BLOCK_S_PER_K against one run);
+check or recalibrate gemm_table.BLOCK_S_PER_K against one run); in a list, `swapped` and `swapped/s2` stand for the
+swapped product's tiles at each shape's M (gemm_table.swapped_config; left out above 64 rows), in `--fp8-configs`
+`swapped` likewise;
 `--configs auto` (the default) times at each shape the tile table's pick (codegen/gemm_table.py;
 the row marked `/table`: `gemm()` called with no tile arguments), the CANDIDATES (non-persistent
 128x256, persistent 256x192 (its epilogue through the ring's last stages), 128x256 and 128x192 ping-pong, two
@@ -109,6 +111,7 @@ from _gemm_configs import (  # noqa: F401 (the sets and parsers are bench_gemm's
     SWITCHES,
     parse_config,
     parse_entry,
+    per_shape_entry,
     shape_configs,
     shape_list,
     skinny_estimates,
@@ -368,7 +371,8 @@ def main() -> None:
     ap.add_argument("--fp8-shapes", default=FP8_SHAPES, help="shapes of the FP8 e4m3 comparison ('' for none)")
     ap.add_argument("--fp8-configs", default=FP8_CONFIGS,
                     help="examples/gemm_fp8.py's tiles to time, --configs entries (tN and swap suffixes only; "
-                         "`table`: gemm_fp8() without tile arguments; `tuned`: gemm_fp8(autotune=True))")
+                         "`table`: gemm_fp8() without tile arguments; `tuned`: gemm_fp8(autotune=True); "
+                         "`swapped`: the swapped product's tiles at each shape up to 64 rows)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "
@@ -481,6 +485,9 @@ def fp8_configs(text: str) -> dict[str, dict]:
     """`--fp8-configs`: entry -> gemm_fp8's keyword arguments (parse_config's, of those gemm_fp8 takes)."""
     out = {}
     for entry in filter(None, text.split(",")):
+        if entry == "swapped":  # the swapped product's tiles at each shape's M (fp8_shape_configs)
+            out[entry] = {"swap": True}
+            continue
         cfg, switches = parse_entry(entry)  # `table`: gemm_fp8() without tile arguments (gemm_table.fp8_pick)
         extra = sorted(set(cfg) - FP8_ARGUMENTS) + [name for _, name in switches]
         if extra:
@@ -489,6 +496,19 @@ def fp8_configs(text: str) -> dict[str, dict]:
         out[entry] = cfg
     if not out:
         raise ValueError("--fp8-configs names no configuration")
+    return out
+
+
+def fp8_shape_configs(configs: dict[str, dict], m: int) -> dict[str, dict]:
+    """The --fp8-configs entries at a shape of M rows: `swapped` becomes gemm_table.swapped_config's FP8 tiles there
+    (left out above SWAP_MAX_M rows), every other entry as parsed."""
+    out = {}
+    for entry, cfg in configs.items():
+        if entry == "swapped":
+            if (tiles := per_shape_entry(entry, m, itemsize=1)) is not None:
+                out[tiles] = parse_config(tiles)[0]
+        else:
+            out[entry] = cfg
     return out
 
 
@@ -505,7 +525,8 @@ def _fp8_rows(shape: str, configs: dict, torch, args) -> list:
     b8, sb = quantize(rng.standard_normal((n, k)).astype(np.float32), fp8)
     a16 = jnp.asarray(a8.astype(np.float32), jnp.bfloat16)  # the same values (e4m3 fits in bf16)
     b16 = jnp.asarray(b8.astype(np.float32).T, jnp.bfloat16)
-    ours8 = {f"ts fp8 {entry}": gemm_fp8(m, n, k, fp8, **cfg) for entry, cfg in args.fp8_configs.items()}
+    ours8 = {f"ts fp8 {entry}": gemm_fp8(m, n, k, fp8, **cfg)
+             for entry, cfg in fp8_shape_configs(args.fp8_configs, m).items()}
     ja8, jb8, jsa, jsb = (jnp.asarray(x) for x in (a8, b8, sa, sb))
     reps = whole_iterations(args.reps)
     runners = {}

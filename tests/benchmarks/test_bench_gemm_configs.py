@@ -4,6 +4,8 @@ keyword arguments gemm() takes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.benchmarks import load_bench
@@ -79,6 +81,29 @@ def test_skinny_at_a_few_tokens_times_the_swapped_product_too():
                                           split_k=2, swap=True)
     assert swapped_config(16).describe() == got[1]
     assert not any(entry.endswith("/swap") for entry in bench.shape_configs("skinny", 128, 4096, 4096))
+
+
+def test_swapped_in_a_list_takes_the_swapped_tiles_of_each_shape():
+    """`swapped` and `swapped/sN` follow the shape's M (swapped_config's tiles), are left out above SWAP_MAX_M rows,
+    and take no other suffix; in --fp8-configs `swapped` takes the FP8 tiles (itemsize 1) at each shape."""
+    from jax_tilescale.codegen.gemm_table import SWAP_MAX_M, swapped_config
+
+    bench = load_bench("bench_gemm")
+    for m in (1, 16, 32, SWAP_MAX_M):
+        got = bench.shape_configs("table,swapped,swapped/s2", m, 4096, 4096)
+        assert got[1:] == [swapped_config(m).describe(), replace(swapped_config(m), split_k=2).describe()]
+        cfg, _ = bench.parse_config(got[2])
+        assert cfg["swap"] and cfg["split_k"] == 2 and cfg["block_m"] == swapped_config(m).block_m
+    assert bench.shape_configs("table,swapped", SWAP_MAX_M + 1, 4096, 4096) == [
+        bench.shape_configs("table", SWAP_MAX_M + 1, 4096, 4096)[0]]
+    with pytest.raises(ValueError, match="one split suffix"):
+        bench.shape_configs("swapped/p", 16, 4096, 4096)
+    parsed = bench.fp8_configs("table,swapped")
+    at_32 = bench.fp8_shape_configs(parsed, 32)
+    assert at_32 == {"table": {}, swapped_config(32, 1).describe(): bench.parse_config(
+        swapped_config(32, 1).describe())[0]}
+    assert swapped_config(32, 1) != swapped_config(32)  # FP8's k-step holds twice the elements
+    assert bench.fp8_shape_configs(parsed, 128) == {"table": {}}
 
 
 def test_fp8_configs_parse_into_gemm_fp8_arguments_and_the_rest_is_refused():
