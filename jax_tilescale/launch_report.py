@@ -92,15 +92,17 @@ def write_failure_record(messages: Sequence[str], status: int | None = None, pat
 
 
 def exception_messages(exc: BaseException) -> list[str]:
-    """The last line of each exception of a chain as its traceback shows it (`raise ... from`, or raised while
-    handling another, unless `from None`), outermost first."""
+    """Each exception of a chain as its traceback's last lines show it, every line of its message (`raise ... from`,
+    or raised while handling another, unless `from None`), outermost first. Whole messages, not their last lines:
+    JAX's errors put the status first ("UNAVAILABLE: Socket closed") and gRPC's details after it, and the status is
+    what says that the coordinator's process had gone (knock_on_reason)."""
     out: list[str] = []
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen and len(out) < 8:
         seen.add(id(e))
-        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-        out.append(text.strip().splitlines()[-1] if text.strip() else type(e).__name__)
+        text = f"{type(e).__name__}: {e}".strip() if str(e).strip() else type(e).__name__
+        out.append(text)
         e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
     return out
 

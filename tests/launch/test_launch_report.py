@@ -145,6 +145,23 @@ def test_failure_records_round_trip(tmp_path, monkeypatch):
         assert exception_messages(e) == ["RuntimeError: step 9 failed"]  # as its traceback shows it
 
 
+def test_a_multi_line_message_is_recorded_whole_so_its_status_line_counts():
+    """JAX's error when the coordinator's process is gone: the status on the first line, gRPC's details after it
+    (seen in CI and reproduced, 2026-12-05: with only the last line recorded the rank was blamed instead of the
+    rank whose SIGKILL took the coordinator with it)."""
+    text = ("UNAVAILABLE: Socket closed\nAdditional GRPC error information from remote target coordination_service "
+            "while calling /xla.coordination.CoordinationService/GetKeyValueDir:\n:UNKNOWN:Error received from peer "
+            ' {grpc_status:14, grpc_message:"Socket closed"}')
+    try:
+        raise RuntimeError(text)
+    except RuntimeError as e:
+        messages = exception_messages(e)
+    assert messages == [f"RuntimeError: {text}"]
+    assert knock_on_reason(Outcome(1, 1, messages=tuple(messages))) == "UNAVAILABLE: Socket closed"
+    killed = Outcome(0, -signal.SIGKILL, exit_time=1.2)
+    assert first_failure([killed, Outcome(1, 1, record_time=1.1, messages=tuple(messages))]) is killed
+
+
 def test_noise_of_a_check_failure_is_left_out_of_the_report():
     assert is_noise("    @     0x7f46c3c40634  absl::log_internal::LogMessage::SendToLog()")
     assert is_noise("*** Check failure stack trace: ***")
