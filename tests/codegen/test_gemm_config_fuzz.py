@@ -146,6 +146,7 @@ def test_random_accepted_configurations_run_their_generated_hopper_code():
     range that take the Hopper lowering at random small shapes (every edge ragged, rows TMA cannot address
     included) run on the CPU emulator of that code (tests/codegen/emulator: the TMA boxes, descriptors, the ring's
     barriers, ping-pong turns, the epilogue) and compute A @ B, or split-K's partials, exactly on integer data."""
+    import dataclasses
     from concurrent.futures import ThreadPoolExecutor
 
     import numpy as np
@@ -162,7 +163,11 @@ def test_random_accepted_configurations_run_their_generated_hopper_code():
         cfg = GemmConfig(block_m=rng.choice([64, 128, 192, 256]), block_n=rng.choice([64, 96, 128, 160, 192, 208, 256]),
                          block_k=rng.choice([32, 64, 128]), threads=rng.choice([128, 256, 384]),
                          num_stages=rng.choice([2, 3, 4, 6]), persistent=persistent,
-                         pingpong=persistent and rng.random() < 0.4, split_k=rng.choice([1, 1, 1, 2, 3]))
+                         pingpong=persistent and rng.random() < 0.4, split_k=rng.choice([1, 1, 1, 2, 3]),
+                         group_m=rng.choice([1, 2, 8]))
+        if rng.random() < 0.2:  # the swapped product: a few tokens on wgmma's n, one tile a block
+            cfg = dataclasses.replace(cfg, swap=True, block_m=rng.choice([8, 16, 24, 40, 64]), persistent=False,
+                                      pingpong=False)
         # half the sizes multiples of 8 (rows of 16 bytes: TMA), the others any (rows copied by the producer's threads)
         shape = tuple(rng.choice([rng.randint(1, 400), 8 * rng.randint(1, 50)]) for _ in range(3))
         dtype = rng.choice([jnp.bfloat16, jnp.float16])
@@ -173,6 +178,7 @@ def test_random_accepted_configurations_run_their_generated_hopper_code():
             continue  # refused, saying what to take: the sweeps above
         if mod.arch == "sm_90a" and not mod.notes:  # the Hopper lowering as planned (other paths: the sweeps above)
             cases.append((cfg, shape, dtype, case))
+    assert any(cfg.swap for cfg, *_ in cases) and any(cfg.pingpong for cfg, *_ in cases), [c[0] for c in cases]
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda c: run_emulated(c[3], seed=sum(c[1])), cases))
     for (cfg, shape, dtype, _), run in zip(cases, runs, strict=True):
