@@ -125,11 +125,15 @@ NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, gro
 # blocks make one wave or less (skinny_pick): H100, thirty-third session, loop / graph x XLA against NARROW_K128's
 # pick: 16 x 4096 x 4096 0.77 / 0.76 against 0.60 / 0.50 (split in two), 16 x 6144 x 4096 0.94 / 0.93 against
 # 0.90 / 0.86, 16 x 4096 x 14336 0.96 / 0.95 against 0.95 / 0.93 (split); at 16 x 14336 x 4096 (224 blocks, two
-# waves) 0.96 / 0.95 against unsplit NARROW_K128's 1.00 / 0.98, which stays. Above 16 rows: gemm(swap=True) and
-# autotune's candidates (not timed there)
+# waves) 0.96 / 0.95 against unsplit NARROW_K128's 1.00 / 0.98, which stays. Thirty-fourth session (H100, same
+# form): 32 x 4096 x 4096 swapped 0.79 / 0.78 against the pick then (NARROW_K128 split in two) 0.65 / 0.57; at 64 rows
+# level (64 x 4096 x 4096 1.09 / 1.19 against 1.00-1.16 / 1.23-1.27), so NARROW_K128 keeps those; 32 x 14336 x 4096
+# (two waves) 0.99 / 0.98 against NARROW_K128's 1.05 / 1.04. Above SWAP_PICK_M rows: gemm(swap=True) and autotune's
+# candidates. FP8 keeps 16 (FP8_SWAP_PICK_M): at 32 x 4096 x 4096 swapped and FP8_NARROW were level within a noisy run
 SWAPPED = GemmConfig(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, group_m=1, swap=True)
 SWAP_MAX_M = 64
-SWAP_PICK_M = 16
+SWAP_PICK_M = 32
+FP8_SWAP_PICK_M = 16
 SWAP_BYTES_IN_FLIGHT = 192 * 1024
 SWAP_MAX_STAGES = 10
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
@@ -316,13 +320,13 @@ FP8_MID = GemmConfig(block_m=128, block_n=128, block_k=128, num_stages=6, thread
 
 def fp8_pick(m: int, n: int, k: int, sm_count: int = HOPPER_SMS) -> GemmConfig:
     """The configuration `gemm_fp8()` takes without tile arguments: FP8_DEFAULT where its tiles make a wave or more;
-    with fewer, the swapped product up to SWAP_PICK_M rows of A where its blocks make at most a wave, else
+    with fewer, the swapped product up to FP8_SWAP_PICK_M rows of A where its blocks make at most a wave, else
     FP8_NARROW. H100, thirty-third session, loop / graph x torch._scaled_mm: 16 x 4096 x 4096 swapped 1.22 / 1.44,
     FP8_NARROW 1.01 / 1.14, FP8_DEFAULT 0.66 / 0.70; 16 x 14336 x 4096 (224 swapped blocks) FP8_NARROW 1.22 / 1.24,
     swapped 1.14 / 1.16, FP8_DEFAULT 1.11 / 1.08."""
     if tiles_of(m, n, FP8_DEFAULT) >= sm_count:
         return FP8_DEFAULT
-    if m <= SWAP_PICK_M and tiles_of(m, n, swapped_config(m, itemsize=1)) <= sm_count:
+    if m <= FP8_SWAP_PICK_M and tiles_of(m, n, swapped_config(m, itemsize=1)) <= sm_count:
         return swapped_config(m, itemsize=1)
     return FP8_NARROW
 
