@@ -401,7 +401,9 @@ class Sm90Plan(TensorCorePlan):
 
 
 def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpec], consumers: int,
-               landing: frozenset[Buffer]) -> GemmLoop | str:
+               landing: frozenset[Buffer], tile_holders: int) -> GemmLoop | str:
+    """The loop's plan, or why not. `tile_holders`: the consumer warpgroups whose m64 slabs make up one tile (all of
+    them; one where the kernel asks for ping-pong, each warpgroup holding whole tiles: rechecked if it is refused)."""
     if loop.num_stages is None:
         return "not a T.Pipelined loop"
     step = match_gemm_step(loop, WGMMA_INPUT_TYPES, "wgmma",
@@ -411,8 +413,8 @@ def _plan_loop(loop: Loop, index: int, kernel: KernelIR, maps: list[TensorMapSpe
     if isinstance(step, str):
         return step
     g, a, b, m, n, k = step
-    if m % (64 * consumers):
-        return tile_advice(m, n, consumers, kernel.blocks_per_sm)
+    if m % (64 * tile_holders):
+        return tile_advice(m, n, tile_holders, kernel.blocks_per_sm)
     if n > 256 or n % 8:
         return f"N tile {n} is not a multiple of 8 up to 256: take one (a multiple of 64 keeps 128-byte swizzles)"
     if not wgmma_fits_launch(n, consumers, kernel.blocks_per_sm):
@@ -457,6 +459,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     if kernel.threads % WARPGROUP or kernel.threads > 4 * WARPGROUP:
         return None, [f"threads={kernel.threads} is not 128, 256, 384 or 512"]
     consumers = kernel.threads // WARPGROUP
+    # ping-pong asked for: each warpgroup would hold whole tiles, so a 64-row tile on two warpgroups may plan
+    tile_holders = 1 if kernel.pingpong and consumers == 2 and not communicates else consumers
     maps: list[TensorMapSpec] = []
     loops: list[GemmLoop] = []
     for loop in pipelined:
@@ -464,7 +468,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         if isinstance(nest, str):
             reasons.append(f"loop at {loop.loc}: {nest}")
             continue
-        got = _plan_loop(loop, len(loops), kernel, maps, consumers, landing)
+        got = _plan_loop(loop, len(loops), kernel, maps, consumers, landing, tile_holders)
         if isinstance(got, str):
             reasons.append(f"loop at {loop.loc}: {got}")
         else:
@@ -501,6 +505,10 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
     if isinstance(pingpong, str):  # asked for and not possible: the shared schedule, and the header says why
         notes.append(pingpong)
         pingpong = None
+    split = [gl for gl in loops if gl.m % (64 * consumers)]  # planned for ping-pong's whole tiles, shared after all
+    if pingpong is None and split:
+        advice = [f"loop at {gl.loop.loc}: {tile_advice(gl.m, gl.n, consumers, kernel.blocks_per_sm)}" for gl in split]
+        return None, [*reasons, *notes, *advice]
     # ping-pong: each consumer warpgroup holds whole tiles (all the m64 slabs) and stages its own
     slabs = {gl.acc: gl.m // 64 // (1 if pingpong else consumers) for gl in loops}
     notes += [spill_note(gl.m, gl.n, slabs[gl.acc], consumers, kernel.blocks_per_sm) for gl in loops

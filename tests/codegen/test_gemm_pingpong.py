@@ -93,6 +93,7 @@ def test_the_turn_at_the_last_stage_when_asked(monkeypatch):
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=3)),  # 192 accumulators per thread
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4)),  # the table's: staging boxes in rounds
     (1000, 3000, 777, dict(block_m=128, block_n=128, num_stages=4)),  # A thread-copied, ragged C
+    (16384, 8192, 1024, dict(block_m=64, block_n=256, num_stages=4)),  # one m64n256 slab a warpgroup
 ])
 def test_builds_without_spills(m, n, k, cfg):
     mod = _module(m, n, k, **cfg)
@@ -116,6 +117,19 @@ def test_not_taken_without_a_tile_loop():
     kern = gemm_example.gemm(4096, 4096, 4096, jnp.dtype(BF16), block_m=128, block_n=128, pingpong=True)
     mod = generate_cuda(kern.trace(S((4096, 4096), BF16), S((4096, 4096), BF16)), "sm_90")
     assert any("not inside a serial tile loop" in note for note in mod.notes), mod.notes
+
+
+def test_a_64_row_tile_takes_wgmma_with_ping_pong_and_says_why_not_without():
+    """Each ping-pong warpgroup holds whole tiles, so 64-row tiles on two consumer warpgroups plan (one m64 slab a
+    warpgroup; exact on the emulator: tests/codegen/test_gemm_sm90_emulated.py); where ping-pong is then not taken
+    the shared schedule would split 64 rows over two warpgroups: off wgmma, the notes saying both whys."""
+    mod = _module(1000, 3000, 777, block_m=64, block_n=256, num_stages=4)
+    assert mod.arch == "sm_90a" and not mod.notes and "ts_named_arrive" in _consumer(mod), mod.notes
+    kern = gemm_example.gemm(4096, 4096, 4096, jnp.dtype(BF16), block_m=64, block_n=128, pingpong=True)
+    mod = generate_cuda(kern.trace(S((4096, 4096), BF16), S((4096, 4096), BF16)), "sm_90")
+    assert mod.arch != "sm_90a", mod.notes
+    assert any("not inside a serial tile loop" in note for note in mod.notes), mod.notes
+    assert any("M tile 64 is not a multiple of 64 x 2 consumer warpgroups" in note for note in mod.notes), mod.notes
 
 
 def test_pingpong_must_be_a_bool():

@@ -62,6 +62,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "WIDE ragged, 6 tiles on 4 blocks": lambda: example(300, 500, 200, WIDE),
     "PERSISTENT 128x192 ping-pong": lambda: example(300, 400, 200, PERSISTENT),
     "PERSISTENT ping-pong, 4 x 4 tiles": lambda: example(512, 768, 256, PERSISTENT),
+    "ping-pong 64x256, one m64 slab a warpgroup, ragged": lambda: example(300, 700, 200, GemmConfig(
+        block_m=64, block_n=256, num_stages=4, persistent=True, pingpong=True)),
     "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
