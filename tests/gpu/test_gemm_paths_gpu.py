@@ -208,6 +208,7 @@ def test_table_pick_on_a_persistent_grid_matches_dot(m, n, k):
     (1000, 3000, 777, dict(block_m=128, block_n=192, num_stages=4, num_sms=5)),
     (16384, 8192, 1024, dict(block_m=128, block_n=128, num_stages=6)),
     (2048, 3000, 8192, dict(block_m=128, block_n=192, num_stages=4, group_m=16)),  # 128 k-steps a tile, ragged N
+    (1000, 3000, 777, dict(block_m=64, block_n=256, num_stages=4, num_sms=9)),  # one m64n256 slab a warpgroup
 ])
 def test_pingpong_persistent_matches_dot(m, n, k, cfg):
     """Ping-pong consumers (codegen/gemm_sm90_pingpong.py, asked for): each warpgroup's tiles land
