@@ -97,15 +97,14 @@ def per_shape_entry(entry: str, m: int, itemsize: int = 2) -> str | None:
     """`swapped` and `swapped/sN`: gemm_table.swapped_config at this shape's M (its tiles follow M), unsplit or split
     along K in N, described as an entry; None where A has more rows than SWAP_MAX_M (the swapped product is not built
     for those). Any other entry is returned as given."""
-    head, *suffixes = entry.split("/")
-    if head != "swapped":
+    if entry.split("/")[0] != "swapped":
         return entry
-    if len(suffixes) > 1 or any(not (s.startswith("s") and s[1:].isdigit() and int(s[1:]) >= 1) for s in suffixes):
+    found = re.fullmatch(r"swapped(?:/s([1-9]\d*))?", entry)
+    if found is None:
         raise ValueError(f"config {entry!r}: `swapped` takes one split suffix at most (`swapped/s2`)")
     if m > SWAP_MAX_M:
         return None
-    split = int(suffixes[0][1:]) if suffixes else 1
-    return replace(swapped_config(m, itemsize), split_k=split).describe()
+    return replace(swapped_config(m, itemsize), split_k=int(found.group(1) or 1)).describe()
 
 
 def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:

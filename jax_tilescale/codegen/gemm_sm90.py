@@ -97,7 +97,7 @@ from .gemm_sm90_load import (
 )
 from .gemm_sm90_multicast import pair_shares
 from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
-from .gemm_sm90_pingpong import PingPong, plan_pingpong
+from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpong
 from .gemm_sm90_probe import extra_reads_lines
 from .gemm_sm90_store import (
     TmaStore,
@@ -460,7 +460,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         return None, [f"threads={kernel.threads} is not 128, 256, 384 or 512"]
     consumers = kernel.threads // WARPGROUP
     # ping-pong asked for: each warpgroup would hold whole tiles, so a 64-row tile on two warpgroups may plan
-    tile_holders = 1 if kernel.pingpong and consumers == 2 and not communicates else consumers
+    tile_holders = 1 if asks_pingpong_it_may_take(kernel, consumers, communicates) else consumers
     maps: list[TensorMapSpec] = []
     loops: list[GemmLoop] = []
     for loop in pipelined:

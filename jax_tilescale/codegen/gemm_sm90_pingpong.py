@@ -129,13 +129,19 @@ class PingPong:
         return condition(self.guard.cond, printer, self.guard.loc)
 
 
+def asks_pingpong_it_may_take(kernel: KernelIR, consumers: int, communicates: bool) -> bool:
+    """Whether the kernel asks for ping-pong with its block's first conditions met (two consumer warpgroups, no
+    communication): the loops are then planned with whole tiles a warpgroup, and plan_pingpong says the rest."""
+    return bool(kernel.pingpong) and consumers == 2 and not communicates
+
+
 def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, communicates: bool) -> PingPong | str | None:
     """The ping-pong schedule of the kernel's tile loop when the kernel asks for it and every condition
     of the module doc holds; None when not asked, else why not (a note in the generated header)."""
     if not kernel.pingpong:
         return None
     no = "pingpong=True not taken: "
-    if communicates or consumers != 2 or len(loops) != 1:
+    if not asks_pingpong_it_may_take(kernel, consumers, communicates) or len(loops) != 1:
         return no + "it needs a kernel that does not communicate, 256 threads and one pipelined loop"
     gl = loops[0]
     if not gl.nest or not isinstance(gl.nest[0], Loop) or gl.nest[0].num_stages is not None:
