@@ -156,8 +156,9 @@ if [ "$NGPU" -ge 2 ]; then
   done
 else  # one GPU: what needs two PEs runs as two processes on it
   # -v: the launcher prints whole lines, so -q's dots would stay hidden until a line of them is full.
+  # --durations: the whole of it ran 566 s of its 580 on an H100 (2026-12-05): the slowest tests, to split or trim.
   step gpu_tests_2pe shared_two_pes 29611 580 -m pytest tests/gpu -m multi_pe -v -rs -o addopts="" \
-    -p no:cacheprovider
+    -p no:cacheprovider --durations=15
   port=29621
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \

@@ -128,11 +128,14 @@ NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, gro
 # waves) 0.96 / 0.95 against unsplit NARROW_K128's 1.00 / 0.98, which stays. Thirty-fourth session (H100, same
 # form): 32 x 4096 x 4096 swapped 0.79 / 0.78 against the pick then (NARROW_K128 split in two) 0.65 / 0.57; at 64 rows
 # level (64 x 4096 x 4096 1.09 / 1.19 against 1.00-1.16 / 1.23-1.27), so NARROW_K128 keeps those; 32 x 14336 x 4096
-# (two waves) 0.99 / 0.98 against NARROW_K128's 1.05 / 1.04. Above SWAP_PICK_M rows: gemm(swap=True) and autotune's
-# candidates. FP8 keeps 16 (FP8_SWAP_PICK_M): at 32 x 4096 x 4096 swapped and FP8_NARROW were level within a noisy run
+# (two waves) 0.99 / 0.98 against NARROW_K128's 1.05 / 1.04. Thirty-fifth session (H100, same form, 5 rounds): 48 x
+# 4096 x 4096 swapped 1.08 / 1.05 against the pick then (NARROW_K128 split in two) 0.84 / 0.93 and unsplit 1.01 /
+# 0.99; 56 x 4096 x 4096 0.95 / 1.05 against 0.77 / 0.96 and 0.91 / 1.01: so up to 56 rows (SWAP_PICK_M), and 64
+# rows stay NARROW_K128's. Above SWAP_PICK_M rows: gemm(swap=True) and autotune's candidates. FP8 keeps 16
+# (FP8_SWAP_PICK_M): at 32 x 4096 x 4096 swapped and FP8_NARROW were level within a noisy run
 SWAPPED = GemmConfig(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, group_m=1, swap=True)
 SWAP_MAX_M = 64
-SWAP_PICK_M = 32
+SWAP_PICK_M = 56
 FP8_SWAP_PICK_M = 16
 SWAP_BYTES_IN_FLIGHT = 192 * 1024
 SWAP_MAX_STAGES = 10

@@ -150,12 +150,13 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     # 224 tiles of 64x128 would take two waves; 112 of 64x256 one, unsplit (no partials to sum)
     assert pick_config(128, 14336, 4096, jnp.bfloat16, 132) == NARROW_WIDE
     assert pick_config(128, 6144, 4096, jnp.bfloat16, 132) == NARROW_K128  # 96 of 64x128: no split, no partials
-    # up to 32 tokens the swapped product where its blocks make a wave (64 and 96 here), else the estimate's pick
+    # up to 56 tokens the swapped product where its blocks make a wave (64 and 96 here), else the estimate's pick
     assert pick_config(16, 4096, 4096, jnp.bfloat16, 132) == swapped_config(16)
     assert pick_config(5, 6144, 4096, jnp.bfloat16, 132) == swapped_config(5)
     assert pick_config(32, 4096, 14336, jnp.bfloat16, 132) == swapped_config(32)
     assert pick_config(16, 14336, 4096, jnp.bfloat16, 132) == NARROW_K128  # 224 swapped blocks: two waves
-    assert not pick_config(33, 4096, 4096, jnp.bfloat16, 132).swap  # above 32 tokens: level with NARROW_K128 at 64
+    assert pick_config(56, 4096, 4096, jnp.bfloat16, 132) == swapped_config(56)
+    assert not pick_config(57, 4096, 4096, jnp.bfloat16, 132).swap  # above 56 tokens: level with NARROW_K128 at 64
     assert fp8_pick(16, 4096, 4096).swap and not fp8_pick(17, 4096, 4096).swap  # FP8: up to 16 (FP8_SWAP_PICK_M)
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
     assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW_K128

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
-from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, pick_config
+from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, SWAP_PICK_M, pick_config
 from tests.codegen.kernels import scaled_relu_gemm, started_gemm
 from tests.conftest import load_example
 
@@ -155,13 +155,14 @@ def test_persistent_matches_dot(m, n, k, cfg):
     (16, 6144, 4096),  # a few tokens: the swapped product, 96 blocks of 64 of B's columns
     (16, 14336, 4096),  # a few tokens but two waves of swapped blocks: NARROW_K128 unsplit
     (32, 4096, 4096),  # 32 tokens: the swapped product on n32, 64 blocks
+    (56, 3000, 4096),  # 56 tokens, ragged N: the swapped product on n56, 47 blocks
 ])
 def test_table_pick_for_skinny_products_matches_dot(m, n, k):
     """gemm() with no tile arguments at skinny shapes (codegen/gemm_table.skinny_pick), against the float64 product
     of random data, and bit-identical on a second run (a split's partials are summed in split order)."""
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), num_sms=132)
     cfg = pick_config(m, n, k, jnp.bfloat16, 132)
-    assert (cfg.block_m == m) == cfg.swap == (m <= 32 and n < 14336), cfg
+    assert (cfg.block_m == m) == cfg.swap == (m <= SWAP_PICK_M and n < 14336), cfg
     assert isinstance(kern, gemm_example.SplitK) == (cfg.split_k > 1), cfg
     a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
     first = jax.jit(kern)(a, b)
