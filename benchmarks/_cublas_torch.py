@@ -46,11 +46,12 @@ def cuda_graph_of(torch, body):
     return graph
 
 
-def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
+def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None, cold: int = 0) -> dict:
     """(loop, calls) runners of cuBLAS through torch on the same data: `reps` products, each
     reduced to one element and recorded as one CUDA graph (loop) or kept whole, eager calls (calls).
     `fp8`: (a8, b8, sa, sb) numpy arrays for torch._scaled_mm (B passed column-major, as it requires),
-    bf16 output."""
+    bf16 output. `cold` (bf16 only): also a graph runner whose products read `cold` copies of the operands in turn
+    (bench_gemm's `--cold`)."""
     import numpy as np
 
     if fp8 is None:
@@ -73,18 +74,21 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
         for _ in range(reps):
             acc.add_(product()[0, 0].float())
 
-    loop_graph = cuda_graph_of(torch, body)
+    runners = {}
+    if cold:
+        if fp8 is not None:
+            raise ValueError("cold copies are for the bf16 products")
+        copies = [(ta.clone(), tb.clone()) for _ in range(cold)]
 
-    def loop(*_):
-        # the `reps` iterations recorded as one CUDA graph: the GPU runs them back to back as it runs XLA's
-        # jitted loop, where a Python loop of eager calls would time the host's dispatch (torch's loop took
-        # 0.057 ms a product at 2048^3 where its kernel takes ~0.027: NOTES, 2026-12-03)
-        if loop_graph is None:
-            body()
-        else:
-            loop_graph.replay()
-        torch.cuda.synchronize()
-        return jnp.float32(0)
+        def cold_body():
+            for i in range(reps):
+                acc.add_(torch.matmul(*copies[i % cold])[0, 0].float())
+
+        runners["graph"] = _replay(torch, cuda_graph_of(torch, cold_body), cold_body)
+    # the `reps` iterations recorded as one CUDA graph: the GPU runs them back to back as it runs XLA's jitted
+    # loop, where a Python loop of eager calls would time the host's dispatch (torch's loop took 0.057 ms a product
+    # at 2048^3 where its kernel takes ~0.027: NOTES, 2026-12-03)
+    loop = _replay(torch, cuda_graph_of(torch, body), body)
 
     def calls(*_):
         t0 = time.perf_counter()
@@ -94,4 +98,17 @@ def cublas_runners(torch, a, b, reps: int, fp8: tuple | None = None) -> dict:
         return jnp.float32(len(out))
 
     calls.dispatch_s = None
-    return {"loop": loop, "calls": calls}
+    return {"loop": loop, "calls": calls, **runners}
+
+
+def _replay(torch, graph, body):
+    """A runner that replays `graph` (or runs `body` where it could not be recorded) and waits for the GPU."""
+    def run(*_):
+        if graph is None:
+            body()
+        else:
+            graph.replay()
+        torch.cuda.synchronize()
+        return jnp.float32(0)
+
+    return run

@@ -21,7 +21,10 @@ that clock and temperature drift hit all alike; medians reported), each timed ru
   per-iteration host pacing (XLA's WHILE runs from the host by default) nor a recorded WHILE's per-iteration
   condition (~5 us: one product per recorded iteration measured slower than the host's loop, NOTES
   2026-12-04) is in it then. Each of our kernels' graph runs is checked to have been replayed (fewer handler
-  calls than products; the row's code column says `not replayed` otherwise);
+  calls than products; the row's code column says `not replayed` otherwise). `--cold`: each of an iteration's
+  products reads its own copy of A and B (cuBLAS's graph alike, timed apart from its loop then), so that a skinny
+  product's weight comes from HBM as in a decoder, where the same arrays stay in the 50 MiB L2 between products
+  (a 16 x 4096 x 4096 product's 32 MiB B does);
 - calls: `reps` jitted calls dispatched back to back, full outputs, each dropped when the next call is
   dispatched, the last one blocked on (they run in order on the device's stream). Blocking on all of them at
   the end cost the host a few microseconds per output, which showed as 10-35% at 2048^3 (NOTES, 2026-12-03).
@@ -208,10 +211,13 @@ def finishes_in_xla(kern) -> bool:
     return getattr(kern, "reduce", None) == "xla" and getattr(kern, "splits", 1) > 1
 
 
-def graph_loop(product, reps: int, whole: bool = False):
+def graph_loop(product, reps: int, whole: bool = False, copies: list | None = None):
     """A function of (a, b) that runs `reps` products (a multiple of GRAPH_UNROLL) as the graph form (the
     docstring): GRAPH_UNROLL products per iteration of a loop XLA records as one CUDA graph. `whole`: every product's
-    whole result is carried (as loop_and_calls')."""
+    whole result is carried (as loop_and_calls'). `copies` (`cold_copies`, `--cold`): GRAPH_UNROLL (x, y) pairs that
+    the iteration's products read in place of a and b, one pair each."""
+    if copies is not None and len(copies) != GRAPH_UNROLL:
+        raise ValueError(f"the graph form's products read {GRAPH_UNROLL} pairs of operands, not {len(copies)}")
     if reps % GRAPH_UNROLL:
         raise ValueError(f"the graph form runs whole iterations of {GRAPH_UNROLL} products, not {reps}")
 
@@ -232,20 +238,29 @@ def graph_loop(product, reps: int, whole: bool = False):
     graph = jax.jit(unrolled, compiler_options=GRAPH_OPTIONS)
     # The same buffers through distinct parameters: XLA cannot tell the products equal, so it keeps every one
     # (with one pair of parameters its CSE merged an iteration's products into one; an optimisation barrier did
-    # not stop it), and every product reads what the others read (L2 alike, as in the other forms).
+    # not stop it), and every product reads what the others read (L2 alike, as in the other forms), unless
+    # `copies` gives each product operands of its own.
     def run(a, b):
-        return graph(*(a, b) * GRAPH_UNROLL)
+        return graph(*((a, b) * GRAPH_UNROLL if copies is None else (x for pair in copies for x in pair)))
 
     run.jitted = graph  # for tests: the compiled loop keeps GRAPH_UNROLL products
     return run
 
 
-def timing_forms(product, reps: int, whole: bool | None = None) -> dict:
+def timing_forms(product, reps: int, whole: bool | None = None, copies: list | None = None) -> dict:
     """FORMS -> a function of (a, b) running `reps` products that way (the docstring); `whole`: the loop and graph
-    forms carry each product's whole result (by default where `finishes_in_xla(product)`)."""
+    forms carry each product's whole result (by default where `finishes_in_xla(product)`); `copies`: the graph
+    form's operands, a pair a product (graph_loop)."""
     whole = finishes_in_xla(product) if whole is None else whole
     loop, calls = loop_and_calls(product, reps, whole)
-    return {"loop": loop, "graph": graph_loop(product, reps, whole), "calls": calls}
+    return {"loop": loop, "graph": graph_loop(product, reps, whole, copies), "calls": calls}
+
+
+def cold_copies(a, b) -> list:
+    """`--cold`: GRAPH_UNROLL distinct copies of (a, b), the same values in buffers of their own, so that each
+    product of the graph form's iteration reads operands no other product of it has just read: a skinny product's
+    weight then comes from HBM, as a decoder's layers' weights do, not from the L2 the products before left it in."""
+    return [(jnp.array(a, copy=True), jnp.array(b, copy=True)) for _ in range(GRAPH_UNROLL)]
 
 
 def whole_iterations(reps: int) -> int:
@@ -338,9 +353,10 @@ def round_ratios(times: dict, ref, name) -> tuple[float, float]:
 
 def graph_spreads(times: dict, t: dict, ref: str, cublas: str) -> dict:
     """Each runner's (lowest, highest) per-round ratio to `ref` in the graph form. cuBLAS's loop is a CUDA graph
-    already, so one timing serves both of its columns: its loop median fills its graph time in `t` too."""
+    already, so one timing serves both of its columns (its loop median fills its graph time in `t` too), unless it
+    was timed in a graph of its own (`--cold`)."""
     spread = {name: round_ratios(times, (ref, "graph"), (name, "graph")) for name, how in times if how == "graph"}
-    if (cublas, "loop") in times:
+    if (cublas, "loop") in times and (cublas, "graph") not in times:
         t[cublas, "graph"] = t[cublas, "loop"]
         spread[cublas] = round_ratios(times, (ref, "graph"), (cublas, "loop"))
     return spread
@@ -374,6 +390,9 @@ def main() -> None:
                          "`table`: gemm_fp8() without tile arguments; `tuned`: gemm_fp8(autotune=True); "
                          "`swapped`: the swapped product's tiles at each shape up to 64 rows)")
     ap.add_argument("--no-torch", action="store_true", help="leave cuBLAS through torch out")
+    ap.add_argument("--cold", action="store_true",
+                    help="the graph column's products each read their own copy of A and B (GRAPH_UNROLL copies; "
+                         "cuBLAS's graph column likewise): operands from HBM, not from L2 (bf16 table only)")
     ap.add_argument("--trace", action="store_true",
                     help="after the rounds, trace each loop (jax.profiler: --heat seconds of it, then the loop that "
                          "is read; XLA's first and last) and report the GPU's own time per product: kernel duration "
@@ -395,6 +414,9 @@ def main() -> None:
     torch = None if args.no_torch else torch_cuda()
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; "
           f"cuBLAS through torch: {torch.__version__ if torch else 'not available'}")
+    if args.cold:
+        print(f"--cold: the graph column's products read {GRAPH_UNROLL} copies of A and B in turn (from HBM where "
+              f"the copies exceed the L2); the loop and calls columns read one pair (L2-warm where it fits)")
     rows, trace_rows, power_rows = [], [], []
     sampler = None
     if args.power:
@@ -425,13 +447,14 @@ def main() -> None:
         kernels = {(f"ts {c}" + ("" if low == "auto" else f" {low}"), low, c): gemm(m, n, k, jnp.bfloat16, **cfg)
                    for c, (cfg, _) in configs.items() for low in lowerings}
         runners = {}
+        copies = cold_copies(a, b) if args.cold else None
         for name, product in [(XLA, lambda x, y: x @ y), *((key[0], kv) for key, kv in kernels.items())]:
-            runners.update({(name, how): run for how, run in timing_forms(product, reps).items()})
+            runners.update({(name, how): run for how, run in timing_forms(product, reps, copies=copies).items()})
         for (name, low, c) in kernels:
             for how in FORMS:
                 runners[name, how] = with_settings(low, configs[c][1], runners[name, how])
         if torch is not None:
-            for how, run in cublas_runners(torch, a, b, reps).items():
+            for how, run in cublas_runners(torch, a, b, reps, cold=GRAPH_UNROLL if args.cold else 0).items():
                 runners["cuBLAS torch", how] = run
         readings: dict[tuple, list] = {}
         host: dict[tuple, list] = {}

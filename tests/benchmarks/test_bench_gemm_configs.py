@@ -164,6 +164,44 @@ def test_graph_form_keeps_every_product_and_runs_whole_iterations():
         bench.graph_loop(lambda x, y: x @ y, reps + 1)
 
 
+def test_cold_graph_form_gives_each_product_its_own_operands():
+    """`--cold`: the graph form's products read GRAPH_UNROLL pairs in turn (distinct values here, so a pair read
+    twice or not at all changes the sum); cold_copies makes buffers of their own with the same values."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    bench = load_bench("bench_gemm")
+    keys = jax.random.split(jax.random.key(5), 2 * bench.GRAPH_UNROLL)
+    pairs = [(jax.random.normal(keys[2 * j], (16, 8), jnp.float32), jax.random.normal(keys[2 * j + 1], (8, 16),
+                                                                                          jnp.float32))
+             for j in range(bench.GRAPH_UNROLL)]
+    reps = 2 * bench.GRAPH_UNROLL
+    run = bench.graph_loop(lambda x, y: x @ y, reps, copies=pairs)
+    per_iteration = sum(float(np.asarray(x, np.float64)[0] @ np.asarray(y, np.float64)[:, 0]) for x, y in pairs)
+    a, b = pairs[0]
+    got = float(run(a, b))  # a and b are not what it reads
+    assert abs(got - 2 * per_iteration) <= 1e-3 * abs(per_iteration) + 1e-3, (got, per_iteration)
+    with pytest.raises(ValueError, match=f"{bench.GRAPH_UNROLL} pairs of operands, not 3"):
+        bench.graph_loop(lambda x, y: x @ y, reps, copies=pairs[:3])
+    copies = bench.cold_copies(a, b)
+    assert len(copies) == bench.GRAPH_UNROLL
+    pointers = {x.unsafe_buffer_pointer() for pair in copies for x in pair}
+    assert len(pointers) == 2 * bench.GRAPH_UNROLL and a.unsafe_buffer_pointer() not in pointers
+    assert all(np.array_equal(x, a) and np.array_equal(y, b) for x, y in copies)
+
+
+def test_a_cublas_graph_timed_apart_keeps_its_own_column():
+    bench = load_bench("bench_gemm")
+    times = {("XLA", "graph"): [2.0, 2.0], ("cuBLAS", "loop"): [1.0, 1.0], ("cuBLAS", "graph"): [4.0, 4.0]}
+    t = {key: bench.median(v) for key, v in times.items()}
+    spread = bench.graph_spreads(times, t, "XLA", "cuBLAS")
+    assert t["cuBLAS", "graph"] == 4.0 and spread["cuBLAS"] == (0.5, 0.5)
+    del times["cuBLAS", "graph"], t["cuBLAS", "graph"]
+    spread = bench.graph_spreads(times, t, "XLA", "cuBLAS")  # one timing serves both of cuBLAS's columns
+    assert t["cuBLAS", "graph"] == 1.0 and spread["cuBLAS"] == (2.0, 2.0)
+
+
 def test_interleaved_times_give_one_figure_per_round_and_runner():
     import jax.numpy as jnp
 
