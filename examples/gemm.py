@@ -66,7 +66,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     `blocks_per_sm=2` builds it to run two blocks per SM (ts.kernel's argument; gemm_table.PAIRED,
     which the table no longer picks: benchmarks/NOTES.md). `pingpong=True` with `persistent`: the two
     consumer warpgroups take alternate tiles (ts.kernel's argument; tiles up to 128 x 192). `swap=True`: each
-    block computes its tile transposed (`swapped_kernel`: a decoder's few tokens on the tensor cores' narrow side);
+    block computes its tile transposed (`swapped_kernel`: a decoder's few tokens on the tensor cores' narrow side;
+    with `persistent`, `persistent_swapped_kernel`: block_m any multiple of 8 at 128-byte swizzle);
     without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
@@ -114,7 +115,7 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     if cfg.split_k > 1:
         return SplitK(m, n, k, dtype, cfg, split_reduce)
     if cfg.persistent:
-        return persistent_kernel(m, n, k, dtype, cfg, sms)
+        return (persistent_swapped_kernel if cfg.swap else persistent_kernel)(m, n, k, dtype, cfg, sms)
     if cfg.swap:
         return swapped_kernel(m, n, k, dtype, cfg)
     return tile_kernel(m, n, k, dtype, cfg)
@@ -184,8 +185,8 @@ def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel
 
 
 def check_swapped(cfg: GemmConfig, split_reduce: str) -> None:
-    """The forms the swapped product takes: one block per tile, or split-K partials summed by XLA; block_n on the
-    tensor cores' 64-row side (m64 slabs, shared among the consumer warpgroups), block_m on their n."""
+    """The forms the swapped product takes: one block per tile, a persistent grid, or split-K partials summed by XLA;
+    block_n on the tensor cores' 64-row side (m64 slabs, shared among the consumer warpgroups), block_m on their n."""
     warpgroups = max(1, cfg.threads // 128)
     if cfg.threads % 128 or cfg.block_n % (64 * warpgroups):
         raise ValueError(f"swap=True puts block_n on wgmma's 64-row slabs, {warpgroups} consumer warpgroup(s) at "
@@ -194,9 +195,14 @@ def check_swapped(cfg: GemmConfig, split_reduce: str) -> None:
     if cfg.block_m % 8 or cfg.block_m > 256:
         raise ValueError(f"swap=True puts block_m on wgmma's n: take block_m a multiple of 8 up to 256, not "
                          f"{cfg.block_m}")
-    if cfg.persistent or cfg.pingpong or cfg.blocks_per_sm > 1:
-        raise ValueError(f"swap=True computes one tile a block ({cfg.describe()}): take it without persistent, "
-                         f"pingpong and blocks_per_sm")
+    if cfg.pingpong or cfg.blocks_per_sm > 1:
+        # each tile leaves through one shared tile (store_transposed) that the block's threads share: ping-pong's
+        # warpgroups would meet in it, each storing its own tile
+        raise ValueError(f"swap=True stores each tile through a shared tile the whole block uses ({cfg.describe()}): "
+                         f"take it without pingpong and blocks_per_sm")
+    if cfg.persistent and cfg.split_k > 1:
+        raise ValueError(f"swap=True with split_k computes one tile a block ({cfg.describe()}): take it without "
+                         f"persistent")
     if cfg.split_k > 1 and split_reduce != "xla":
         raise ValueError(f"swap=True with split_k sums the partials in XLA, not {split_reduce!r}: take "
                          f"split_reduce='xla'")
@@ -272,6 +278,31 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
                 T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 
     return gemm_persistent
+
+
+def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
+    """persistent_kernel's grid and tile order, each tile computed transposed (swapped_product: block_n of B's
+    columns on wgmma's m64 slabs, block_m of A's rows on its n, any multiple of 8 at 128-byte swizzle) and stored
+    back the right way round through a shared tile (store_transposed). On the Hopper plan the producer loads the
+    next tile's stages while the consumers store the last one."""
+    bm, bn = cfg.block_m, cfg.block_n
+    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
+    tiles = tiles_m * tiles_n
+    blocks = min(num_sms, tiles)
+    group = group_of(tiles_m, cfg)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
+    def gemm_persistent_swapped(A, B, C):
+        Ct = T.alloc_fragment((bn, bm), jnp.float32)
+        Ct_s = T.alloc_shared((bn, bm), dtype, name="Ct_s")
+        for w in T.serial(T.ceildiv(tiles, blocks)):
+            tile = w * blocks + T.program_id(0)
+            if tile < tiles:  # the last wave has fewer tiles than blocks
+                tm, tn = grouped_tile(tile, tiles_m, tiles_n, group)
+                swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
+                store_transposed(Ct, Ct_s, C, tm * bm, tn * bn, m, n)
+
+    return gemm_persistent_swapped
 
 
 class SplitK:

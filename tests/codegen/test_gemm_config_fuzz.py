@@ -34,7 +34,7 @@ def random_configs(seed: int, count: int) -> list[tuple[dict, tuple[int, int, in
                    num_stages=rng.choice([2, 3, 4, 6]), persistent=persistent,
                    pingpong=persistent and rng.random() < 0.3, split_k=rng.choice([1, 1, 1, 2, 4]), num_sms=132)
         shape, dtype = rng.choice(SHAPES), rng.choice([jnp.bfloat16, jnp.float16])
-        if rng.random() < 0.25:  # the swapped product (block_m on wgmma's n), refused on a persistent grid
+        if rng.random() < 0.25:  # the swapped product (block_m on wgmma's n), refused with ping-pong
             cfg["swap"] = True
         out.append((cfg, shape, dtype))
     return out
@@ -165,9 +165,8 @@ def test_random_accepted_configurations_run_their_generated_hopper_code():
                          num_stages=rng.choice([2, 3, 4, 6]), persistent=persistent,
                          pingpong=persistent and rng.random() < 0.4, split_k=rng.choice([1, 1, 1, 2, 3]),
                          group_m=rng.choice([1, 2, 8]))
-        if rng.random() < 0.2:  # the swapped product: a few tokens on wgmma's n, one tile a block
-            cfg = dataclasses.replace(cfg, swap=True, block_m=rng.choice([8, 16, 24, 40, 64]), persistent=False,
-                                      pingpong=False)
+        if rng.random() < 0.2:  # the swapped product: a few tokens on wgmma's n, on a persistent grid or not
+            cfg = dataclasses.replace(cfg, swap=True, block_m=rng.choice([8, 16, 24, 40, 64]), pingpong=False)
         # half the sizes multiples of 8 (rows of 16 bytes: TMA), the others any (rows copied by the producer's threads)
         shape = tuple(rng.choice([rng.randint(1, 400), 8 * rng.randint(1, 50)]) for _ in range(3))
         dtype = rng.choice([jnp.bfloat16, jnp.float16])

@@ -77,6 +77,12 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "SWAPPED 40 tokens on n40, two tile columns": lambda: example(40, 128, 256, swapped_config(40)),
     "SWAPPED 128 columns on two consumer warpgroups, 24 tokens": lambda: example(24, 320, 777, GemmConfig(
         block_m=24, block_n=128, block_k=128, num_stages=3, group_m=1, swap=True)),
+    # persistent: 4 blocks walk the tiles; the stage ring carries on from tile to tile through the transposed store
+    "SWAPPED persistent 160x128 (XLA's tile at 16384 x 8192 x 1024), two warpgroups, ragged": lambda: example(
+        350, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, swap=True, persistent=True)),
+    "SWAPPED persistent 40 tokens a tile on one warpgroup, M, N and K ragged": lambda: example(
+        130, 200, 300, GemmConfig(block_m=40, block_n=64, block_k=128, num_stages=3, threads=128, group_m=2,
+                                  swap=True, persistent=True)),
     "SWAPPED split in three, ragged, float32 partials transposed": lambda: example(
         13, 200, 1536, dataclasses.replace(swapped_config(13), split_k=3)),
     "split-K 2 partials, 64x128": lambda: example(128, 256, 512, dataclasses.replace(NARROW, split_k=2, num_stages=4)),

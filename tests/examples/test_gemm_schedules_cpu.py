@@ -228,6 +228,8 @@ def test_skinny_estimate_weighs_waves_bytes_and_partials():
     (16, 200, 300, {}),  # swapped_config(16): 16x64x128, N ragged, K ragged
     (5, 130, 512, dict(split_k=2)),  # 5 tokens in an 8-row tile, split in two (partials summed by XLA)
     (40, 70, 33, dict(block_m=24, block_n=64, block_k=16, num_stages=2, threads=128)),  # two token tiles, ragged
+    # persistent: 3 blocks walk 2 x 4 tiles of 24 rows x 64 columns, the last wave short, every edge ragged
+    (40, 200, 70, dict(block_m=24, block_n=64, block_k=32, num_stages=2, threads=128, persistent=True, num_sms=3)),
 ])
 def test_swapped_product_matches_dot_at_ragged_shapes(dtype, m, n, k, cfg):
     """Each block's tile computed transposed and stored back the right way round, the part inside C only."""
@@ -252,7 +254,8 @@ def test_swapped_config_rounds_the_tokens_to_wgmma_n_and_sizes_its_stages():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(persistent=True), "one tile a block"),
+    (dict(pingpong=True, persistent=True), "take it without pingpong"),
+    (dict(persistent=True, split_k=2), "with split_k computes one tile a block"),
     (dict(split_k=2, split_reduce="kernel"), "take split_reduce='xla'"),
     (dict(split_k=2, split_reduce="cluster"), "take split_reduce='xla'"),
     (dict(block_m=16, block_n=96, threads=128), "block_n=96 is not a multiple of 64: take threads=128"),

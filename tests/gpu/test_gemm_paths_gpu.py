@@ -176,6 +176,10 @@ def test_table_pick_for_skinny_products_matches_dot(m, n, k):
     (1, 3000, 777, {}),  # one token on n8; A's rows 1554 bytes and B's 6000: A thread-copied, N ragged
     (13, 1001, 512, {}),  # B's and C's rows odd: B thread-copied, C's rows stored element by element
     (64, 6144, 4096, {}),  # the most tokens swapped_config takes: n64
+    # persistent: XLA's tile at 16384 x 8192 x 1024 (cuBLAS's 128x160 in its column-major frame), and a ragged one
+    (16384, 8192, 1024, dict(block_m=160, block_n=128, block_k=64, threads=256, num_stages=4, persistent=True)),
+    (1000, 3000, 777, dict(block_m=40, block_n=64, block_k=128, threads=128, num_stages=4, persistent=True,
+                           num_sms=9)),
 ])
 def test_swapped_product_matches_dot(m, n, k, cfg):
     """gemm(swap=True): each tile computed transposed (C^T = B^T A^T) on wgmma, B's tile MN-major on its m64 and A's
