@@ -48,6 +48,11 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to 
 # layout (8 rows x 4 column pairs) then meet each bank at most twice, the least for 8-byte accesses (rows of
 # 128 or 256 floats alone put all 8 rows on the same banks).
 PARTNER_PAD = 8
+# The swapped product's transposed staging tile (store_transposed) pads its rows by 2 elements: its threads read
+# one of its columns (neighbouring rows, one element each), and rows of 64-320 bf16 elements alone put them on 2-8
+# banks (16-way conflicts at 160); an odd number of 4-byte words a row puts 32 neighbouring rows on 32 banks, and
+# the accumulator's pair stores (4 or 8 bytes) stay aligned.
+TRANSPOSE_PAD = 2
 
 
 # --- config + kernels -------------------------------------------------------------------------
@@ -223,12 +228,19 @@ def swapped_product(A, B, Ct, tm, tn, k_steps, first_step, cfg: GemmConfig, dtyp
         T.gemm(B_s, A_s, Ct, transpose_A=True, transpose_B=True)
 
 
+def transposed_staging(Ct, dtype):
+    """The shared tile store_transposed stages the fragment Ct (block_n x block_m) through, in `dtype` (the
+    rounding): TRANSPOSE_PAD more columns than Ct."""
+    bn, bm = Ct.shape
+    return T.alloc_shared((bn, bm + TRANSPOSE_PAD), dtype, name="Ct_s")
+
+
 def store_transposed(Ct, Ct_s, dst, row0, col0, rows: int, cols: int) -> None:
     """Ct (block_n x block_m) into dst[row0 : row0 + block_m, col0 : col0 + block_n] transposed, the part inside
-    `rows` x `cols`: through the shared tile Ct_s (its dtype is the rounding), so that neighbouring threads write
+    `rows` x `cols`: through the shared tile Ct_s (transposed_staging), so that neighbouring threads write
     neighbouring elements of dst's rows."""
-    bn, bm = Ct_s.shape
-    T.copy(Ct, Ct_s)
+    bn, bm = Ct.shape
+    T.copy(Ct, Ct_s[0:bn, 0:bm])
     for i, j in T.Parallel(bm, bn):
         # a helper, not the kernel's body: T.If, not `if`; one condition each, so that each bound is proven alone
         with T.If(row0 + i < rows), T.If(col0 + j < cols):
@@ -245,7 +257,7 @@ def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKer
         tn, tm = T.program_id(0), T.program_id(1)
         Ct = T.alloc_fragment((bn, bm), jnp.float32)
         swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
-        store_transposed(Ct, T.alloc_shared((bn, bm), dtype, name="Ct_s"), C, tm * bm, tn * bn, m, n)
+        store_transposed(Ct, transposed_staging(Ct, dtype), C, tm * bm, tn * bn, m, n)
 
     return gemm_swapped
 
@@ -294,7 +306,7 @@ def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, nu
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
     def gemm_persistent_swapped(A, B, C):
         Ct = T.alloc_fragment((bn, bm), jnp.float32)
-        Ct_s = T.alloc_shared((bn, bm), dtype, name="Ct_s")
+        Ct_s = transposed_staging(Ct, dtype)
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:  # the last wave has fewer tiles than blocks
@@ -389,7 +401,7 @@ class SplitK:
             C_f = T.alloc_fragment((bn, bm) if cfg.swap else (bm, bn), jnp.float32)
             partial(A, B, C_f, tm, tn, split)
             if cfg.swap:
-                store_transposed(C_f, T.alloc_shared((bn, bm), jnp.float32, name="Ct_s"), W,
+                store_transposed(C_f, transposed_staging(C_f, jnp.float32), W,
                                  split * rows + tm * bm, tn * bn, splits * rows, n)
             else:
                 T.copy(C_f, W[T.ds(split * rows + tm * bm, bm), T.ds(tn * bn, bn)])

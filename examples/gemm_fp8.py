@@ -101,7 +101,7 @@ def build(m: int, n: int, k: int, dtype, out_dtype, cfg: GemmConfig) -> ts.TileK
         for i, j in T.Parallel(*acc_shape):  # the per-tensor scales, on the accumulator
             C_f[i, j] = C_f[i, j] * (scale_a[0] * scale_b[0])
         if cfg.swap:
-            gemm.store_transposed(C_f, T.alloc_shared(acc_shape, out_dtype, name="Ct_s"), C, tm * bm, tn * bn, m, n)
+            gemm.store_transposed(C_f, gemm.transposed_staging(C_f, out_dtype), C, tm * bm, tn * bn, m, n)
         else:
             T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 

@@ -191,7 +191,7 @@ def test_a_statement_on_the_accumulator_that_shares_a_tile_is_followed_by_a_barr
     is not followed by one."""
     barrier = "ts_named_sync(1, 128);  // like every block-level statement"
     swapped = emulated["SWAPPED 16 tokens, N and K ragged"].mod.source
-    assert barrier in _between(swapped, "copy(Ct[:, :] -> Ct_s[:, :])", "in Parallel(")
+    assert barrier in _between(swapped, "copy(Ct[:, :] -> Ct_s[:, 0 +: 16])", "in Parallel(")  # its padded tile
     started = emulated["accumulator from a shared tile a T.Parallel rewrites"].mod.source
     assert barrier in _between(started, "copy(D_s[:, :] -> C_f[:, :])", "in Parallel(")
     reloaded = emulated["epilogue reads a shared tile each tile reloads"].mod.source
