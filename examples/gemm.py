@@ -262,15 +262,20 @@ def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKer
     return gemm_swapped
 
 
+def persistent_grid(m: int, n: int, cfg: GemmConfig, num_sms: int) -> tuple[int, int, int, int, int]:
+    """(tile rows, tile columns, tiles, blocks, group) of a persistent grid: as many blocks as the SMs hold at once
+    (at most one per tile), the tiles walked in grouped order."""
+    tiles_m, tiles_n = T.ceildiv(m, cfg.block_m), T.ceildiv(n, cfg.block_n)
+    tiles = tiles_m * tiles_n
+    return tiles_m, tiles_n, tiles, min(num_sms * cfg.blocks_per_sm, tiles), group_of(tiles_m, cfg)
+
+
 def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
     """One block per SM (at most one per tile); block b computes tiles b, b + blocks, ... in
     grouped order. On the Hopper plan the producer loads the next tile's stages while the
     consumers store the last one (jax_tilescale/codegen/gemm_sm90_nest.py)."""
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
-    tiles = tiles_m * tiles_n
-    blocks = min(num_sms * cfg.blocks_per_sm, tiles)
-    group = group_of(tiles_m, cfg)
+    tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, num_sms)
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
                blocks_per_sm=cfg.blocks_per_sm, pingpong=cfg.pingpong)
@@ -298,10 +303,7 @@ def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, nu
     back the right way round through a shared tile (store_transposed). On the Hopper plan the producer loads the
     next tile's stages while the consumers store the last one."""
     bm, bn = cfg.block_m, cfg.block_n
-    tiles_m, tiles_n = T.ceildiv(m, bm), T.ceildiv(n, bn)
-    tiles = tiles_m * tiles_n
-    blocks = min(num_sms, tiles)
-    group = group_of(tiles_m, cfg)
+    tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, num_sms)
 
     @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
     def gemm_persistent_swapped(A, B, C):
