@@ -24,6 +24,11 @@ declare -a SUMMARY
 
 # STEPS="gpu_tests two_nodes" runs only those steps (the build always runs); default: all of them.
 want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
+# The two-PE suite's halves (one GPU: two PEs on it), each file in one of them (tests/tools/test_gpu_tools.py checks);
+# STEPS=gpu_tests_2pe names both.
+TWO_PE_A="tests/gpu/test_examples_gpu.py tests/gpu/test_compute_gpu.py tests/gpu/test_dependent_launch_gpu.py tests/gpu/test_faults_gpu.py tests/gpu/test_overlap_gpu.py tests/gpu/test_views_gpu.py"
+TWO_PE_B="tests/gpu/test_primitives_gpu.py tests/gpu/test_command_buffers_gpu.py tests/gpu/test_kernel_staging_gpu.py tests/gpu/test_loads_gpu.py tests/gpu/test_workspace_gpu.py tests/gpu/test_zero_copy_gpu.py"
+if [[ " ${STEPS:-} " == *" gpu_tests_2pe "* ]]; then STEPS="$STEPS gpu_tests_2pe_a gpu_tests_2pe_b"; fi
 
 step() {  # step NAME COMMAND...: runs, logs, records pass/fail and the time
   local name=$1; shift
@@ -156,9 +161,14 @@ if [ "$NGPU" -ge 2 ]; then
   done
 else  # one GPU: what needs two PEs runs as two processes on it
   # -v: the launcher prints whole lines, so -q's dots would stay hidden until a line of them is full.
-  # --durations: the whole of it ran 566 s of its 580 on an H100 (2026-12-05): the slowest tests, to split or trim.
-  step gpu_tests_2pe shared_two_pes 29611 580 -m pytest tests/gpu -m multi_pe -v -rs -o addopts="" \
-    -p no:cacheprovider --durations=15
+  # In two halves (STEPS=gpu_tests_2pe runs both, gpu_tests_2pe_a or _b one): the whole ran 566 s of its 580 on an
+  # H100 (2026-12-05), so one call could not hold it once it grew; --durations names the slowest of each half.
+  # shellcheck disable=SC2086
+  step gpu_tests_2pe_a shared_two_pes 29611 580 -m pytest $TWO_PE_A -m multi_pe -v -rs -o addopts="" \
+    -p no:cacheprovider --durations=10
+  # shellcheck disable=SC2086
+  step gpu_tests_2pe_b shared_two_pes 29615 580 -m pytest $TWO_PE_B -m multi_pe -v -rs -o addopts="" \
+    -p no:cacheprovider --durations=10
   port=29621
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \

@@ -48,3 +48,24 @@ def test_hbm_floor_checks_the_pick_and_prints_every_reference():
     assert "the pick against jnp.dot in float32: max error" in done.stdout
     for name in ("xla dot", "pick", "colsum B", "rowsum B", "colsum 4B", "rowsum 4B"):
         assert f"{name:>10}  " in done.stdout
+
+
+def test_two_pe_suite_halves_cover_every_multi_pe_file_once():
+    """tools/gpu_test.sh runs the two-PE suite in two halves (TWO_PE_A, TWO_PE_B) so that each fits a device call:
+    every GPU test file with a multi_pe test must be in exactly one of them, or its tests would silently not run."""
+    script = (ROOT / "tools/gpu_test.sh").read_text()
+    halves = {}
+    for name in ("TWO_PE_A", "TWO_PE_B"):
+        lines = [ln for ln in script.splitlines() if ln.startswith(f'{name}="')]
+        assert len(lines) == 1, f"{name} is not set once in tools/gpu_test.sh"
+        halves[name] = lines[0].split('"')[1].split()
+    listed = halves["TWO_PE_A"] + halves["TWO_PE_B"]
+    assert len(listed) == len(set(listed)), f"a file is in both halves: {sorted(listed)}"
+    done = subprocess.run([sys.executable, "-m", "pytest", "tests/gpu", "-m", "multi_pe", "--collect-only", "-q",
+                           "-o", "addopts=", "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    multi = sorted({line.split("::")[0] for line in done.stdout.splitlines() if "::" in line})
+    assert multi, f"no multi_pe tests collected: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    assert sorted(listed) == multi
+    for name in ("gpu_tests_2pe_a", "gpu_tests_2pe_b"):
+        assert f"step {name} shared_two_pes" in script
