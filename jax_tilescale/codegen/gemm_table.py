@@ -131,12 +131,15 @@ NARROW_WIDE = GemmConfig(block_m=64, block_n=256, num_stages=5, threads=128, gro
 # (two waves) 0.99 / 0.98 against NARROW_K128's 1.05 / 1.04. Thirty-fifth session (H100, same form, 5 rounds): 48 x
 # 4096 x 4096 swapped 1.08 / 1.05 against the pick then (NARROW_K128 split in two) 0.84 / 0.93 and unsplit 1.01 /
 # 0.99; 56 x 4096 x 4096 0.95 / 1.05 against 0.77 / 0.96 and 0.91 / 1.01: so up to 56 rows (SWAP_PICK_M), and 64
-# rows stay NARROW_K128's. Above SWAP_PICK_M rows: gemm(swap=True) and autotune's candidates. FP8 keeps 16
-# (FP8_SWAP_PICK_M): at 32 x 4096 x 4096 swapped and FP8_NARROW were level within a noisy run
+# rows stay NARROW_K128's. Above SWAP_PICK_M rows: gemm(swap=True) and autotune's candidates. FP8 the same
+# (FP8_SWAP_PICK_M, 16 until the thirty-sixth session): H100, 5 rounds, x torch._scaled_mm loop / graph with each
+# product's operands from HBM (bench_gemm --cold, as a decoder reads its weights), swapped against FP8_NARROW:
+# 32 x 4096 x 4096 1.11 / 1.32 against 1.13 / 1.08; 48 x 4096 x 4096 1.01 / 1.18 against 1.00 / 1.03; 64 x 4096 x
+# 4096 1.04 / 1.43 against 1.10 / 1.26 (the loop column, L2-warm, level within its rounds' wide spread)
 SWAPPED = GemmConfig(block_m=16, block_n=64, block_k=128, num_stages=9, threads=128, group_m=1, swap=True)
 SWAP_MAX_M = 64
 SWAP_PICK_M = 56
-FP8_SWAP_PICK_M = 16
+FP8_SWAP_PICK_M = SWAP_PICK_M
 SWAP_BYTES_IN_FLIGHT = 192 * 1024
 SWAP_MAX_STAGES = 10
 # one NARROW block's time per element of K (~36 us at K = 8192, 128 x 4096 x 8192 at the power cap) and the HBM
@@ -326,7 +329,7 @@ def fp8_pick(m: int, n: int, k: int, sm_count: int = HOPPER_SMS) -> GemmConfig:
     with fewer, the swapped product up to FP8_SWAP_PICK_M rows of A where its blocks make at most a wave, else
     FP8_NARROW. H100, thirty-third session, loop / graph x torch._scaled_mm: 16 x 4096 x 4096 swapped 1.22 / 1.44,
     FP8_NARROW 1.01 / 1.14, FP8_DEFAULT 0.66 / 0.70; 16 x 14336 x 4096 (224 swapped blocks) FP8_NARROW 1.22 / 1.24,
-    swapped 1.14 / 1.16, FP8_DEFAULT 1.11 / 1.08."""
+    swapped 1.14 / 1.16, FP8_DEFAULT 1.11 / 1.08; 32-64 tokens: the comment at FP8_SWAP_PICK_M."""
     if tiles_of(m, n, FP8_DEFAULT) >= sm_count:
         return FP8_DEFAULT
     if m <= FP8_SWAP_PICK_M and tiles_of(m, n, swapped_config(m, itemsize=1)) <= sm_count:

@@ -157,7 +157,9 @@ def test_table_picks_split_k_for_skinny_and_persistence_for_short_k():
     assert pick_config(16, 14336, 4096, jnp.bfloat16, 132) == NARROW_K128  # 224 swapped blocks: two waves
     assert pick_config(56, 4096, 4096, jnp.bfloat16, 132) == swapped_config(56)
     assert not pick_config(57, 4096, 4096, jnp.bfloat16, 132).swap  # above 56 tokens: level with NARROW_K128 at 64
-    assert fp8_pick(16, 4096, 4096).swap and not fp8_pick(17, 4096, 4096).swap  # FP8: up to 16 (FP8_SWAP_PICK_M)
+    # FP8: as far (FP8_SWAP_PICK_M), where the swapped blocks make at most a wave
+    assert fp8_pick(56, 4096, 4096).swap and not fp8_pick(57, 4096, 4096).swap
+    assert fp8_pick(56, 4096, 4096).block_m == 56 and not fp8_pick(32, 14336, 4096).swap
     # larger M keeps the older rule: 128 narrow tiles (4 rows of 32), one wave
     assert pick_config(512, 2048, 8192, jnp.bfloat16, 132) == NARROW_K128
     # 64 tiles of 128x256 (too few), 256 of 64x128 (two waves): 128 of 128x128 make one wave, unsplit

@@ -87,6 +87,7 @@ fp8_example = load_example("gemm_fp8")
     # the swapped product (C^T = B A^T, both K-major): 16 tokens on n16; 5 tokens on two warpgroups, ragged K
     (16, 4096, 4096, dict(block_m=16, block_n=64, threads=128, num_stages=8, swap=True)),
     (5, 3000, 777, dict(block_m=8, block_n=128, num_stages=4, swap=True)),
+    (48, 3000, 4096, {}),  # fp8_pick up to 56 tokens: the swapped product, 48 on n48, N ragged (47 blocks)
 ])
 def test_fp8_gemm_matches_the_dequantised_product(dtype, m, n, k, cfg):
     fp8 = np.dtype(getattr(__import__("ml_dtypes"), dtype))
