@@ -156,13 +156,32 @@ def device_sm_count() -> int:
 
 def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     """(tile row, tile column) of the pid-th tile in grouped order: `group` rows of tiles walk the
-    columns together, so that the blocks running at one time share tiles of B (and A) in L2."""
-    in_group = pid % (group * tiles_n)
-    return pid // (group * tiles_n) * group + in_group % group, in_group // group
+    columns together, so that the blocks running at one time share tiles of B (and A) in L2. Where `group` does not
+    divide tiles_m, the last group has the rows left (tiles_m % group of them). `pid` an int or an index expression."""
+    width = group * tiles_n
+    first, in_group = pid // width * group, pid % width
+    if tiles_m % group == 0:
+        return first + in_group % group, in_group // group
+    # The last group's rows. The clamps change nothing for pid < tiles_m * tiles_n; they let interval arithmetic
+    # (ir/ranges.py value_bounds) see that rows >= 1 and that both results stay inside, so copies at divisible shapes
+    # stay unclipped.
+    rows = _max(_min(tiles_m - first, group), 1)
+    return _min(first + in_group % rows, tiles_m - 1), _min(in_group // rows, tiles_n - 1)
+
+
+def _min(a, b):
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else T.min(a, b)
+
+
+def _max(a, b):
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
 
 
 def group_of(tiles_m: int, cfg: GemmConfig) -> int:
-    return cfg.group_m if tiles_m % cfg.group_m == 0 else 1
+    """Rows of tiles a group of grouped_tile's order takes: group_m, or all of them where there are fewer. (Before
+    the thirty-sixth session 1 wherever group_m did not divide tiles_m: rows of tiles one after another, every block
+    of a wave reading its own columns of B, e.g. 3000 x 28672 x 8192's 12 rows of 256x192 tiles read B 12 times.)"""
+    return min(cfg.group_m, tiles_m)
 
 
 def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel:

@@ -65,6 +65,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "ping-pong 64x256, one m64 slab a warpgroup, ragged": lambda: example(300, 700, 200, GemmConfig(
         block_m=64, block_n=256, num_stages=4, persistent=True, pingpong=True)),
     "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
+    "PERSISTENT ping-pong, 5 rows of tiles in groups of 2 (the last partial)": lambda: example(
+        600, 400, 128, dataclasses.replace(PERSISTENT, group_m=2)),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),
@@ -80,6 +82,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     # persistent: 4 blocks walk the tiles; the stage ring carries on from tile to tile through the transposed store
     "SWAPPED persistent 160x128 (XLA's tile at 16384 x 8192 x 1024), two warpgroups, ragged": lambda: example(
         350, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, swap=True, persistent=True)),
+    "SWAPPED persistent 160x128, 5 rows of tiles in groups of 2 (the last partial), ragged": lambda: example(
+        700, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, group_m=2, swap=True, persistent=True)),
     "SWAPPED persistent 40 tokens a tile on one warpgroup, M, N and K ragged": lambda: example(
         130, 200, 300, GemmConfig(block_m=40, block_n=64, block_k=128, num_stages=3, threads=128, group_m=2,
                                   swap=True, persistent=True)),

@@ -3,6 +3,7 @@ float32 on random data at ragged shapes, and the tile table's (codegen/gemm_tabl
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import jax
@@ -20,6 +21,7 @@ from jax_tilescale.codegen.gemm_table import (
     NARROW_WIDE,
     SWAP_MAX_M,
     SWAPPED,
+    GemmConfig,
     fp8_pick,
     pick_config,
     skinny_seconds,
@@ -80,9 +82,15 @@ def test_split_k_in_the_kernel_is_deterministic_and_sums_in_split_order(splits):
     c, w = jax.jit(kern.kernel)(a, b)
     bm, bn = SMALL_TILES["block_m"], SMALL_TILES["block_n"]
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
-    # slab (split, tile) at rows (split * tiles + tile) * bm, tile = tile row * tiles_n + tile column (group 1)
-    slabs = np.asarray(w).reshape(splits, tiles_m, tiles_n, bm, bn).transpose(0, 1, 3, 2, 4)
-    slabs = slabs.reshape(splits, tiles_m * bm, tiles_n * bn)[:, :m, :n]
+    # slab (split, tile) at rows (split * tiles + tile) * bm, tile the launch order's number, whose (tile row, tile
+    # column) the grouped order says
+    group = gemm_example.group_of(tiles_m, GemmConfig(**SMALL_TILES))
+    parts = np.asarray(w).reshape(splits, tiles_m * tiles_n, bm, bn)
+    slabs = np.zeros((splits, tiles_m * bm, tiles_n * bn), np.float32)
+    for pid in range(tiles_m * tiles_n):
+        tm, tn = gemm_example.grouped_tile(pid, tiles_m, tiles_n, group)
+        slabs[:, tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn] = parts[:, pid]
+    slabs = slabs[:, :m, :n]
     want = slabs[0]
     for s in range(1, splits):  # the documented order, in float32
         want = want + slabs[s]
@@ -138,6 +146,29 @@ def test_persistent_matches_dot_at_ragged_shapes(dtype, m, n, k, sms):
     """Fewer blocks than tiles (the last wave partial: the `tile < tiles` guard), and more SMs than
     tiles (one tile per block)."""
     got, want = _product(m, n, k, dtype, m * n + k, persistent=True, num_sms=sms, **SMALL_TILES)
+    _assert_close(got, want, dtype)
+
+
+def test_grouped_order_visits_every_tile_once_with_a_partial_last_group():
+    """grouped_tile where the group does not divide the rows of tiles: a bijection onto the tiles, each run of
+    group * tiles_n consecutive pids within `group` adjacent rows (the last group takes the rows left)."""
+    for tiles_m, tiles_n, group in itertools.product(range(1, 24), range(1, 10), range(1, 9)):
+        order = [gemm_example.grouped_tile(p, tiles_m, tiles_n, group) for p in range(tiles_m * tiles_n)]
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (tiles_m, tiles_n, group)
+        for start in range(0, tiles_m * tiles_n, group * tiles_n):
+            rows = {r for r, _ in order[start:start + group * tiles_n]}
+            assert max(rows) - min(rows) < group and min(rows) == start // tiles_n, (tiles_m, tiles_n, group)
+    assert gemm_example.group_of(103, GemmConfig(group_m=8)) == 8  # was 1 (row after row) where 8 did not divide
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,group,persistent", [(320, 96, 40, 2, False), (330, 100, 48, 4, False),
+                                                    (320, 96, 40, 3, True), (450, 64, 32, 3, True)])
+def test_partial_last_group_matches_dot(dtype, m, n, k, group, persistent):
+    """Rows of 64-row tiles (5, 6, 5, 8) that the group (2, 4, 3, 3) does not divide: the grouped order's last group
+    is partial (1, 2, 2, 2 rows), on the one-tile-a-block grid and on a persistent one (M, N ragged in the second)."""
+    cfg = dict(SMALL_TILES, group_m=group) | (dict(persistent=True, num_sms=3) if persistent else {})
+    got, want = _product(m, n, k, dtype, m + n * k, **cfg)
     _assert_close(got, want, dtype)
 
 
