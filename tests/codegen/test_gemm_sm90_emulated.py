@@ -71,7 +71,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),
     "MID 128x128x128/3, one consumer warpgroup, ragged": lambda: example(300, 300, 400, MID),
-    "NARROW_WIDE 64x256/5": lambda: example(130, 512, 256, NARROW_WIDE),
+    # 2 rows of tiles (M ragged), group_m 2: each pair of blocks shares a tile column (B; the multicast switch)
+    "NARROW_WIDE 64x256/5": lambda: example(120, 512, 256, NARROW_WIDE),
     # the swapped product (C^T = B^T A^T): B's tile MN-major on wgmma's m64, A's K-major on n8-n40, the transposed
     # tile through a shared one into C (a barrier between the fragment's store and the T.Parallel that reads it)
     "SWAPPED 16 tokens, N and K ragged": lambda: example(16, 200, 300, swapped_config(16)),
@@ -265,13 +266,16 @@ def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch
 
 
 def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):
-    """A pair's shared box sent to its issuer only: the peer's stage never receives its bytes, and the emulator
-    reports the peer's barrier waiting for them (a cluster's blocks run at once, each with its own shared memory)."""
+    """Each block of a pair issues half of the B tile they share (64 x 256 bf16) for both; sent to its issuer only,
+    each block's stage misses the other half's 16 KiB, and the emulator reports both barriers waiting for them (a
+    cluster's blocks run at once, each with its own shared memory)."""
     monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
     monkeypatch.setattr(emulator, "WAIT_S", 2)
     name = "NARROW_WIDE 64x256/5"
-    with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster.*block rank 1: mbarrier at \d+ waited for "
-                                           r"parity 0: phase 0, 0 of 1 arrivals pending, 8192 transaction bytes"):
+    with pytest.raises(RuntimeError, match=r"(?s)deadlock in the cluster.*block rank 0: mbarrier at \d+ waited for "
+                                           r"parity 0: phase 0, 0 of 1 arrivals pending, 16384 transaction bytes.*"
+                                           r"block rank 1: mbarrier at \d+ waited for parity 0: phase 0, 0 of 1 "
+                                           r"arrivals pending, 16384 transaction bytes"):
         run_case(name, lambda src: src.replace(", 0x3);", ", 1u << ts_crank);"))
 
 
