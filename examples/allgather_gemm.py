@@ -36,6 +36,8 @@ from jax.sharding import PartitionSpec as P
 import jax_tilescale as ts
 from jax_tilescale import language as T
 
+GEMM_EXAMPLE = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the grouped tile order
+
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}  # relative to max |C|
 # examples/gemm.py's default tiles (wgmma 128 x 256 per block, two consumer warpgroups)
 FAST = dict(block_m=128, block_n=256, block_k=64, num_stages=4, threads=256, group_m=8)
@@ -53,7 +55,7 @@ def allgather_gemm(m_per_pe: int, k: int, n_per_pe: int, npes: int, dtype: jnp.d
                          "gathered A must come from one PE")
     tiles_m, tiles_n = m_per_pe // block_m, T.ceildiv(n_per_pe, block_n)
     per_shard = tiles_m * tiles_n
-    group = group_m if tiles_m % group_m == 0 else 1
+    group = GEMM_EXAMPLE.group_rows(tiles_m, group_m)
     c_shape = jax.ShapeDtypeStruct((npes * m_per_pe, n_per_pe), dtype)
     outs = (c_shape, jax.ShapeDtypeStruct(((npes - 1) * m_per_pe, k), dtype)) if npes > 1 else c_shape
 
@@ -64,9 +66,7 @@ def allgather_gemm(m_per_pe: int, k: int, n_per_pe: int, npes: int, dtype: jnp.d
         step = pid // per_shard  # 0: the local shard; j > 0: PE me - j's, the j-th to arrive
         src = (me + npes - step) % npes
         t = pid % per_shard  # the tile within the shard, grouped so neighbours share B in L2
-        in_group = t % (group * tiles_n)
-        tm = t // (group * tiles_n) * group + in_group % group
-        tn = in_group // group
+        tm, tn = GEMM_EXAMPLE.grouped_tile(t, tiles_m, tiles_n, group)
         arrived = T.alloc_signal(npes * tiles_m)  # [slot j + 1, row block]: 1 once it landed here
         A_s = T.alloc_shared((block_m, block_k), dtype)
         B_s = T.alloc_shared((block_k, block_n), dtype)

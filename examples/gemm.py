@@ -177,11 +177,15 @@ def _max(a, b):
     return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
 
 
-def group_of(tiles_m: int, cfg: GemmConfig) -> int:
+def group_rows(tiles_m: int, group_m: int) -> int:
     """Rows of tiles a group of grouped_tile's order takes: group_m, or all of them where there are fewer. (Before
     the thirty-sixth session 1 wherever group_m did not divide tiles_m: rows of tiles one after another, every block
     of a wave reading its own columns of B, e.g. 3000 x 28672 x 8192's 12 rows of 256x192 tiles read B 12 times.)"""
-    return min(cfg.group_m, tiles_m)
+    return min(group_m, tiles_m)
+
+
+def group_of(tiles_m: int, cfg: GemmConfig) -> int:
+    return group_rows(tiles_m, cfg.group_m)
 
 
 def tile_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel:

@@ -34,6 +34,8 @@ from jax.sharding import PartitionSpec as P
 import jax_tilescale as ts
 from jax_tilescale import language as T
 
+GEMM_EXAMPLE = ts.testing.sibling(__file__, "gemm")  # examples/gemm.py: the grouped tile order
+
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 2e-2}  # relative to max |C|
 
 
@@ -51,7 +53,7 @@ def gemm_reducescatter(m: int, k_per_pe: int, n: int, npes: int, dtype: jnp.dtyp
     m_per_pe = m // npes
     tiles_m, tiles_n = T.ceildiv(m_per_pe, block_m), T.ceildiv(n, block_n)
     per_owner = tiles_m * tiles_n
-    group = group_m if tiles_m % group_m == 0 else 1
+    group = GEMM_EXAMPLE.group_rows(tiles_m, group_m)
     c_shape = jax.ShapeDtypeStruct((m_per_pe, n), dtype)
     landed_shape = jax.ShapeDtypeStruct(((npes - 1) * per_owner, block_m, block_n), jnp.float32)
     outs = (c_shape, landed_shape) if npes > 1 else c_shape
@@ -63,9 +65,7 @@ def gemm_reducescatter(m: int, k_per_pe: int, n: int, npes: int, dtype: jnp.dtyp
         step = pid // per_owner  # the tile's owner is PE me + 1 + step: this PE for the last step
         owner = (me + 1 + step) % npes
         t = pid % per_owner  # the tile within the owner's rows, grouped so neighbours share B in L2
-        in_group = t % (group * tiles_n)
-        tm = t // (group * tiles_n) * group + in_group % group
-        tn = in_group // group
+        tm, tn = GEMM_EXAMPLE.grouped_tile(t, tiles_m, tiles_n, group)
         arrived = T.alloc_signal(per_owner)  # peers' partial tiles of my tile t that landed here
         A_s = T.alloc_shared((block_m, block_k), dtype)
         B_s = T.alloc_shared((block_k, block_n), dtype)

@@ -32,15 +32,17 @@ def _rs_reference(a, b):
 
 
 @pytest.mark.parametrize("npes", [2, 4])
-@pytest.mark.parametrize("m,k,n", [(128, 200, 72), (64, 64, 130)])  # ragged k and n per PE
-def test_allgather_gemm_matches_all_gather_and_dot(npes, m, k, n):
+# ragged k and n per PE; the last: 3 row blocks a shard in groups of 2 (the grouped order's last group partial)
+@pytest.mark.parametrize("m,k,n,group_m", [(128, 200, 72, 8), (64, 64, 130, 8), (192, 64, 136, 2)])
+def test_allgather_gemm_matches_all_gather_and_dot(npes, m, k, n, group_m):
     mesh = _mesh(npes)
     rng = np.random.default_rng(m + k + n + npes)
     a = ts.testing.random_array(rng, (npes * m, k), "bfloat16")
     b = ts.testing.random_array(rng, (k, npes * n), "bfloat16")
     (want,) = ts.testing.lax_on_host(_ag_reference, mesh, (P("x", None), P(None, "x")), P(None, "x"))(
         np.asarray(a, np.float32), np.asarray(b, np.float32))
-    got = ag.ag_gemm_fn(mesh, **SMALL)(ts.testing.place(a, mesh, P("x", None)), ts.testing.place(b, mesh, P(None, "x")))
+    got = ag.ag_gemm_fn(mesh, **SMALL, group_m=group_m)(ts.testing.place(a, mesh, P("x", None)),
+                                                      ts.testing.place(b, mesh, P(None, "x")))
     assert ts.testing.compare(got, want, "close to all_gather + dot", atol_of_max=2e-2)
 
 
@@ -50,15 +52,17 @@ def test_allgather_gemm_refuses_row_blocks_across_shards():
 
 
 @pytest.mark.parametrize("npes", [2, 4])
-@pytest.mark.parametrize("m_per_pe,k,n", [(100, 72, 136), (64, 200, 64)])  # ragged rows, k and n
-def test_gemm_reducescatter_matches_dot_and_psum_scatter(npes, m_per_pe, k, n):
+# ragged rows, k and n; the last: 4 row blocks an owner in groups of 3 (the grouped order's last group partial)
+@pytest.mark.parametrize("m_per_pe,k,n,group_m", [(100, 72, 136, 8), (64, 200, 64, 8), (200, 64, 136, 3)])
+def test_gemm_reducescatter_matches_dot_and_psum_scatter(npes, m_per_pe, k, n, group_m):
     mesh = _mesh(npes)
     rng = np.random.default_rng(m_per_pe + k + n + npes)
     a = ts.testing.random_array(rng, (npes * m_per_pe, npes * k), "bfloat16")
     b = ts.testing.random_array(rng, (npes * k, n), "bfloat16")
     (want,) = ts.testing.lax_on_host(_rs_reference, mesh, (P(None, "x"), P("x", None)), P("x", None))(
         np.asarray(a, np.float32), np.asarray(b, np.float32))
-    got = rs.gemm_rs_fn(mesh, **SMALL)(ts.testing.place(a, mesh, P(None, "x")), ts.testing.place(b, mesh, P("x", None)))
+    got = rs.gemm_rs_fn(mesh, **SMALL, group_m=group_m)(ts.testing.place(a, mesh, P(None, "x")),
+                                                      ts.testing.place(b, mesh, P("x", None)))
     assert ts.testing.compare(got, want, "close to dot + psum_scatter", atol_of_max=2e-2)
 
 
