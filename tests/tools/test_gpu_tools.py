@@ -69,3 +69,16 @@ def test_two_pe_suite_halves_cover_every_multi_pe_file_once():
     assert sorted(listed) == multi
     for name in ("gpu_tests_2pe_a", "gpu_tests_2pe_b"):
         assert f"step {name} shared_two_pes" in script
+
+
+def test_the_ab_patches_apply_to_the_tree():
+    """ab/*.patch are the variants tools/ab_gpu.sh times against the tree in one device call: one that no longer
+    applies would cost that call. Delete a patch once its A/B is done."""
+    patches = sorted((ROOT / "ab").glob("*.patch"))
+    if not patches:
+        pytest.skip("no A/B patches in ab/")
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: git apply --check needs one")
+    for patch in patches:
+        done = subprocess.run(["git", "apply", "--check", str(patch)], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, f"{patch.name} no longer applies: {done.stderr[-1000:]}"
