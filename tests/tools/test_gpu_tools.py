@@ -82,3 +82,19 @@ def test_the_ab_patches_apply_to_the_tree():
     for patch in patches:
         done = subprocess.run(["git", "apply", "--check", str(patch)], capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, f"{patch.name} no longer applies: {done.stderr[-1000:]}"
+
+
+def test_l2_order_model_reads_each_operand_once_where_it_fits_and_favours_groups_where_not():
+    """tools/l2_order_model.py: with an L2 that holds both operands every order reads them once; where B does not fit,
+    the row-after-row order reads it once per row of tiles and the grouped order (a partial last group) far less."""
+    from tests.conftest import load_tool
+
+    model = load_tool("l2_order_model")
+    once = 2 * (512 * 256 + 256 * 1024)
+    for group in (1, 3, 8):
+        assert model.hbm_bytes(512, 1024, 256, 64, 64, group, 64 << 20, sms=16) == once
+    m, n, k = 3000, 28672, 8192  # 12 rows of 256x192 tiles: 470 MB of B
+    row_after_row = model.hbm_bytes(m, n, k, 256, 192, 1, 50 << 20)
+    grouped = model.hbm_bytes(m, n, k, 256, 192, 8, 50 << 20)
+    b_bytes = 2 * k * n
+    assert row_after_row >= 10 * b_bytes and grouped <= 4 * b_bytes
