@@ -160,7 +160,7 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     divide tiles_m, the last group has the rows left (tiles_m % group of them). `pid` an int or an index expression."""
     width = group * tiles_n
     first, in_group = pid // width * group, pid % width
-    if tiles_m % group == 0:
+    if tiles_m % group == 0:  # kept apart: the code every measured pick runs (no clamps; see below)
         return first + in_group % group, in_group // group
     # The last group's rows. The clamps change nothing for pid < tiles_m * tiles_n; they let interval arithmetic
     # (ir/ranges.py value_bounds) see that rows >= 1 and that both results stay inside, so copies at divisible shapes
