@@ -48,11 +48,6 @@ TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # relative to 
 # layout (8 rows x 4 column pairs) then meet each bank at most twice, the least for 8-byte accesses (rows of
 # 128 or 256 floats alone put all 8 rows on the same banks).
 PARTNER_PAD = 8
-# The swapped product's transposed staging tile (store_transposed) pads its rows by 2 elements: its threads read
-# one of its columns (neighbouring rows, one element each), and rows of 64-320 bf16 elements alone put them on 2-8
-# banks (16-way conflicts at 160); an odd number of 4-byte words a row puts 32 neighbouring rows on 32 banks, and
-# the accumulator's pair stores (4 or 8 bytes) stay aligned.
-TRANSPOSE_PAD = 2
 
 
 # --- config + kernels -------------------------------------------------------------------------
@@ -223,11 +218,8 @@ def check_swapped(cfg: GemmConfig, split_reduce: str) -> None:
     if cfg.block_m % 8 or cfg.block_m > 256:
         raise ValueError(f"swap=True puts block_m on wgmma's n: take block_m a multiple of 8 up to 256, not "
                          f"{cfg.block_m}")
-    if cfg.pingpong or cfg.blocks_per_sm > 1:
-        # each tile leaves through one shared tile (store_transposed) that the block's threads share: ping-pong's
-        # warpgroups would meet in it, each storing its own tile
-        raise ValueError(f"swap=True stores each tile through a shared tile the whole block uses ({cfg.describe()}): "
-                         f"take it without pingpong and blocks_per_sm")
+    if cfg.blocks_per_sm > 1:
+        raise ValueError(f"swap=True takes one block an SM ({cfg.describe()}): take it without blocks_per_sm")
     if cfg.persistent and cfg.split_k > 1:
         raise ValueError(f"swap=True with split_k computes one tile a block ({cfg.describe()}): take it without "
                          f"persistent")
@@ -251,23 +243,12 @@ def swapped_product(A, B, Ct, tm, tn, k_steps, first_step, cfg: GemmConfig, dtyp
         T.gemm(B_s, A_s, Ct, transpose_A=True, transpose_B=True)
 
 
-def transposed_staging(Ct, dtype):
-    """The shared tile store_transposed stages the fragment Ct (block_n x block_m) through, in `dtype` (the
-    rounding): TRANSPOSE_PAD more columns than Ct."""
+def store_transposed(Ct, dst, row0, col0) -> None:
+    """Ct (block_n x block_m) into dst[row0 : row0 + block_m, col0 : col0 + block_n] transposed, the part inside dst:
+    one whole copy, which the Hopper lowering writes transposed into its swizzled staging tile and stores with TMA
+    (and ping-pong's warpgroups each through a staging tile of their own)."""
     bn, bm = Ct.shape
-    return T.alloc_shared((bn, bm + TRANSPOSE_PAD), dtype, name="Ct_s")
-
-
-def store_transposed(Ct, Ct_s, dst, row0, col0, rows: int, cols: int) -> None:
-    """Ct (block_n x block_m) into dst[row0 : row0 + block_m, col0 : col0 + block_n] transposed, the part inside
-    `rows` x `cols`: through the shared tile Ct_s (transposed_staging), so that neighbouring threads write
-    neighbouring elements of dst's rows."""
-    bn, bm = Ct.shape
-    T.copy(Ct, Ct_s[0:bn, 0:bm])
-    for i, j in T.Parallel(bm, bn):
-        # a helper, not the kernel's body: T.If, not `if`; one condition each, so that each bound is proven alone
-        with T.If(row0 + i < rows), T.If(col0 + j < cols):
-            dst[row0 + i, col0 + j] = Ct_s[j, i]
+    T.copy(Ct, dst[T.ds(row0, bm), T.ds(col0, bn)], transpose=True)
 
 
 def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKernel:
@@ -280,7 +261,7 @@ def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKer
         tn, tm = T.program_id(0), T.program_id(1)
         Ct = T.alloc_fragment((bn, bm), jnp.float32)
         swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
-        store_transposed(Ct, transposed_staging(Ct, dtype), C, tm * bm, tn * bn, m, n)
+        store_transposed(Ct, C, tm * bm, tn * bn)
 
     return gemm_swapped
 
@@ -323,21 +304,22 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
 def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
     """persistent_kernel's grid and tile order, each tile computed transposed (swapped_product: block_n of B's
     columns on wgmma's m64 slabs, block_m of A's rows on its n, any multiple of 8 at 128-byte swizzle) and stored
-    back the right way round through a shared tile (store_transposed). On the Hopper plan the producer loads the
-    next tile's stages while the consumers store the last one."""
+    back the right way round as one transposed copy (store_transposed). On the Hopper plan the producer loads the
+    next tile's stages while the consumers store the last one; with `pingpong` the two consumer warpgroups take
+    alternate tiles, each storing its own while the other's products run."""
     bm, bn = cfg.block_m, cfg.block_n
     tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, num_sms)
 
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads)
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
+               pingpong=cfg.pingpong)
     def gemm_persistent_swapped(A, B, C):
         Ct = T.alloc_fragment((bn, bm), jnp.float32)
-        Ct_s = transposed_staging(Ct, dtype)
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:  # the last wave has fewer tiles than blocks
                 tm, tn = grouped_tile(tile, tiles_m, tiles_n, group)
                 swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
-                store_transposed(Ct, Ct_s, C, tm * bm, tn * bn, m, n)
+                store_transposed(Ct, C, tm * bm, tn * bn)
 
     return gemm_persistent_swapped
 
@@ -426,8 +408,7 @@ class SplitK:
             C_f = T.alloc_fragment((bn, bm) if cfg.swap else (bm, bn), jnp.float32)
             partial(A, B, C_f, tm, tn, split)
             if cfg.swap:
-                store_transposed(C_f, transposed_staging(C_f, jnp.float32), W,
-                                 split * rows + tm * bm, tn * bn, splits * rows, n)
+                store_transposed(C_f, W, split * rows + tm * bm, tn * bn)
             else:
                 T.copy(C_f, W[T.ds(split * rows + tm * bm, bm), T.ds(tn * bn, bn)])
 

@@ -54,7 +54,7 @@ def gemm_fp8(m: int, n: int, k: int, dtype=jnp.float8_e4m3fn, out_dtype=jnp.bflo
     of B's rows on the tensor cores' 64-row side and block_m of A's on their narrow n (8-256); without tile
     arguments gemm_table.swapped_config's. Both tiles stay K-major, as FP8's wgmma reads them (B's is the product's
     left operand as stored, A's its right one with `transpose_B`), and the tile goes back the right way round
-    through a shared tile (examples/gemm.py's store_transposed).
+    as one transposed copy (examples/gemm.py's store_transposed).
 
     `autotune=True` (no configuration arguments then): fp8_pick's choice and the others
     gemm_table.fp8_tune_candidates names are built, checked against the dequantised product and timed on the GPU the
@@ -101,7 +101,7 @@ def build(m: int, n: int, k: int, dtype, out_dtype, cfg: GemmConfig) -> ts.TileK
         for i, j in T.Parallel(*acc_shape):  # the per-tensor scales, on the accumulator
             C_f[i, j] = C_f[i, j] * (scale_a[0] * scale_b[0])
         if cfg.swap:
-            gemm.store_transposed(C_f, gemm.transposed_staging(C_f, out_dtype), C, tm * bm, tn * bn, m, n)
+            gemm.store_transposed(C_f, C, tm * bm, tn * bn)
         else:
             T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 

@@ -80,7 +80,38 @@ def emit_fill(s: Fill, ctx: Ctx) -> list[str]:
 
 @EMIT.register(Copy)
 def emit_copy(s: Copy, ctx: Ctx) -> list[str]:
+    if s.transpose:
+        return [*transposed_copy_loop(ctx, s), *ctx.block_sync()]
     return copy_lines(ctx, s.src, s.dst, s.loc, s.clip_dims)
+
+
+def transposed_copy_loop(ctx: Ctx, s: Copy) -> list[str]:
+    """dst[i, j] = src[j, i] (Copy.transpose; both 2-D), converting the element type, by the whole block: consecutive
+    threads take consecutive elements of dst's rows (its global side's coalesced stores); elements past the end of a
+    clipped dst are skipped. The reference form: the GEMM lowerings store a transposed accumulator from registers."""
+    src, dst = s.src, s.dst
+    st, dt = storage_type(src.buffer.dtype, s.loc), storage_type(dst.buffer.dtype, s.loc)
+    rows, cols = dst.sizes
+    s_stride, d_stride = src.buffer.shape[1], dst.buffer.shape[1]
+    idx = index_type(rows * cols + 1024)
+    setup, terms = [], []
+    for d, coord in ((0, "ts_r"), (1, "ts_c")):
+        if d in s.clip_dims:
+            setup.append(f"const int64_t ts_lim{d} = {dst.buffer.shape[d]} - {c_expr(dst.starts[d])};")
+            terms.append(f"(int64_t){coord} < ts_lim{d}")
+    value = f"ts_src[(int64_t)ts_c * {s_stride} + ts_r]"
+    value = value if st == dt else f"ts_convert<{dt}, {st}>({value})"
+    move = f"ts_dst[(int64_t)ts_r * {d_stride} + ts_c] = {value};"
+    guard = f"if ({' && '.join(terms)}) " if terms else ""
+    return [
+        *setup,
+        f"const {st}* const ts_src = {typed_base(ctx, src.buffer, s.loc)} + {c_expr(element_offset(src))};",
+        f"{dt}* const ts_dst = {typed_base(ctx, dst.buffer, s.loc)} + {c_expr(element_offset(dst))};",
+        f"for ({idx} ts_i = threadIdx.x; ts_i < {rows * cols}u; ts_i += {ctx.kernel.threads}u) {{",
+        f"{INDENT}const {idx} ts_r = ts_i / {cols}u, ts_c = ts_i % {cols}u;",
+        f"{INDENT}{guard}{move}",
+        "}",
+    ]
 
 
 def copy_lines(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),

@@ -269,7 +269,11 @@ def fragment_store(s: Copy, ctx: Ctx, base: str | None = None) -> tuple[list[str
     name = acc_name(buf)
     setup, inside = _pair_guard(s)
     pair = PAIR_TYPES.get(t)
-    if pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
+    if s.transpose:  # element (row, col) of the fragment to dst[col, row]: a pair's two elements lie a row apart
+        def store(e: Callable[[int], str]) -> list[str]:
+            return [_guarded(f"ts_dst[(int64_t)(ts_col + {j}) * {r_stride} + (int64_t)ts_row * {c_stride}] = "
+                             f"ts_from_float<{t}>({name}{e(j)});", inside(j)) for j in (0, 1)]
+    elif pair is not None and c_stride == 1 and r_stride % 2 == 0 and even(element_offset(dst)):
         # Clipped, a pair is inside or outside as a whole: the row length and the pair's first
         # column in the buffer are both even.
         ctype, make = pair
@@ -326,12 +330,15 @@ def _pair_guard(s: Copy) -> tuple[list[str], Callable[[int], str]]:
         if d < rank - 2:  # a leading dimension of size 1: the whole window is in or out
             leading.append(f"ts_room{d} > 0")
 
+    # the fragment's (row, column) face the window's last two dimensions, or the other way round (transposed)
+    row_dim, col_dim = (rank - 1, rank - 2) if s.transpose else (rank - 2, rank - 1)
+
     def inside(j: int) -> str:
         terms = list(leading)
-        if rank - 2 in s.clip_dims:
-            terms.append(f"ts_row < ts_room{rank - 2}")
-        if rank - 1 in s.clip_dims:
-            terms.append(f"ts_col{f' + {j}' if j else ''} < ts_room{rank - 1}")
+        if row_dim in s.clip_dims:
+            terms.append(f"ts_row < ts_room{row_dim}")
+        if col_dim in s.clip_dims:
+            terms.append(f"ts_col{f' + {j}' if j else ''} < ts_room{col_dim}")
         return " && ".join(terms)
 
     return setup, inside

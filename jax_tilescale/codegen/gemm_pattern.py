@@ -106,6 +106,8 @@ def match_gemm_step(loop: Loop, input_types: Mapping, unit: str, tile: Callable[
     body = loop.body
     if len(body) != 3 or not isinstance(body[2], Gemm) or not all(isinstance(s, Copy) for s in body[:2]):
         return "the body is not `copy, copy, gemm`"
+    if any(s.transpose for s in body[:2]):  # type: ignore[union-attr]
+        return "a copy of the body is transposed (load the tile as stored; gemm's transpose_A / transpose_B)"
     g: Gemm = body[2]  # type: ignore[assignment]
     copies = {s.dst.buffer: s for s in body[:2]}  # type: ignore[union-attr]
     if g.a.buffer not in copies or g.b.buffer not in copies or g.a.buffer is g.b.buffer:
@@ -146,6 +148,8 @@ def fragment_use_ok(s: Stmt, registers: set[Buffer]) -> bool:
     if not isinstance(s, Copy) or (s.src.buffer in registers) == (s.dst.buffer in registers):
         return False
     frag, window = (s.src, s.dst) if s.src.buffer in registers else (s.dst, s.src)
+    if s.transpose:  # a store of the whole fragment, dst[i, j] = frag[j, i] (2-D: the verifier)
+        return frag is s.src and whole(frag) and window.sizes == frag.sizes[::-1]
     return whole(frag) and len(window.sizes) >= 2 and window.sizes[-2:] == frag.sizes
 
 

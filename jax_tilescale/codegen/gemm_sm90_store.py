@@ -50,6 +50,9 @@ class TmaStore:
     # (the producer is already refilling the ring for the next tile: gemm_sm90_nest).
     offset: int = 0
     copies: int = 1  # staging tiles, one per consumer warpgroup in ping-pong (gemm_sm90_pingpong)
+    # The copy is transposed (Copy.transpose): the fragment's element (r, c) is the tile's (c, r); `rows` and `cols`
+    # are the output tile's. Whole staging tiles only (no rounds, no borrowed stages).
+    transposed: bool = False
     # Boxes in a staging tile that holds only part of the output tile (0: the whole tile): the boxes
     # then go out in rounds through this ring of box slots (`_round_lines`), which leaves room for a
     # pipeline stage more (benchmarks/NOTES.md: 128x192 tiles 3 -> 4 stages, +8%).
@@ -113,7 +116,8 @@ def plan_tma_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMap
     if room < rows * cols * elem:
         return {}
     width = swizzle_bytes(cols * elem)
-    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), staging, rows, cols, pair, elem)}
+    return {s: TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), staging, rows, cols, pair, elem,
+                        transposed=s.transpose)}
 
 
 def _storable(s: Copy) -> tuple | None:
@@ -123,7 +127,7 @@ def _storable(s: Copy) -> tuple | None:
     dst = s.dst.buffer
     if dst.kind is not BufferKind.OUTPUT or len(dst.shape) != 2 or dst.dtype not in TMA_OUTPUT_DTYPE:
         return None
-    rows, cols = s.src.buffer.shape
+    rows, cols = s.src.buffer.shape[::-1] if s.transpose else s.src.buffer.shape  # the output tile's
     elem = dst.dtype.itemsize
     pair = PAIR_TYPES.get(storage_type(dst.dtype, s.loc))
     if (pair is None or swizzle_bytes(cols * elem) is None or rows > 256 or rows % SWIZZLE_REPEAT_ROWS
@@ -156,10 +160,10 @@ def plan_nested_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tensor
         s, (rows, cols, elem, pair) = got
         width = swizzle_bytes(cols * elem)
         slots = _box_slots(rows * width, cols * elem // width, room // copies)
-        if slots is None:
+        if slots is None or (slots and s.transpose):  # a transposed tile's boxes are written all at once
             continue
         st = TmaStore(_output_map(kernel, s.dst.buffer, maps, rows, width), gl.a.buffer, rows, cols, pair, elem,
-                      offset=gl.a.stage_bytes * gl.stages, copies=copies, slots=slots)
+                      offset=gl.a.stage_bytes * gl.stages, copies=copies, slots=slots, transposed=s.transpose)
         room -= copies * st.staged_bytes
         out[s] = st
     return out
@@ -178,7 +182,7 @@ def plan_borrowed_store(kernel: KernelIR, loops: list[GemmLoop], maps: list[Tens
     out: dict[Copy, TmaStore] = {}
     for gl in loops:
         got = None if gl.multicast else _tile_epilogue(gl, loops)
-        if got is None:
+        if got is None or got[0].transpose:  # borrowed slots go out in rounds, which a transposed tile does not
             continue
         s, (rows, cols, elem, pair) = got
         width = swizzle_bytes(cols * elem)
@@ -273,14 +277,17 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",
     ]
+    first_sync = sync if per_warpgroup else ctx.block_sync(
+        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
+    if st.transposed:
+        return [*before_stores(in_flight, leader), *first_sync, *head[:1], *_transposed_lines(st, walk, name),
+                *_issue_lines(st, sync, leader, in_flight, x, y)]
     if st.slots:
         assert in_flight, "rounds only for a staging tile of its own"
         assert sync, "rounds need a barrier between the leader's wait and every thread's writes"
         return head + _round_lines(st, walk, name, ctype, make, leader, sync, x, y)
     box, box_cols = st.box_bytes, st.box_cols
     groups = box_cols // 8  # 8-column groups per box
-    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * box}, "
-              f"(int32_t)({x}) + {atom * box_cols}, (int32_t)({y}));" for atom in range(st.boxes)]
     # The xor first: `hi` (multiples of W) leaves the bits below W alone and `lo` lives in bits 4 to
     # log2(W) - 1, so (ts_t + hi) ^ lo == (ts_t ^ lo) + hi, and written this way nvcc keeps the group's few
     # `ts_t ^ lo` in registers and folds `hi` into each store's immediate offset (SASS: no address arithmetic
@@ -288,18 +295,49 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     assert box % (SWIZZLE_REPEAT_ROWS * w) == 0, box
     at = (f"(ts_t ^ ((ts_j % {groups}) * {8 * st.elem_bytes}u)) + (ts_j / {groups}) * {box}u + ts_m * {64 * w}u "
           f"+ ts_h * {8 * w}u")
-    first_sync = sync if per_warpgroup else ctx.block_sync(
-        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
-    before = ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
-              if in_flight else [])
     return [
-        *before,
+        *before_stores(in_flight, leader),
         *first_sync,
         *head,
         *walk.loops([
             f"*reinterpret_cast<{ctype}*>(ts_box + ({at})) =",
             f"{INDENT}{make}({name}[ts_m][ts_j * 4 + ts_h * 2], {name}[ts_m][ts_j * 4 + ts_h * 2 + 1]);",
         ]),
+        *_issue_lines(st, sync, leader, in_flight, x, y),
+    ]
+
+
+def before_stores(in_flight: bool, leader: str) -> list[str]:
+    """A tile loop's epilogue waits, before writing its staging tile, for the previous tile's stores to have read it."""
+    return ([f"if ({leader}) ts_bulk_wait_read();  // the previous tile's stores have read the staging tile"]
+            if in_flight else [])
+
+
+def _transposed_lines(st: TmaStore, walk: PairWalk, name: str) -> list[str]:
+    """The fragment written transposed into the staging boxes: element (r, c) of the fragment is the tile's (c, r),
+    box (r / box_cols), row c, column r % box_cols, its 16-byte chunk swizzled by the row as in tma_store_lines. One
+    element a store: a pair's two elements are in neighbouring rows of the tile. Within a warp's store the 8 rows
+    ts_row of a quad's column group are 8 neighbouring elements of one 16-byte chunk and its 4 columns ts_col 4 rows
+    of the tile, whose chunks the swizzle puts on distinct banks (no conflicts)."""
+    eb, w, cols = st.elem_bytes, st.swizzle, st.box_cols
+    t = {2: "__nv_bfloat16" if st.pair[0] == "__nv_bfloat162" else "__half", 4: "float"}[eb]
+    offset = (f"(ts_dc / {cols}u) * {st.box_bytes}u + ts_dr * {w}u + "
+              f"((((ts_dc % {cols}u) * {eb}u / 16u) ^ ((ts_dr * {w}u / 128u) % {w // 16}u)) * 16u) "
+              f"+ ((ts_dc % {cols}u) * {eb}u) % 16u")
+    body = [*walk.position, "(void)ts_row; (void)ts_col;"]
+    for j in (0, 1):
+        body += [f"{{  // element {j} of the pair: tile row ts_col + {j}, column ts_row",
+                 f"{INDENT}const uint32_t ts_dr = ts_col + {j}, ts_dc = ts_row;",
+                 f"{INDENT}*reinterpret_cast<{t}*>(ts_box + {offset}) = ts_from_float<{t}>({name}{walk.element(j)});",
+                 "}"]
+    return [*walk.preamble, *walk.loops(body)]
+
+
+def _issue_lines(st: TmaStore, sync: list[str], leader: str, in_flight: bool, x: str, y: str) -> list[str]:
+    """After every thread's writes: the fence, the barrier, and the leader's TMA stores of the staging tile's boxes."""
+    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * st.box_bytes}, "
+              f"(int32_t)({x}) + {atom * st.box_cols}, (int32_t)({y}));" for atom in range(st.boxes)]
+    return [
         "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
         *sync,
         f"if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",

@@ -28,6 +28,9 @@ RULE_MODULES = (cluster_rules, comm, collective_rules, control, tile_ops)
 
 @INTERPRET.register(Copy)
 def _copy(ctx: BlockContext, s: Copy) -> None:
+    if s.transpose:
+        _transposed_copy(ctx, s)
+        return
     if s.clip_dims:
         _clipped_copy(ctx, s)
         return
@@ -60,6 +63,16 @@ def _clipped_copy(ctx: BlockContext, s: Copy) -> None:
         ctx.write(tile, data, s)
     else:
         ctx.write(glob, ctx.read(part, s).astype(glob.buffer.dtype), s)
+
+
+def _transposed_copy(ctx: BlockContext, s: Copy) -> None:
+    """dst[i, j] = src[j, i] (ir/nodes.py Copy.transpose), cast like any copy from a tile; only the part of a
+    clipped destination inside its buffer is written (and the part of src facing it read)."""
+    dst = ctx.resolve(s.dst, "dst", s, s.clip_dims)
+    rows, cols = dst.sizes  # inside the buffer: src's first `cols` rows and `rows` columns face it
+    src = ctx.resolve(s.src, "src", s)
+    part = ResolvedRegion(src.buffer, src.starts, (cols, rows))
+    ctx.write(dst, ctx.read(part, s).reshape(cols, rows).T.astype(dst.buffer.dtype), s)
 
 
 @INTERPRET.register(Fill)

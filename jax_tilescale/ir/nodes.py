@@ -198,11 +198,16 @@ class Copy(Stmt):
     still starts inside its buffer, and along the other dimensions it lies wholly inside (the
     verifier checks both). `T.copy` records the dimensions it cannot prove inside, so an empty
     tuple means the plain, unguarded copy.
+
+    `transpose` (`T.copy(..., transpose=True)`): dst[i, j] = src[j, i], both 2-D, src an on-chip
+    tile (a store: only the destination may clip). The swapped product's epilogue (C^T computed,
+    C stored) as one whole copy, which the GEMM lowerings store like an untransposed one.
     """
 
     src: Region
     dst: Region
     clip_dims: tuple[int, ...] = ()
+    transpose: bool = False
     op_name = "copy"
 
     @property

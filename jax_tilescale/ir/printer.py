@@ -122,7 +122,8 @@ def _fcollect(s: Fcollect) -> str:
 
 @PRINT.register(Copy)
 def _copy(s: Copy) -> str:
-    return f"copy({s.src} -> {s.dst}" + (f", clip_dims={s.clip_dims}" if s.clip_dims else "") + ")"
+    return (f"copy({s.src}{'^T' if s.transpose else ''} -> {s.dst}"
+            + (f", clip_dims={s.clip_dims}" if s.clip_dims else "") + ")")
 
 
 @PRINT.register(Fill)

@@ -28,6 +28,26 @@ def _check_clip(s: Copy) -> None:
         raise KernelTraceError(f"internal: copy clip_dims {s.clip_dims} do not name dimensions of {side}", s.loc)
 
 
+def _check_transposed(s: Copy) -> None:
+    """A transposed copy: a 2-D on-chip tile into a 2-D window, dst's sizes src's reversed; only dst may clip."""
+    if s.src.buffer.kind not in BLOCK_LOCAL or s.dst.buffer.kind is BufferKind.FRAGMENT:
+        raise KernelTraceError(f"copy(transpose=True): src must be a shared or fragment tile and dst a global, "
+                               f"symmetric or shared window; {s.src} -> {s.dst}", s.loc)
+    if len(s.src.sizes) != 2 or len(s.dst.sizes) != 2:
+        raise KernelTraceError(f"copy(transpose=True) is between 2-D windows; {s.src} is {list(s.src.sizes)}, "
+                               f"{s.dst} is {list(s.dst.sizes)}", s.loc)
+    if s.dst.sizes != s.src.sizes[::-1]:
+        raise KernelTraceError(f"copy(transpose=True): dst's shape must be src's reversed; {s.src} is "
+                               f"{list(s.src.sizes)}, {s.dst} is {list(s.dst.sizes)}", s.loc)
+    if s.clip_dims and s.global_side is not s.dst:
+        raise KernelTraceError(f"internal: a transposed copy clips only its destination; {s}", s.loc)
+
+
+def _transposed(r: Region) -> Region:
+    """A stand-in region of r's buffer with its sizes reversed, for the shape check."""
+    return Region(r.buffer, r.starts[::-1], r.sizes[::-1])
+
+
 @VERIFY.register(Copy)
 def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
     if s.clip_dims:
@@ -41,7 +61,9 @@ def _verify_copy(s: Copy, kernel: KernelIR, ranges: Ranges) -> None:
     if s.dst.buffer.kind is BufferKind.INPUT:
         raise KernelTraceError(f"copy: {s.dst.buffer.name} is a kernel input, which is read-only", s.loc)
     cast = BufferKind.FRAGMENT in (s.src.buffer.kind, s.dst.buffer.kind)
-    check_same_shape(s.src, s.dst, "copy", s.loc, cast=cast)
+    if s.transpose:
+        _check_transposed(s)
+    check_same_shape(_transposed(s.src) if s.transpose else s.src, s.dst, "copy", s.loc, cast=cast)
     if cast and not all(r.buffer.dtype.kind in "fiu" or r.buffer.dtype.name == "bfloat16" for r in (s.src, s.dst)):
         raise KernelTraceError(f"copy: casts are between numeric types; {s.src} -> {s.dst}", s.loc)
 

@@ -61,7 +61,7 @@ def alloc_symmetric(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
     return _alloc("alloc_symmetric", "sym", _shape(shape, "alloc_symmetric"), dtype, BufferKind.SYMMETRIC, name)
 
 
-def copy(src: RefLike, dst: RefLike) -> None:
+def copy(src: RefLike, dst: RefLike, *, transpose: bool = False) -> None:
     """Copies `src` to `dst` (global, symmetric, shared or fragment; same shape once size-1
     dimensions are dropped), all threads of the block; to or from a fragment it may cast.
 
@@ -72,7 +72,17 @@ def copy(src: RefLike, dst: RefLike) -> None:
     touched: a load (global -> tile) writes zero into the tile for them, a store (tile -> global)
     skips them. The tile's own window must lie inside the tile; every other use of a slice
     (transfers, element access, fills, reductions, atomics, gemm) must lie inside its buffer.
+
+    `transpose=True`: dst[i, j] = src[j, i], src a 2-D on-chip tile (shared or fragment) and dst a 2-D window of
+    global, symmetric or shared memory (`T.copy(Ct, C[T.ds(m0, bm), T.ds(n0, bn)], transpose=True)` stores a
+    bn x bm accumulator of C^T as C's bm x bn tile); a global window may end past its buffer, as above. The GEMM
+    lowerings store a transposed accumulator as a whole tile (through shared memory and TMA on Hopper), where an
+    element-wise T.Parallel would go element by element.
     """
+    if not isinstance(transpose, bool):
+        raise KernelTraceError(f"T.copy: transpose must be True or False, got {transpose!r}", user_source_loc())
+    if transpose:
+        return _transposed_copy(src, dst)
     if is_view(src) or is_view(dst):  # a distributed view on one side (views.py)
         return copy_view(src, dst)
     if isinstance(src, ClusterTile) or isinstance(dst, ClusterTile):  # a peer block's tile (cluster.py)
@@ -92,3 +102,24 @@ def copy(src: RefLike, dst: RefLike) -> None:
     # the block index, the PE and the enclosing loops (none: the plain copy, code unchanged).
     dims = () if clip is None else overhanging_dims(clip, state.var_ranges())
     state.emit(Copy(src_r, dst_r, dims, loc=loc))
+
+
+def _transposed_copy(src: RefLike, dst: RefLike) -> None:
+    """T.copy(src, dst, transpose=True): the checks that need the language's view of the operands (the rest,
+    shapes and dtypes, are the verifier's)."""
+    state = current_trace("copy")
+    loc = user_source_loc()
+    if is_view(src) or is_view(dst) or isinstance(src, ClusterTile) or isinstance(dst, ClusterTile):
+        raise KernelTraceError("T.copy(transpose=True): src and dst are this block's tiles or global windows, not "
+                               "distributed views or a peer block's tile", loc)
+    src_r = region(src, "copy", "src", loc)
+    if src_r.buffer.kind not in BLOCK_LOCAL:
+        raise KernelTraceError(
+            f"T.copy(transpose=True) stores an on-chip tile (T.alloc_shared, T.alloc_fragment); src {src_r} is "
+            f"{src_r.buffer.kind.value}: load it into a tile first", loc)
+    dst_r = as_region(dst, "copy: dst", loc, clip=True)
+    clip = dst_r.buffer.kind in CLIP_KINDS
+    if not clip:
+        dst_r = region(dst, "copy", "dst", loc)
+    dims = overhanging_dims(dst_r, state.var_ranges()) if clip else ()
+    state.emit(Copy(src_r, dst_r, dims, transpose=True, loc=loc))

@@ -85,6 +85,12 @@ CASES: dict[str, Callable[[], Emulated]] = {
         350, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, swap=True, persistent=True)),
     "SWAPPED persistent 160x128, 5 rows of tiles in groups of 2 (the last partial), ragged": lambda: example(
         700, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, group_m=2, swap=True, persistent=True)),
+    "SWAPPED persistent 160x128 ping-pong (each warpgroup's tile stored transposed through its own staging tile), "
+    "ragged": lambda: example(350, 264, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, swap=True,
+                                                        persistent=True, pingpong=True)),
+    "SWAPPED persistent ping-pong, 5 rows of tiles in groups of 2, 3 stages": lambda: example(
+        700, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=3, group_m=2, swap=True, persistent=True,
+                                  pingpong=True)),
     "SWAPPED persistent 40 tokens a tile on one warpgroup, M, N and K ragged": lambda: example(
         130, 200, 300, GemmConfig(block_m=40, block_n=64, block_k=128, num_stages=3, threads=128, group_m=2,
                                   swap=True, persistent=True)),
@@ -182,6 +188,44 @@ def test_a_wrong_layout_gives_a_wrong_product(emulated, mutate):
     assert not np.array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
 
 
+PINGPONG_SWAPPED = ("SWAPPED persistent 160x128 ping-pong (each warpgroup's tile stored transposed through its own "
+                    "staging tile), ragged")
+
+
+def _transposed_unswizzled(src: str) -> str:
+    """The transposed epilogue writing its staging boxes without the row's swizzle (TMA reads them swizzled)."""
+    return src.replace(" ^ ((ts_dr * 128u / 128u) % 8u)", "")
+
+
+def _transposed_one_staging_tile(src: str) -> str:
+    """Ping-pong's two warpgroups writing their transposed tiles into one staging tile (the first's)."""
+    return re.sub(r"(char\* const ts_box = [^;]*?) \+ \(threadIdx\.x / 128\) \* \d+", r"\1", src)
+
+
+@pytest.mark.parametrize("mutate", [_transposed_unswizzled, _transposed_one_staging_tile])
+def test_a_wrong_transposed_epilogue_gives_a_wrong_product(emulated, mutate):
+    """The swapped ping-pong's whole transposed copy (gemm_sm90_store._transposed_lines): each part of its addressing
+    matters to the emulated result."""
+    assert mutate(emulated[PINGPONG_SWAPPED].mod.source) != emulated[PINGPONG_SWAPPED].mod.source
+    run = run_case(PINGPONG_SWAPPED, mutate)
+    assert not np.array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+def test_the_swapped_products_store_their_tiles_with_tma(emulated):
+    """Every swapped form's transposed copy takes the TMA epilogue (a staging tile written transposed) where TMA can
+    store the output (rows a multiple of 16 bytes), and the stores from registers elsewhere; both kinds are among
+    the cases."""
+    kinds = set()
+    for name in CASES:
+        if name.startswith("SWAPPED") or "swapped" in name:
+            run = emulated[name]
+            tma = run.got.shape[1] * run.got.dtype.itemsize % 16 == 0
+            staged = "const uint32_t ts_dr = ts_col + 1, ts_dc = ts_row;" in run.mod.source
+            assert staged == tma, name
+            kinds.add(tma)
+    assert kinds == {True, False}
+
+
 def _between(src: str, statement: str, later: str) -> str:
     """The generated code from `statement` (its IR comment, not the listing at the top) to the next `later`."""
     start = src.index(f"] {statement}    at ")
@@ -189,14 +233,11 @@ def _between(src: str, statement: str, later: str) -> str:
 
 
 def test_a_statement_on_the_accumulator_that_shares_a_tile_is_followed_by_a_barrier(emulated):
-    """The swapped product's transposed tile goes through a shared tile that a T.Parallel reads across threads; an
-    accumulator loaded from a shared tile that a T.Parallel then rewrites; an epilogue reading a shared tile that
-    the next tile reloads: the consumers meet after the copy or the epilogue, as after every block-level statement
-    (without it the emulated C of the first two was about half wrong); C's own store, which nothing uses after it,
-    is not followed by one."""
+    """An accumulator loaded from a shared tile that a T.Parallel then rewrites; an epilogue reading a shared tile
+    that the next tile reloads: the consumers meet after the copy or the epilogue, as after every block-level
+    statement (without it the emulated C of the first was about half wrong); C's own store, which nothing uses
+    after it, is not followed by one."""
     barrier = "ts_named_sync(1, 128);  // like every block-level statement"
-    swapped = emulated["SWAPPED 16 tokens, N and K ragged"].mod.source
-    assert barrier in _between(swapped, "copy(Ct[:, :] -> Ct_s[:, 0 +: 16])", "in Parallel(")  # its padded tile
     started = emulated["accumulator from a shared tile a T.Parallel rewrites"].mod.source
     assert barrier in _between(started, "copy(D_s[:, :] -> C_f[:, :])", "in Parallel(")
     reloaded = emulated["epilogue reads a shared tile each tile reloads"].mod.source
@@ -240,6 +281,7 @@ def test_kernels_the_emulator_does_not_model_are_refused():
 
 SWITCHED = {  # switch -> (module, constant, value, the case run with it)
     "direct: C stored from registers": (gemm_sm90, "TMA_STORE", False, "PERSISTENT 128x192 ping-pong"),
+    "direct: a transposed C from registers": (gemm_sm90, "TMA_STORE", False, PINGPONG_SWAPPED),
     "noring: a staging tile of its own": (gemm_sm90, "BORROW_RING", False, "WIDE 256x192 persistent, epilogue through "
                                                                           "the ring"),
     "earlyturn: the turn passed at the last stage": (gemm_sm90_pingpong, "EARLY_TURN", True,

@@ -181,10 +181,17 @@ def test_table_pick_for_skinny_products_matches_dot(m, n, k):
     (16384, 8192, 1024, dict(block_m=160, block_n=128, block_k=64, threads=256, num_stages=4, persistent=True)),
     (1000, 3000, 777, dict(block_m=40, block_n=64, block_k=128, threads=128, num_stages=4, persistent=True,
                            num_sms=9)),
+    # ping-pong: each consumer warpgroup's transposed tile through a staging tile of its own, stored with TMA while
+    # the other warpgroup's products run; 103 rows of tiles in groups of 8 (the last group partial); and a ragged
+    # one whose rows (1000 x 2 bytes) TMA stores, 3 stages
+    (16384, 8192, 1024, dict(block_m=160, block_n=128, block_k=64, threads=256, num_stages=4, persistent=True,
+                             pingpong=True)),
+    (1000, 3000, 777, dict(block_m=160, block_n=128, block_k=64, threads=256, num_stages=3, persistent=True,
+                           pingpong=True, num_sms=9)),
 ])
 def test_swapped_product_matches_dot(m, n, k, cfg):
     """gemm(swap=True): each tile computed transposed (C^T = B^T A^T) on wgmma, B's tile MN-major on its m64 and A's
-    K-major on its n, stored back through a shared tile; against the float64 product, every element."""
+    K-major on its n, stored back as one transposed copy; against the float64 product, every element."""
     kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), swap=True, **cfg)
     a, b = _inputs((m, k), (k, n), "bfloat16", 3 * m + n + k)
     mod = generate_cuda(kern.trace(a, b), "sm_90")
