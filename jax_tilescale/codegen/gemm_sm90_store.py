@@ -320,15 +320,20 @@ def _transposed_lines(st: TmaStore, walk: PairWalk, name: str) -> list[str]:
     ts_row of a quad's column group are 8 neighbouring elements of one 16-byte chunk and its 4 columns ts_col 4 rows
     of the tile, whose chunks the swizzle puts on distinct banks (no conflicts)."""
     eb, w, cols = st.elem_bytes, st.swizzle, st.box_cols
-    t = {2: "__nv_bfloat16" if st.pair[0] == "__nv_bfloat162" else "__half", 4: "float"}[eb]
+    t = {2: "__nv_bfloat16" if st.pair[0] == "__nv_bfloat162" else "__half", 4: "float"}[eb]  # an element
     offset = (f"(ts_dc / {cols}u) * {st.box_bytes}u + ts_dr * {w}u + "
               f"((((ts_dc % {cols}u) * {eb}u / 16u) ^ ((ts_dr * {w}u / 128u) % {w // 16}u)) * 16u) "
               f"+ ((ts_dc % {cols}u) * {eb}u) % 16u")
-    body = [*walk.position, "(void)ts_row; (void)ts_col;"]
-    for j in (0, 1):
+    # Both elements converted by one pair conversion, as the untransposed epilogue does: with one conversion an element
+    # ptxas 13.0 serialized the loop's wgmma (C7514: "non wgmma instructions reading accumulator registers"), at
+    # 16 x 4096 x 4096 and 64 x 6144 x 4096 (tests/codegen/test_ptxas_report.py)
+    ctype, make = st.pair
+    body = [*walk.position, "(void)ts_row; (void)ts_col;",
+            f"const {ctype} ts_p = {make}({name}{walk.element(0)}, {name}{walk.element(1)});"]
+    for j, half in ((0, "x"), (1, "y")):
         body += [f"{{  // element {j} of the pair: tile row ts_col + {j}, column ts_row",
                  f"{INDENT}const uint32_t ts_dr = ts_col + {j}, ts_dc = ts_row;",
-                 f"{INDENT}*reinterpret_cast<{t}*>(ts_box + {offset}) = ts_from_float<{t}>({name}{walk.element(j)});",
+                 f"{INDENT}*reinterpret_cast<{t}*>(ts_box + {offset}) = ts_p.{half};",
                  "}"]
     return [*walk.preamble, *walk.loops(body)]
 

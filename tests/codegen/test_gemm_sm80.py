@@ -264,9 +264,11 @@ EMULATED = {
                                               dtype=F16, out_dtype=F32),
     "ragged M, odd row stride: clipped scalar stores": lambda: gemm_case(100, 128, 64, bm=64, bn=64, bk=32,
                                                                          threads=128, out_cols=129),
-    # examples/gemm.py's swapped product (C^T = B^T A^T, through a shared tile read across threads), 3 stages
+    # examples/gemm.py's swapped product (C^T = B^T A^T, stored by one transposed copy from registers), 3 stages
     "swapped, 13 tokens, ragged": lambda: example_case(13, 200, 300,
                                                        dataclasses.replace(swapped_config(13), num_stages=3)),
+    "swapped, 11 tokens, odd N, clipped on both sides": lambda: example_case(
+        11, 131, 96, dataclasses.replace(swapped_config(11), num_stages=3)),
 }
 
 

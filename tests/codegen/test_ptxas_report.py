@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import jax_tilescale as ts
-from jax_tilescale.compiler import parse_report
+from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.compiler import compile_cubin, kernel_resources, parse_report
 from tests.conftest import load_example, needs_extension, needs_toolchain
 
 gemm_example = load_example("gemm")
@@ -99,3 +100,20 @@ def test_lowering_the_table_pick_warns_nothing(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ts.PerformanceWarning)
         _lower_for_cuda(4096, 4096, 4096)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("m,n,k,cfg", [
+    (16, 4096, 4096, {}),  # the swapped picks: one tile a block, the transposed copy at the kernel's end
+    (64, 6144, 4096, {}),
+    (16384, 8192, 1024, dict(block_m=160, block_n=128, num_stages=4, persistent=True, pingpong=True)),
+])
+def test_the_swapped_products_compile_without_serialized_wgmma(m, n, k, cfg):
+    """The transposed TMA epilogue reads the accumulators as pairs (gemm_sm90_store._transposed_lines): with one
+    conversion an element ptxas serialized the main loop's wgmma at the first two shapes (C7514)."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), swap=True, **cfg)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
+    got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
+    assert got is not None and got.registers is not None
+    assert not got.wgmma_serialized and got.spill_stores == 0, got.losses

@@ -274,19 +274,6 @@ def test_swapped_product_matches_dot_at_ragged_shapes(dtype, m, n, k, cfg):
     _assert_close(got, want, dtype)
 
 
-@pytest.mark.parametrize("itemsize,most_per_bank", [(2, 1), (4, 2)])
-def test_the_transposed_staging_tile_spreads_a_column_over_the_banks(itemsize, most_per_bank):
-    """store_transposed's threads read one column of the staging tile, 32 neighbouring rows a warp: with rows padded
-    by TRANSPOSE_PAD elements they meet each of the 32 four-byte banks once (bf16; twice for float32 partials), at
-    every block_m the swapped product takes; the accumulator's pair stores (2 elements) stay aligned."""
-    for bm in range(8, 257, 8):
-        row_bytes = (bm + gemm_example.TRANSPOSE_PAD) * itemsize
-        assert row_bytes % (2 * itemsize) == 0, bm  # a pair store at an even column is aligned in every row
-        for col in (0, 1, bm - 1):
-            banks = np.bincount([(r * row_bytes + col * itemsize) // 4 % 32 for r in range(32)], minlength=32)
-            assert banks.max() <= most_per_bank, (bm, col, banks)
-
-
 def test_swapped_config_rounds_the_tokens_to_wgmma_n_and_sizes_its_stages():
     assert swapped_config(1) == replace(SWAPPED, block_m=8, num_stages=10)
     assert swapped_config(16) == SWAPPED
@@ -300,7 +287,7 @@ def test_swapped_config_rounds_the_tokens_to_wgmma_n_and_sizes_its_stages():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(pingpong=True, persistent=True), "take it without pingpong"),
+    (dict(blocks_per_sm=2), "take it without blocks_per_sm"),
     (dict(persistent=True, split_k=2), "with split_k computes one tile a block"),
     (dict(split_k=2, split_reduce="kernel"), "take split_reduce='xla'"),
     (dict(split_k=2, split_reduce="cluster"), "take split_reduce='xla'"),
