@@ -91,6 +91,9 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "SWAPPED persistent ping-pong, 5 rows of tiles in groups of 2, 3 stages": lambda: example(
         700, 300, 200, GemmConfig(block_m=160, block_n=128, num_stages=3, group_m=2, swap=True, persistent=True,
                                   pingpong=True)),
+    "SWAPPED persistent ping-pong in rows of 4 tiles (group 1: a pair shares A's tile)": lambda: example(
+        350, 504, 200, GemmConfig(block_m=160, block_n=128, num_stages=4, group_m=1, swap=True, persistent=True,
+                                  pingpong=True)),
     "SWAPPED persistent 40 tokens a tile on one warpgroup, M, N and K ragged": lambda: example(
         130, 200, 300, GemmConfig(block_m=40, block_n=64, block_k=128, num_stages=3, threads=128, group_m=2,
                                   swap=True, persistent=True)),
@@ -290,6 +293,9 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
     "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
     "mc: pairs multicasting B (NARROW)": (gemm_sm90, "MULTICAST", True, "NARROW_WIDE 64x256/5"),
     "mc: pairs multicasting, ping-pong": (gemm_sm90, "MULTICAST", True, "PERSISTENT ping-pong, 4 x 4 tiles"),
+    "mc: pairs multicasting A, swapped ping-pong": (gemm_sm90, "MULTICAST", True, "SWAPPED persistent ping-pong in rows "
+                                                                                 "of 4 tiles (group 1: a pair shares "
+                                                                                 "A's tile)"),
     "mc: pairs multicasting, the ring's epilogue": (gemm_sm90, "MULTICAST", True, "WIDE 256x192 persistent, epilogue "
                                                                                   "through the ring"),
 }
