@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from gemm import device_sm_count
 
 from jax_tilescale.codegen import cuda as codegen_cuda
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_edge, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
 from jax_tilescale.codegen.gemm_table import (
     SWAP_MAX_M,
     GemmConfig,
@@ -43,7 +43,8 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "nodep": (codegen_cuda, "DEPENDENT_LAUNCH", False),
             "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
             "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True),
-            "smemx1": (gemm_sm90_probe, "EXTRA_SMEM_READS", 1), "smemx2": (gemm_sm90_probe, "EXTRA_SMEM_READS", 2)}
+            "smemx1": (gemm_sm90_probe, "EXTRA_SMEM_READS", 1), "smemx2": (gemm_sm90_probe, "EXTRA_SMEM_READS", 2),
+            "edge": (gemm_sm90_edge, "EDGE_LOOP", True)}
 
 
 def shape_list(text: str) -> list[str]:
@@ -125,6 +126,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["pingpong"] = True
         elif suffix == "swap":
             cfg["swap"] = True
+        elif suffix == "el":
+            cfg["edge_last"] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:
@@ -137,7 +140,7 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
         elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, swap, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, swap, el, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

@@ -56,7 +56,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
-         split_reduce: str = "xla", autotune: bool = False) -> Callable[..., jax.Array]:
+         edge_last: bool | None = None, split_reduce: str = "xla", autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
     GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (the kernel
@@ -69,6 +69,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     block computes its tile transposed (`swapped_kernel`: a decoder's few tokens on the tensor cores' narrow side;
     with `persistent`, `persistent_swapped_kernel`: block_m any multiple of 8 at 128-byte swizzle);
     without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
+    `edge_last=True` with `persistent`: the column of tiles that passes N's end walked last (`edge_last_tile`).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
@@ -76,7 +77,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     sms = num_sms or device_sm_count()
     given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
-                            persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap)
+                            persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
+                            edge_last=edge_last)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -112,6 +114,9 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     """The kernel of one configuration: a SplitK where it splits K, else a persistent or one-block-per-tile one."""
     if cfg.swap:
         check_swapped(cfg, split_reduce)
+    if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
+        raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
+                         f"{cfg.describe()}: take persistent=True without swap and split_k")
     if cfg.split_k > 1:
         return SplitK(m, n, k, dtype, cfg, split_reduce)
     if cfg.persistent:
@@ -162,6 +167,24 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     # stay unclipped.
     rows = _max(_min(tiles_m - first, group), 1)
     return _min(first + in_group % rows, tiles_m - 1), _min(in_group // rows, tiles_n - 1)
+
+
+def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int):
+    """(tile row, tile column) of the pid-th tile where the last column of tiles (N not a multiple of block_n: its
+    tiles narrow) comes after all the others: the first tiles_m * (tiles_n - 1) in grouped order over the full
+    columns, then the last column top to bottom. So the last wave of a persistent grid takes narrow tiles, which the
+    Hopper lowering computes with narrower products (jax_tilescale/codegen/gemm_sm90_edge.py)."""
+    if tiles_n == 1:
+        return grouped_tile(pid, tiles_m, tiles_n, group)
+    body = tiles_m * (tiles_n - 1)
+    tm, tn = grouped_tile(pid, tiles_m, tiles_n - 1, group)
+    # clamps, as in grouped_tile: both results provably inside for the interval arithmetic
+    inside = pid < body
+    return _select(inside, tm, _min(_max(pid - body, 0), tiles_m - 1)), _select(inside, tn, tiles_n - 1)
+
+
+def _select(cond, a, b):
+    return (a if cond else b) if isinstance(cond, bool) else T.if_then_else(cond, a, b)
 
 
 def _min(a, b):
@@ -290,7 +313,7 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:  # the last wave has fewer tiles than blocks
-                tm, tn = grouped_tile(tile, tiles_m, tiles_n, group)
+                tm, tn = (edge_last_tile if cfg.edge_last and n % bn else grouped_tile)(tile, tiles_m, tiles_n, group)
                 T.clear(C_f)
                 for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
                     T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)

@@ -64,7 +64,7 @@ from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
 from . import gemm_sm90_trace as trace
 from .common import INDENT, indent
 from .context import Ctx, Frame
-from .expr_printer import var_name
+from .expr_printer import c_expr, var_name
 from .gemm_emit import SHARED_SYNC_NOTE, PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import (
     buffers_of,
@@ -75,6 +75,7 @@ from .gemm_pattern import (
     whole,
 )
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
+from .gemm_sm90_edge import MMA, edge_width, edge_window
 from .gemm_sm90_fit import (
     PRODUCER_REGS,
     accumulators_fit,
@@ -190,8 +191,10 @@ class Sm90Plan(TensorCorePlan):
 
     def declarations(self) -> list[str]:
         """The wgmma wrappers the kernel calls, and the tensor maps' parameter type."""
-        wanted = sorted({(gl.n, self._a_mn(gl), self._b_mn(gl)) for gl in self.loops})
-        helpers = [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn) for n, a_mn, b_mn in wanted]
+        wanted = {(gl.n, self._a_mn(gl), self._b_mn(gl), gl.n) for gl in self.loops}
+        wanted |= {(edge, self._a_mn(gl), self._b_mn(gl), gl.n) for gl in self.loops
+                   if (edge := edge_width(gl, self._b_mn(gl))) is not None}
+        helpers = [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn, within) for n, a_mn, b_mn, within in sorted(wanted)]
         return [
             *"\n\n".join(helpers).splitlines(),
             "",
@@ -322,7 +325,6 @@ class Sm90Plan(TensorCorePlan):
         acc = acc_name(gl.acc)
         slabs = self.acc_slabs[gl.acc]
         a_mn, b_mn = self._a_mn(gl), self._b_mn(gl)
-        mma = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
         a, b = gl.a, gl.b
         descs: list[str] = []
         kin = k_per_instruction(self.ptx_type)
@@ -349,19 +351,13 @@ class Sm90Plan(TensorCorePlan):
                     scale = "0"
                 elif kk == 0 and gl.folded_clear is not None:
                     scale = f"({i} > 0)"  # the first stage overwrites: the clear before the loop is folded in
-                descs.append(f"{mma}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
+                descs.append(f"{MMA}({acc}[{m}], ts_da{kk}_{m}, ts_db{kk}, {scale});")
         fence = ["#pragma unroll", f"for (int ts_m = 0; ts_m < {slabs}; ++ts_m) ts_fence_regs({acc}[ts_m]);"]
         assert a.stage_bytes % 16 == 0 and b.stage_bytes % 16 == 0
         traced = STAGE_TRACE  # the diagnostic of gemm_sm90_trace: it writes over the product
         held = self._held(gl)
         bound = f" && {i} <= {gl.loop.extent - held}" if held else ""  # the last `held` stages: the epilogue's
-        return [
-            *(trace.loop_start(pingpong=self.pingpong is not None) if traced else []),
-            "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
-            f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, "
-            f"{SWIZZLE_REPEAT_ROWS * wa}u, {SWIZZLES[wa][1]}u);",
-            f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, "
-            f"{SWIZZLE_REPEAT_ROWS * wb}u, {SWIZZLES[wb][1]}u);",
+        loop = [  # MMA stands for the wgmma wrapper until the loop's copies are made (gemm_sm90_edge)
             # a 32-bit counter: the consumers only derive the stage and the phase from it
             f"for (int {i} = 0; {i} < {gl.loop.extent}; ++{i}) {{",
             f"{INDENT}const int ts_s = (int)({it} % {gl.stages});",
@@ -389,6 +385,30 @@ class Sm90Plan(TensorCorePlan):
             "}",
             # ping-pong: every stage of this tile waited for and its products issued: the other warpgroup may start
             *(self.pingpong.late_turn_lines() if self.pingpong is not None else []),
+        ]
+        full = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
+        edge = edge_width(gl, b_mn)
+        if edge is None:
+            loop = [line.replace(MMA, full) for line in loop]
+        else:  # the tiles whose B window passes B's end: the same loop with narrower products (edge_width)
+            narrow = wgmma_name(edge, self.ptx_type, a_mn, b_mn, within=gl.n)
+            start, extent = edge_window(gl, b_mn)
+            loop = [
+                f"if ((int64_t)({c_expr(start)}) + {gl.n} > {extent}) {{  // B's last {extent % gl.n} columns: "
+                f"n{edge} products",
+                *indent([line.replace(MMA, narrow) for line in loop]),
+                "} else {",
+                *indent([line.replace(MMA, full) for line in loop]),
+                "}",
+            ]
+        return [
+            *(trace.loop_start(pingpong=self.pingpong is not None) if traced else []),
+            "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
+            f"const uint64_t ts_da_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[a.buffer]}), {a_lbo}u, "
+            f"{SWIZZLE_REPEAT_ROWS * wa}u, {SWIZZLES[wa][1]}u);",
+            f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, "
+            f"{SWIZZLE_REPEAT_ROWS * wb}u, {SWIZZLES[wb][1]}u);",
+            *loop,
             "ts_wgmma_wait<0>();",
             *fence,
             *(trace.loop_end(acc, gl.n) if traced else []),

@@ -79,15 +79,19 @@ class GemmConfig:
     # each block computes its tile transposed, C^T = B^T A^T: block_n (B's columns) on the tensor cores' 64-row side
     # and block_m (A's rows, a decoder's few tokens) on their narrow side (wgmma's n8-n256), not on 64 mostly empty rows
     swap: bool = False
+    # persistent: the last column of tiles, where N is not a multiple of block_n, walked after all the others, so
+    # that the last wave's tiles are its narrow ones (with gemm_sm90_edge.EDGE_LOOP they take narrower products)
+    edge_last: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`): the form bench_gemm.py's --configs reads."""
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`): the form bench_gemm.py's --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
         text += "/swap" if self.swap else ""
-        return text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
+        return (text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
+                + ("/el" if self.edge_last else ""))
 
 
 DEFAULT = GemmConfig()

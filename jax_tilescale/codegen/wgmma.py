@@ -30,19 +30,26 @@ def k_per_instruction(ptx_type: str) -> int:
 WGMMA_N = tuple(range(8, 257, 8))
 
 
-def wgmma_name(n: int, ptx_type: str, a_mn_major: bool, b_mn_major: bool) -> str:
+def wgmma_name(n: int, ptx_type: str, a_mn_major: bool, b_mn_major: bool, within: int | None = None) -> str:
+    """The wrapper's name; `within`: the N of the accumulator it updates a prefix of (`_in{within}`)."""
     k = k_per_instruction(ptx_type)
-    return f"ts_wgmma_m64n{n}k{k}_{ptx_type}_{'m' if a_mn_major else 'k'}{'m' if b_mn_major else 'k'}"
+    name = f"ts_wgmma_m64n{n}k{k}_{ptx_type}_{'m' if a_mn_major else 'k'}{'m' if b_mn_major else 'k'}"
+    return name if within is None or within == n else f"{name}_in{within}"
 
 
-def wgmma_wrapper(n: int, ptx_type: str, a_mn_major: bool, b_mn_major: bool) -> str:
+def wgmma_wrapper(n: int, ptx_type: str, a_mn_major: bool, b_mn_major: bool, within: int | None = None) -> str:
     """The device function issuing `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}`.
 
     Major-ness of the shared-memory operands (the `tnspA`/`tnspB` immediates): A is K-major when
     stored M x K (T.gemm's default), MN-major when stored K x M (`transpose_A=True`); B is
-    MN-major when stored K x N (the default), K-major when stored N x K (`transpose_B=True`)."""
-    if n not in WGMMA_N:
-        raise ValueError(f"wgmma N must be a multiple of 8 in [8, 256], got {n}")
+    MN-major when stored K x N (the default), K-major when stored N x K (`transpose_B=True`).
+
+    `within` (> n): the accumulator is an m64 x `within` fragment whose first n columns the product updates: the
+    fragment is within/8 groups of 4 registers, column group by column group, so an n-wide product's registers are
+    the first n/2 (gemm_sm90.edge_width: the edge tiles' narrower products)."""
+    if n not in WGMMA_N or (within is not None and (within not in WGMMA_N or within < n)):
+        raise ValueError(f"wgmma N must be a multiple of 8 in [8, 256] (within one at least as wide), got {n}, "
+                         f"{within}")
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     a, b, s = regs, regs + 1, regs + 2
@@ -55,8 +62,8 @@ def wgmma_wrapper(n: int, ptx_type: str, a_mn_major: bool, b_mn_major: bool) -> 
     else:
         immediates = f"p, 1, 1, {int(a_mn_major)}, {int(b_mn_major)}"
     return "\n".join([
-        f"__device__ __forceinline__ void {wgmma_name(n, ptx_type, a_mn_major, b_mn_major)}(",
-        f"    float (&acc)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{",
+        f"__device__ __forceinline__ void {wgmma_name(n, ptx_type, a_mn_major, b_mn_major, within)}(",
+        f"    float (&acc)[{(within or n) // 2}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{",
         "  asm volatile(",
         '      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(s) + ', 0;\\n"',
         f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx_type}.{ptx_type} "',

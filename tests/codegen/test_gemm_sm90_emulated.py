@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import gemm_sm90, gemm_sm90_edge, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
 from jax_tilescale.codegen.gemm_table import (
     DEFAULT_PERSISTENT,
     MID,
@@ -60,8 +60,11 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "DEFAULT 128x256/4, A and B thread-copied, C from registers": lambda: example(200, 300, 130, GemmConfig()),
     "WIDE 256x192 persistent, epilogue through the ring": lambda: example(512, 384, 256, WIDE),
     "WIDE ragged, 6 tiles on 4 blocks": lambda: example(300, 500, 200, WIDE),
+    "WIDE ragged, an edge column of 64 of 192 (B's rows 16-byte multiples)": lambda: example(300, 448, 200, WIDE),
     "PERSISTENT 128x192 ping-pong": lambda: example(300, 400, 200, PERSISTENT),
     "PERSISTENT ping-pong, 4 x 4 tiles": lambda: example(512, 768, 256, PERSISTENT),
+    "PERSISTENT ping-pong, the edge column (16 of 192) last": lambda: example(
+        300, 400, 200, dataclasses.replace(PERSISTENT, edge_last=True)),
     "ping-pong 64x256, one m64 slab a warpgroup, ragged": lambda: example(300, 700, 200, GemmConfig(
         block_m=64, block_n=256, num_stages=4, persistent=True, pingpong=True)),
     "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
@@ -293,9 +296,17 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
     "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
     "mc: pairs multicasting B (NARROW)": (gemm_sm90, "MULTICAST", True, "NARROW_WIDE 64x256/5"),
     "mc: pairs multicasting, ping-pong": (gemm_sm90, "MULTICAST", True, "PERSISTENT ping-pong, 4 x 4 tiles"),
-    "mc: pairs multicasting A, swapped ping-pong": (gemm_sm90, "MULTICAST", True, "SWAPPED persistent ping-pong in rows "
-                                                                                 "of 4 tiles (group 1: a pair shares "
-                                                                                 "A's tile)"),
+    "edge: n64 edge products, ping-pong, the edge column last": (gemm_sm90_edge, "EDGE_LOOP", True,
+                                                                "PERSISTENT ping-pong, the edge column (16 of 192) "
+                                                                "last"),
+    "edge: n64 edge products, cooperative, the ring's epilogue": (
+        gemm_sm90_edge, "EDGE_LOOP", True, "WIDE ragged, an edge column of 64 of 192 (B's rows 16-byte multiples)"),
+    "edge: n48 edge products, FP8 (B K-major)": (gemm_sm90_edge, "EDGE_LOOP", True, "FP8 e5m2 64x128, ragged"),
+    "edge: n32 edge products, the swapped ping-pong (tokens on n)": (gemm_sm90_edge, "EDGE_LOOP", True,
+                                                                     PINGPONG_SWAPPED),
+    "mc: pairs multicasting A, swapped ping-pong": (
+        gemm_sm90, "MULTICAST", True,
+        "SWAPPED persistent ping-pong in rows of 4 tiles (group 1: a pair shares A's tile)"),
     "mc: pairs multicasting, the ring's epilogue": (gemm_sm90, "MULTICAST", True, "WIDE 256x192 persistent, epilogue "
                                                                                   "through the ring"),
 }
@@ -311,6 +322,17 @@ def test_each_switch_of_the_hopper_plan_computes_the_product(monkeypatch, switch
     run = run_case(name)
     assert run.mod.source != plain  # the switch reaches the generated code
     np.testing.assert_array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
+
+
+def test_the_edge_loop_is_taken_by_the_edge_tiles_only(monkeypatch):
+    """gemm_sm90_edge: with every tile taking the narrower products (the edge test made always true) the emulated
+    product is wrong: the emulator sees the products' width, and the test picks the loop."""
+    monkeypatch.setattr(gemm_sm90_edge, "EDGE_LOOP", True)
+    name = "WIDE ragged, an edge column of 64 of 192 (B's rows 16-byte multiples)"
+    src = run_case(name).mod.source
+    assert src.count(" + 192 > 448) {") == 1
+    run = run_case(name, lambda text: text.replace(" + 192 > 448) {", " + 192 > 0) {"))
+    assert not np.array_equal(run.got.astype(np.float64), run.want.astype(np.float64))
 
 
 def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jax_tilescale as ts
-from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen import gemm_sm90_edge, generate_cuda
 from jax_tilescale.compiler import compile_cubin, kernel_resources, parse_report
 from tests.conftest import load_example, needs_extension, needs_toolchain
 
@@ -117,3 +117,19 @@ def test_the_swapped_products_compile_without_serialized_wgmma(m, n, k, cfg):
     got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
     assert got is not None and got.registers is not None
     assert not got.wgmma_serialized and got.spill_stores == 0, got.losses
+
+
+@needs_toolchain
+def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch):
+    """gemm_sm90_edge: the pick at 16384 x 8192 x 1024 with its edge column's n128 loop beside the n192 one (the
+    loop duplicated, chosen once a tile) keeps 168 registers, no spills, no serialized wgmma (a branch around each
+    wgmma instead: C7520)."""
+    monkeypatch.setattr(gemm_sm90_edge, "EDGE_LOOP", True)
+    m, n, k = 16384, 8192, 1024
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,
+                             persistent=True, pingpong=True, edge_last=True, num_sms=132)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
+    assert "ts_wgmma_m64n128k16_bf16_km_in192(" in mod.source
+    got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
+    assert got.registers == 168 and got.spill_stores == 0 and not got.wgmma_serialized, got.losses

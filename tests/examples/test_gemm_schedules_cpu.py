@@ -161,6 +161,33 @@ def test_grouped_order_visits_every_tile_once_with_a_partial_last_group():
     assert gemm_example.group_of(103, GemmConfig(group_m=8)) == 8  # was 1 (row after row) where 8 did not divide
 
 
+def test_edge_last_order_visits_every_tile_once_and_the_last_column_last():
+    """edge_last_tile: a bijection onto the tiles; the last tiles_m pids walk the last column top to bottom, the
+    others are grouped_tile's order over the other columns."""
+    for tiles_m, tiles_n, group in itertools.product(range(1, 20), range(1, 8), range(1, 6)):
+        order = [gemm_example.edge_last_tile(p, tiles_m, tiles_n, group) for p in range(tiles_m * tiles_n)]
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (tiles_m, tiles_n, group)
+        if tiles_n > 1:
+            assert order[-tiles_m:] == [(r, tiles_n - 1) for r in range(tiles_m)]
+            body = tiles_m * (tiles_n - 1)
+            assert order[:body] == [gemm_example.grouped_tile(p, tiles_m, tiles_n - 1, group) for p in range(body)]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,sms", [(200, 136, 72, 5), (320, 100, 40, 3), (64, 70, 33, 16)])
+def test_edge_last_matches_dot(dtype, m, n, k, sms):
+    """The persistent grid with the edge column last (N ragged: 136, 100, 70 in tiles of 32; the last on one row of
+    tiles), through the interpreter."""
+    got, want = _product(m, n, k, dtype, m * 3 + n + k, persistent=True, num_sms=sms, edge_last=True, **SMALL_TILES)
+    _assert_close(got, want, dtype)
+
+
+def test_edge_last_is_for_persistent_unswapped_grids():
+    for kw in (dict(), dict(persistent=True, swap=True, block_m=16, block_n=64, threads=128)):
+        with pytest.raises(ValueError, match="edge_last orders the tiles of a persistent grid"):
+            gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), edge_last=True, **kw)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("m,n,k,group,persistent", [(320, 96, 40, 2, False), (330, 100, 48, 4, False),
                                                     (320, 96, 40, 3, True), (450, 64, 32, 3, True)])

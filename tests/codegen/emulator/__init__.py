@@ -31,7 +31,7 @@ DEVICE_ARITHMETIC = ("ts_floordiv", "ts_mod", "ts_min", "ts_max", "ts_bound", "t
 TILE_OPS_HEADER = HERE.parents[2] / "jax_tilescale" / "codegen" / "tilescale_tile_ops.cuh"  # element-wise statements
 # tilescale_sm90.cuh's helpers that are plain arithmetic: the emulator runs the header's own text of them
 SM90_ARITHMETIC = ("ts_swizzled_chunk_offset", "ts_swizzled_chunk_from_global", "ts_wgmma_desc")
-WGMMA_NAME = re.compile(r"\bts_wgmma_m64n(\d+)k(\d+)_(bf16|f16|e4m3|e5m2)_([km])([km])\b")
+WGMMA_NAME = re.compile(r"\bts_wgmma_m64n(\d+)k(\d+)_(bf16|f16|e4m3|e5m2)_([km])([km])(?:_in(\d+))?\b")
 # CUtensorMapDataType (cuda.h) -> bytes of an element: UINT8, UINT16, UINT32, INT32, UINT64, INT64, FLOAT16, FLOAT32,
 # FLOAT64, BFLOAT16, FLOAT32_FTZ, TFLOAT32
 CU_TENSOR_MAP_DATA_BYTES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4}
@@ -120,9 +120,10 @@ def _header_function(text: str, name: str) -> str:
 def _wgmma_forwarders(source: str) -> str:
     """The emulator's definition of each wgmma wrapper the kernel calls (the generated ones issue PTX)."""
     out = []
-    for n, k, ptx, a, b in sorted(set(WGMMA_NAME.findall(source))):
-        name = f"ts_wgmma_m64n{n}k{k}_{ptx}_{a}{b}"
-        out.append(f"inline void {name}(float (&acc)[{int(n) // 2}], uint64_t da, uint64_t db, int scale_d) {{\n"
+    for n, k, ptx, a, b, within in sorted(set(WGMMA_NAME.findall(source))):
+        name = f"ts_wgmma_m64n{n}k{k}_{ptx}_{a}{b}" + (f"_in{within}" if within else "")
+        regs = int(within or n) // 2  # a narrower product updates the first n / 2 of a wider fragment's registers
+        out.append(f"inline void {name}(float (&acc)[{regs}], uint64_t da, uint64_t db, int scale_d) {{\n"
                    f"  ts_emu_wgmma_issue(acc, {n}, {k}, {EMU_TYPES[ptx]}, {str(a == 'm').lower()}, "
                    f"{str(b == 'm').lower()}, da, db, scale_d);\n}}")
     return "\n".join(out)
