@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen import gemm_sm90_edge, generate_cuda
 from jax_tilescale.codegen.gemm_table import DEFAULT_PERSISTENT, SWAP_PICK_M, pick_config
 from tests.codegen.kernels import scaled_relu_gemm, started_gemm
 from tests.conftest import load_example
@@ -423,3 +423,21 @@ def test_configurations_the_tile_rules_turn_aside_still_match_dot(cfg, warning):
     with pytest.warns(ts.PerformanceWarning, match=warning):
         got = jax.jit(kern)(a, b)
     _close(got, a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m,n,k,cfg", [
+    # the pick's tiles at 16384 x 8192 x 1024: the last column 128 of 192 (n128 products), walked last
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, block_k=64, num_stages=4, persistent=True, pingpong=True)),
+    # ragged everywhere, the cooperative 256x192 with its epilogue through the ring: 3000 % 192 = 120 (n128)
+    (1000, 3000, 768, dict(block_m=256, block_n=192, block_k=64, num_stages=4, persistent=True, num_sms=9)),
+])
+def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
+    """gemm_sm90_edge.EDGE_LOOP (off by default, bench_gemm's `/edge`) with the edge column last (`edge_last`): the
+    edge tiles' k-loop issues wgmma of the edge's width on a prefix of the accumulator; every element against the
+    float64 product."""
+    monkeypatch.setattr(gemm_sm90_edge, "EDGE_LOOP", True)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), edge_last=True, **cfg)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 7 * n + k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes and "_in192(" in mod.source, mod.notes
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")
