@@ -51,6 +51,14 @@ def test_named_configs_parse_with_their_suffixes():
     assert switches == {(gemm_sm90, "MULTICAST"): True}
     assert bench.parse_config("128x192x64/4/g8/p/pp") == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True), {})
+    from jax_tilescale.codegen import gemm_sm90_edge
+    from jax_tilescale.codegen.gemm_table import PERSISTENT
+
+    edge_last = replace(PERSISTENT, edge_last=True).describe()  # the edge column last, its products narrow
+    assert edge_last == "128x192x64/4/g8/p/pp/el"
+    assert bench.parse_config(edge_last + "/edge") == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             edge_last=True), {(gemm_sm90_edge, "EDGE_LOOP"): True})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")
 
