@@ -64,7 +64,7 @@ from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
 from . import gemm_sm90_trace as trace
 from .common import INDENT, indent
 from .context import Ctx, Frame
-from .expr_printer import c_expr, var_name
+from .expr_printer import var_name
 from .gemm_emit import SHARED_SYNC_NOTE, PairWalk, TensorCorePlan, acc_name, stage_bytes
 from .gemm_pattern import (
     buffers_of,
@@ -75,7 +75,7 @@ from .gemm_pattern import (
     whole,
 )
 from .gemm_sm90_comm import CommRegions, candidate_loops, join_registers, nested_producer, plan_regions
-from .gemm_sm90_edge import MMA, edge_width, edge_window
+from .gemm_sm90_edge import MMA, loop_variants, wrappers_wanted
 from .gemm_sm90_fit import (
     PRODUCER_REGS,
     accumulators_fit,
@@ -110,7 +110,7 @@ from .gemm_sm90_store import (
     tma_store_lines,
 )
 from .layout import shared_budget
-from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_name, wgmma_wrapper
+from .wgmma import FP8_TYPES, TMA_DTYPE, WGMMA_INPUT_TYPES, k_per_instruction, wgmma_wrapper
 
 __all__ = ["TENSOR_MAP_FIELDS", "Sm90Plan", "plan_with_reasons"]
 
@@ -191,9 +191,7 @@ class Sm90Plan(TensorCorePlan):
 
     def declarations(self) -> list[str]:
         """The wgmma wrappers the kernel calls, and the tensor maps' parameter type."""
-        wanted = {(gl.n, self._a_mn(gl), self._b_mn(gl), gl.n) for gl in self.loops}
-        wanted |= {(edge, self._a_mn(gl), self._b_mn(gl), gl.n) for gl in self.loops
-                   if (edge := edge_width(gl, self._b_mn(gl))) is not None}
+        wanted = {w for gl in self.loops for w in wrappers_wanted(gl, self._a_mn(gl), self._b_mn(gl))}
         helpers = [wgmma_wrapper(n, self.ptx_type, a_mn, b_mn, within) for n, a_mn, b_mn, within in sorted(wanted)]
         return [
             *"\n\n".join(helpers).splitlines(),
@@ -386,21 +384,6 @@ class Sm90Plan(TensorCorePlan):
             # ping-pong: every stage of this tile waited for and its products issued: the other warpgroup may start
             *(self.pingpong.late_turn_lines() if self.pingpong is not None else []),
         ]
-        full = wgmma_name(gl.n, self.ptx_type, a_mn, b_mn)
-        edge = edge_width(gl, b_mn)
-        if edge is None:
-            loop = [line.replace(MMA, full) for line in loop]
-        else:  # the tiles whose B window passes B's end: the same loop with narrower products (edge_width)
-            narrow = wgmma_name(edge, self.ptx_type, a_mn, b_mn, within=gl.n)
-            start, extent = edge_window(gl, b_mn)
-            loop = [
-                f"if ((int64_t)({c_expr(start)}) + {gl.n} > {extent}) {{  // B's last {extent % gl.n} columns: "
-                f"n{edge} products",
-                *indent([line.replace(MMA, narrow) for line in loop]),
-                "} else {",
-                *indent([line.replace(MMA, full) for line in loop]),
-                "}",
-            ]
         return [
             *(trace.loop_start(pingpong=self.pingpong is not None) if traced else []),
             "const int ts_wg = threadIdx.x / 128, ts_lane = threadIdx.x % 32; (void)ts_wg;",
@@ -408,7 +391,7 @@ class Sm90Plan(TensorCorePlan):
             f"{SWIZZLE_REPEAT_ROWS * wa}u, {SWIZZLES[wa][1]}u);",
             f"const uint64_t ts_db_ring = ts_wgmma_desc(ts_smem_addr({ctx.pointers[b.buffer]}), {b_lbo}u, "
             f"{SWIZZLE_REPEAT_ROWS * wb}u, {SWIZZLES[wb][1]}u);",
-            *loop,
+            *loop_variants(gl, loop, self.ptx_type, a_mn, b_mn),
             "ts_wgmma_wait<0>();",
             *fence,
             *(trace.loop_end(acc, gl.n) if traced else []),

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from ..ir.expr import Expr, affine_form, variables
 from ..ir.nodes import BufferKind
+from .common import indent
+from .expr_printer import c_expr
 from .gemm_sm90_load import GemmLoop
+from .wgmma import wgmma_name
 
 EDGE_LOOP = False
 MMA = "TS_MMA"  # stands for the wgmma wrapper in a k-loop's lines until its copies are made
@@ -45,3 +48,29 @@ def edge_width(gl: GemmLoop, b_mn: bool) -> int | None:
     step = gl.b.atom_cols if b_mn else 8
     width = -(-(extent % gl.n) // step) * step
     return width if width < gl.n else None
+
+
+def wrappers_wanted(gl: GemmLoop, a_mn: bool, b_mn: bool) -> set[tuple[int, bool, bool, int]]:
+    """The wgmma wrappers loop `gl` calls, (N, A MN-major, B MN-major, N of the accumulator): its own width, and the
+    edge's where edge_width gives one."""
+    edge = edge_width(gl, b_mn)
+    return {(gl.n, a_mn, b_mn, gl.n)} | (set() if edge is None else {(edge, a_mn, b_mn, gl.n)})
+
+
+def loop_variants(gl: GemmLoop, loop: list[str], ptx_type: str, a_mn: bool, b_mn: bool) -> list[str]:
+    """The k-loop's lines (`loop`, MMA standing for the wrapper) with the loop's wgmma, or, where edge_width gives a
+    width, twice: the tiles whose B window passes B's end take the narrower products, the others the full ones."""
+    full = wgmma_name(gl.n, ptx_type, a_mn, b_mn)
+    edge = edge_width(gl, b_mn)
+    if edge is None:
+        return [line.replace(MMA, full) for line in loop]
+    narrow = wgmma_name(edge, ptx_type, a_mn, b_mn, within=gl.n)
+    start, extent = edge_window(gl, b_mn)
+    return [
+        f"if ((int64_t)({c_expr(start)}) + {gl.n} > {extent}) {{  // B's last {extent % gl.n} columns: "
+        f"n{edge} products",
+        *indent([line.replace(MMA, narrow) for line in loop]),
+        "} else {",
+        *indent([line.replace(MMA, full) for line in loop]),
+        "}",
+    ]

@@ -268,9 +268,10 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
     if st.borrowed:  # slot j: the A tile of the stage of the loop's (j + 1)-th last iteration
         box_at = "0"
+    box_line = (f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
+                f"{f' + {box_at}' if box_at != '0' else ''});")
     head = [
-        f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
-        f"{f' + {box_at}' if box_at != '0' else ''});",
+        box_line,
         *(f"char* const ts_slot{j} = ts_box + (({st.ring_counter} - {j + 1}u) % {st.ring_stages}u) * "
           f"{st.stage_bytes}u;" for j in range(st.slots if st.borrowed else 0)),
         f"const uint32_t ts_r = {first_row} + (threadIdx.x % {WARPGROUP}) / 32 * 16 "
@@ -280,7 +281,8 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     first_sync = sync if per_warpgroup else ctx.block_sync(
         "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
     if st.transposed:
-        return [*before_stores(in_flight, leader), *first_sync, *head[:1], *_transposed_lines(st, walk, name),
+        element = storage_type(s.dst.buffer.dtype, s.loc)
+        return [*before_stores(in_flight, leader), *first_sync, box_line, *_transposed_lines(st, walk, name, element),
                 *_issue_lines(st, sync, leader, in_flight, x, y)]
     if st.slots:
         assert in_flight, "rounds only for a staging tile of its own"
@@ -313,14 +315,13 @@ def before_stores(in_flight: bool, leader: str) -> list[str]:
             if in_flight else [])
 
 
-def _transposed_lines(st: TmaStore, walk: PairWalk, name: str) -> list[str]:
+def _transposed_lines(st: TmaStore, walk: PairWalk, name: str, t: str) -> list[str]:
     """The fragment written transposed into the staging boxes: element (r, c) of the fragment is the tile's (c, r),
     box (r / box_cols), row c, column r % box_cols, its 16-byte chunk swizzled by the row as in tma_store_lines. One
     element a store: a pair's two elements are in neighbouring rows of the tile. Within a warp's store the 8 rows
     ts_row of a quad's column group are 8 neighbouring elements of one 16-byte chunk and its 4 columns ts_col 4 rows
-    of the tile, whose chunks the swizzle puts on distinct banks (no conflicts)."""
+    of the tile, whose chunks the swizzle puts on distinct banks (no conflicts). `t`: the output's element type."""
     eb, w, cols = st.elem_bytes, st.swizzle, st.box_cols
-    t = {2: "__nv_bfloat16" if st.pair[0] == "__nv_bfloat162" else "__half", 4: "float"}[eb]  # an element
     offset = (f"(ts_dc / {cols}u) * {st.box_bytes}u + ts_dr * {w}u + "
               f"((((ts_dc % {cols}u) * {eb}u / 16u) ^ ((ts_dr * {w}u / 128u) % {w // 16}u)) * 16u) "
               f"+ ((ts_dc % {cols}u) * {eb}u) % 16u")
