@@ -163,12 +163,15 @@ else  # one GPU: what needs two PEs runs as two processes on it
   # -v: the launcher prints whole lines, so -q's dots would stay hidden until a line of them is full.
   # In two halves (STEPS=gpu_tests_2pe runs both, gpu_tests_2pe_a or _b one): the whole ran 566 s of its 580 on an
   # H100 (2026-12-05), so one call could not hold it once it grew; --durations names the slowest of each half.
+  # TWO_PE_K='test_loads_gpu or test_zero_copy_gpu': only the tests pytest's -k selects (a half's part, when a call
+  # cannot hold the whole half).
+  TWO_PE_SELECT=(); [ -n "${TWO_PE_K:-}" ] && TWO_PE_SELECT=(-k "$TWO_PE_K")
   # shellcheck disable=SC2086
-  step gpu_tests_2pe_a shared_two_pes 29611 580 -m pytest $TWO_PE_A -m multi_pe -v -rs -o addopts="" \
-    -p no:cacheprovider --durations=10
+  step gpu_tests_2pe_a shared_two_pes 29611 "${TWO_PE_TIMEOUT:-580}" -m pytest $TWO_PE_A -m multi_pe -v -rs -o addopts="" \
+    -p no:cacheprovider --durations=10 "${TWO_PE_SELECT[@]}"
   # shellcheck disable=SC2086
-  step gpu_tests_2pe_b shared_two_pes 29615 580 -m pytest $TWO_PE_B -m multi_pe -v -rs -o addopts="" \
-    -p no:cacheprovider --durations=10
+  step gpu_tests_2pe_b shared_two_pes 29615 "${TWO_PE_TIMEOUT:-580}" -m pytest $TWO_PE_B -m multi_pe -v -rs -o addopts="" \
+    -p no:cacheprovider --durations=10 "${TWO_PE_SELECT[@]}"
   port=29621
   for ex in "simple_shift.py --m 4096 --n 1024" "allgather.py --m 4096 --n 1024" "primitives/thread_signal.py" \
             "allgather_gemm.py --m 256 --k 256 --n 128" "primitives/put_block.py" "primitives/get_block.py" \

@@ -1,0 +1,125 @@
+"""Why is the swapped frame's main loop slower per k-step? A probe that times, interleaved with jnp.dot at two K:
+
+- `pick`: gemm()'s table pick (128x192 ping-pong, B's tile read MN-major on wgmma's n side);
+- `swap`: the persistent swapped ping-pong 160x128 (C^T = B^T A^T: B's tile MN-major on wgmma's m64 side, `tnspA`);
+- `swap_kk`: the same grid and tiles with B given as B^T (N x K, made once outside the timed loop), so that both of
+  the swapped product's operands are K-major (no `tnspA`): if this one runs at the pick's rate per k-step and `swap`
+  does not, the MN-major left operand is what slows the swapped loop;
+- `coop192` / `swap192`: cooperative 128x192 against the swapped cooperative 192x128 (wgmma n192 in both, only the
+  operand that is MN-major differs): n160 against n192 set apart from the frame.
+
+The per-k-step rate is the slope between the two K (the epilogue and the start cancel). Each kernel is checked
+against jnp.dot (float32 reference) before it is timed.
+
+    python tools/swap_probe.py [--shapes 16384x8192x1024,16384x8192x4096] [--rounds 5]
+
+Findings: benchmarks/NOTES.md (thirty-eighth session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gemm as G  # noqa: E402
+from bench_gemm import interleaved_times, loop_and_calls, median, reps_for  # noqa: E402
+
+import jax_tilescale as ts  # noqa: E402
+from jax_tilescale import language as T  # noqa: E402
+from jax_tilescale.codegen.gemm_table import GemmConfig  # noqa: E402
+
+
+def swapped_kk_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
+    """G.persistent_swapped_kernel with B given transposed (Bt: N x K): Ct = Bt A^T with both tiles K-major."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n, tiles, blocks, group = G.persistent_grid(m, n, cfg, num_sms)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
+               pingpong=cfg.pingpong)
+    def gemm_swapped_kk(A, Bt, C):
+        Ct = T.alloc_fragment((bn, bm), jnp.float32)
+        A_s = T.alloc_shared((bm, bk), dtype)
+        Bt_s = T.alloc_shared((bn, bk), dtype)
+        for w in T.serial(T.ceildiv(tiles, blocks)):
+            tile = w * blocks + T.program_id(0)
+            if tile < tiles:
+                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                T.clear(Ct)
+                for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
+                    T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                    T.copy(Bt[T.ds(tn * bn, bn), T.ds(ko * bk, bk)], Bt_s)
+                    T.gemm(Bt_s, A_s, Ct, transpose_B=True)
+                G.store_transposed(Ct, C, tm * bm, tn * bn)
+
+    return gemm_swapped_kk
+
+
+def runners(m: int, n: int, k: int, sms: int, bt) -> dict:
+    bf16 = jnp.bfloat16
+    swap_cfg = GemmConfig(block_m=160, block_n=128, block_k=64, num_stages=4, threads=256, group_m=8,
+                          persistent=True, pingpong=True, swap=True)
+    kk = swapped_kk_kernel(m, n, k, bf16, swap_cfg, sms)
+    return {
+        "XLA jnp.dot": lambda x, y: x @ y,
+        "pick": G.gemm(m, n, k, bf16),
+        "swap 160x128 pp": G.gemm(m, n, k, bf16, block_m=160, block_n=128, block_k=64, num_stages=4, group_m=8,
+                                  persistent=True, pingpong=True, swap=True),
+        "swap_kk 160x128 pp": lambda x, y: kk(x, bt),
+        "coop 128x192": G.gemm(m, n, k, bf16, block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8,
+                               persistent=True, pingpong=False),
+        "swap 192x128 coop": G.gemm(m, n, k, bf16, block_m=192, block_n=128, block_k=64, num_stages=4, group_m=8,
+                                    persistent=True, pingpong=False, swap=True),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shapes", default="16384x8192x1024,16384x8192x4096")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    sms = G.device_sm_count()
+    print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; {sms} SMs")
+    per_k: dict[str, list[tuple[int, float]]] = {}
+    for shape in args.shapes.split(","):
+        m, n, k = map(int, shape.split("x"))
+        rng = np.random.default_rng(0)
+        a = jnp.asarray(rng.standard_normal((m, k), np.float32), jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((k, n), np.float32), jnp.bfloat16)
+        bt = jnp.asarray(b.T)
+        want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
+        scale = float(jnp.max(jnp.abs(want)))
+        product = runners(m, n, k, sms, bt)
+        for name, run in product.items():
+            err = float(jnp.max(jnp.abs(jax.jit(run)(a, b).astype(jnp.float32) - want))) / scale
+            status = "ok" if err < 2e-2 else "WRONG"
+            print(f"{shape} {name:>20}: max error / max |C| {err:.2e} {status}", flush=True)
+            if status != "ok":
+                raise SystemExit(f"{name} is wrong at {shape}")
+        reps = reps_for(a, b, args.reps, 20.0)
+        loops = {name: loop_and_calls(run, reps)[0] for name, run in product.items()}
+        times = interleaved_times(loops, a, b, reps, rounds=args.rounds)
+        xla = median(times["XLA jnp.dot"])
+        print(f"\n{shape}: {reps} products a run, {args.rounds} rounds")
+        for name, t in times.items():
+            print(f"{name:>20}  {median(t) * 1e3:7.3f} ms  {2 * m * n * k / median(t) / 1e12:6.1f} TF/s  "
+                  f"x XLA {xla / median(t):.3f}  rounds {min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}")
+            per_k.setdefault(name, []).append((k, median(t)))
+    print("\nper 1024 of K (slope between the shapes' K; the same M and N assumed):")
+    for name, points in per_k.items():
+        if len(points) >= 2:
+            (k0, t0), (k1, t1) = points[0], points[-1]
+            slope = (t1 - t0) / (k1 - k0) * 1024 * 1e3
+            print(f"{name:>20}  {slope:7.3f} ms per 1024 of K")
+
+
+if __name__ == "__main__":
+    main()
