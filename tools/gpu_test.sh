@@ -284,6 +284,12 @@ if [[ " ${STEPS:-} " == *" trip_latency "* ]]; then  # only when asked for: one-
   }
   step trip_latency trip_latency
 fi
+# Only when asked for: the swapped loop's k-step against the pick's, both operands K-major, n192 both ways
+# (tools/swap_probe.py; SWAP_PROBE_ARGS for its arguments; about 4 minutes at its defaults).
+if [[ " ${STEPS:-} " == *" swap_probe "* ]]; then
+  # shellcheck disable=SC2086
+  step swap_probe timeout -k 5 480 env CUDA_VISIBLE_DEVICES=0 python3 tools/swap_probe.py ${SWAP_PROBE_ARGS:-}
+fi
 if [[ " ${STEPS:-} " == *" profile_call "* ]]; then  # only when asked for: kernel durations per loop form (ncu)
   profile_call() {  # tools/profile_call.py under ncu in three loop forms, then the median duration per kernel
     # PROFILE_CALL_FORMS: which loop forms (default all three); PROFILE_CALL_ARGS: for tools/profile_call.py. One
