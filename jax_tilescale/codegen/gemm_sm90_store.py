@@ -259,6 +259,16 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         sync = ctx.block_sync()
         box_at = str(st.offset)
         first_row = f"(threadIdx.x / {WARPGROUP}) * {slabs * 64}"
+    if st.borrowed:  # slot j: the A tile of the stage of the loop's (j + 1)-th last iteration
+        box_at = "0"
+    box_line = (f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
+                f"{f' + {box_at}' if box_at != '0' else ''});")
+    first_sync = sync if per_warpgroup else ctx.block_sync(
+        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
+    if st.transposed:  # its own addressing (_transposed_lines): none of the pair stores' below
+        element = storage_type(s.dst.buffer.dtype, s.loc)
+        return [*before_stores(in_flight, leader), *first_sync, box_line, *_transposed_lines(st, walk, name, element),
+                *_issue_lines(st, sync, leader, in_flight, x, y)]
     pair_bytes, w = 2 * st.elem_bytes, st.swizzle
     phase = f"((ts_r * {w}u / 128u) % {w // 16}u)"  # the row's swizzle phase (tilescale_sm90.cuh)
     if 4 * pair_bytes <= 16:  # a quad's pairs share one chunk
@@ -266,10 +276,6 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
     else:
         thread = (f"ts_r * {w}u + ((((threadIdx.x % 4) * {pair_bytes}u) / 16u) ^ {phase}) * 16u "
                   f"+ ((threadIdx.x % 4) * {pair_bytes}u) % 16u;")
-    if st.borrowed:  # slot j: the A tile of the stage of the loop's (j + 1)-th last iteration
-        box_at = "0"
-    box_line = (f"char* const ts_box = reinterpret_cast<char*>({ctx.pointers[st.staging]}"
-                f"{f' + {box_at}' if box_at != '0' else ''});")
     head = [
         box_line,
         *(f"char* const ts_slot{j} = ts_box + (({st.ring_counter} - {j + 1}u) % {st.ring_stages}u) * "
@@ -278,12 +284,6 @@ def tma_store_lines(s: Copy, st: TmaStore, slabs: int, walk: PairWalk, ctx: Ctx,
         "+ (threadIdx.x % 32) / 4;  // the thread's first row",
         f"const uint32_t ts_t = {thread}",
     ]
-    first_sync = sync if per_warpgroup else ctx.block_sync(
-        "every consumer's tensor-core reads of the ring are done" + (", the staging tile is free" if in_flight else ""))
-    if st.transposed:
-        element = storage_type(s.dst.buffer.dtype, s.loc)
-        return [*before_stores(in_flight, leader), *first_sync, box_line, *_transposed_lines(st, walk, name, element),
-                *_issue_lines(st, sync, leader, in_flight, x, y)]
     if st.slots:
         assert in_flight, "rounds only for a staging tile of its own"
         assert sync, "rounds need a barrier between the leader's wait and every thread's writes"
