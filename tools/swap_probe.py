@@ -19,6 +19,7 @@ Findings: benchmarks/NOTES.md (thirty-eighth session).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pathlib
 import sys
 
@@ -63,20 +64,19 @@ def swapped_kk_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
 
 
 def runners(m: int, n: int, k: int, sms: int, bt) -> dict:
+    """The timed products, each a function of (A, B); the `_mk` and `_kk` swapped kernels share one configuration."""
     bf16 = jnp.bfloat16
-    swap_cfg = GemmConfig(block_m=160, block_n=128, block_k=64, num_stages=4, threads=256, group_m=8,
-                          persistent=True, pingpong=True, swap=True)
-    kk = swapped_kk_kernel(m, n, k, bf16, swap_cfg, sms)
+    swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
+    coop = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True)
+    kk = swapped_kk_kernel(m, n, k, bf16, swap, sms)
     return {
         "XLA jnp.dot": lambda x, y: x @ y,
         "pick": G.gemm(m, n, k, bf16),
-        "swap 160x128 pp": G.gemm(m, n, k, bf16, block_m=160, block_n=128, block_k=64, num_stages=4, group_m=8,
-                                  persistent=True, pingpong=True, swap=True),
+        "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
         "swap_kk 160x128 pp": lambda x, y: kk(x, bt),
-        "coop 128x192": G.gemm(m, n, k, bf16, block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8,
-                               persistent=True, pingpong=False),
-        "swap 192x128 coop": G.gemm(m, n, k, bf16, block_m=192, block_n=128, block_k=64, num_stages=4, group_m=8,
-                                    persistent=True, pingpong=False, swap=True),
+        "coop 128x192": G.build(m, n, k, bf16, coop, sms),
+        "swap 192x128 coop": G.build(m, n, k, bf16, dataclasses.replace(coop, block_m=192, block_n=128, swap=True),
+                                     sms),
     }
 
 
