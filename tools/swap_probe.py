@@ -13,7 +13,7 @@ against jnp.dot (float32 reference) before it is timed.
 
     python tools/swap_probe.py [--shapes 16384x8192x1024,16384x8192x4096] [--rounds 5]
 
-Findings: benchmarks/NOTES.md (thirty-eighth session).
+Findings: benchmarks/NOTES.md ("The swapped loop's probe run", thirty-ninth session).
 """
 
 from __future__ import annotations
