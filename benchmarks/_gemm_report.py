@@ -49,17 +49,39 @@ def print_table(rows) -> None:
 
 def print_power(rows) -> None:
     """`--power`: each runner's SM clock and power (medians over its rounds) and energy per product, the
-    latter's ratio to XLA's in the same form (loop or calls; above 1.0: less energy than XLA's)."""
+    latter's ratio to XLA's in the same form (loop or calls; above 1.0: less energy than XLA's); both from the
+    instantaneous power's samples (W, mJ) and from the energy counter's mean power (W(E), mJ(E); `-` where the
+    GPU has no counter or it moved too seldom in the window), with the counter's median update period."""
     print("\nSM clock and power while each runner ran (NVML, medians over the rounds) and the energy per product "
-          "(power x time per product); xXLA: XLA's energy / this one's")
-    print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5}")
-    watts = {(shape, name, how): statistics.median(r.watts for r in got) for shape, name, how, got, _ in rows}
-    energy = {(shape, name, how): watts[shape, name, how] * t * 1e3 for shape, name, how, _, t in rows}
+          "(power x time per product); W: instantaneous samples, W(E): the energy counter's mean over the window "
+          "(upd: its update period); xXLA: XLA's energy / this one's")
+    print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5} {'W(E)':>6} "
+          f"{'mJ(E)':>8} {'xXLA':>5} {'upd ms':>6}")
+    watts, counter_watts, period = {}, {}, {}
     for shape, name, how, got, _ in rows:
-        ref = energy.get((shape, XLA, how))
-        ratio = f"{ref / energy[shape, name, how]:5.2f}" if ref else "    -"
+        watts[shape, name, how] = statistics.median(r.watts for r in got)
+        by_counter = [r.counter_watts for r in got if r.counter_watts is not None]
+        counter_watts[shape, name, how] = statistics.median(by_counter) if by_counter else None
+        periods = [r.counter_period_s for r in got if r.counter_period_s is not None]
+        period[shape, name, how] = statistics.median(periods) if periods else None
+
+    def energy_of(power: dict) -> dict:
+        return {(shape, name, how): None if power[shape, name, how] is None else power[shape, name, how] * t * 1e3
+                for shape, name, how, _, t in rows}
+
+    def cells(energy: dict, key: tuple) -> str:
+        ref, mine = energy.get((key[0], XLA, key[2])), energy[key]
+        if mine is None:
+            return f"{'-':>8} {'-':>5}"
+        return f"{mine:8.3f} " + (f"{ref / mine:5.2f}" if ref is not None else f"{'-':>5}")
+
+    sampled, counted = energy_of(watts), energy_of(counter_watts)
+    for shape, name, how, got, _ in rows:
+        key = (shape, name, how)
+        w_e = f"{counter_watts[key]:6.1f}" if counter_watts[key] is not None else f"{'-':>6}"
+        upd = f"{period[key] * 1e3:6.1f}" if period[key] is not None else f"{'-':>6}"
         print(f"{shape:>22} {name:>34} {how:>5} {statistics.median(r.sm_mhz for r in got):7.0f} "
-              f"{watts[shape, name, how]:6.1f} {energy[shape, name, how]:8.3f} {ratio}")
+              f"{watts[key]:6.1f} {cells(sampled, key)} {w_e} {cells(counted, key)} {upd}")
 
 
 def print_traced(rows) -> None:
