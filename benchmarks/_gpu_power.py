@@ -8,8 +8,10 @@ plain `nvmlDeviceGetPowerUsage` averages over about a second on recent GPUs, lon
 median over a window is a sample of a noisy signal (an H100's XLA loop once read 758 W under its 700 W limit); and
 the energy counter (`NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, mJ since the driver loaded), whose rise between the first
 and the last of its updates seen in a window, over the time between them, is the window's mean power. The counter
-updates every few tens of ms (`Reading.counter_period_s` says how often), so a window needs several updates: the
-bench's (half a heat and the timed run) has ~0.27 s. Used by `bench_gemm.py --power`.
+moves every 100 ms on an H100 (driver 580; `Reading.counter_period_s` says how often), so a window needs several
+updates: the bench's default one (half a 0.5 s heat and the timed run, ~0.27 s) sees two or three and its figure is
+off by up to ~10%; `--heat 2` (windows of ~1 s, ten updates) brought the two readings within 2% of each other
+(benchmarks/NOTES.md, forty-first session). Used by `bench_gemm.py --power`.
 """
 
 from __future__ import annotations

@@ -399,7 +399,8 @@ def main() -> None:
                          "and start-to-start interval (benchmarks/_gpu_trace.py)")
     ap.add_argument("--power", action="store_true",
                     help="sample the SM clock and power (NVML) while each runner runs; a third table gives them "
-                         "and the energy per product (benchmarks/_gpu_power.py)")
+                         "and the energy per product, from the instantaneous power and from the energy counter "
+                         "(benchmarks/_gpu_power.py; the counter moves every 100 ms: with --heat 2 for its figures)")
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
