@@ -57,31 +57,33 @@ def print_power(rows) -> None:
           "(upd: its update period); xXLA: XLA's energy / this one's")
     print(f"{'shape':>22} {'what':>34} {'how':>5} {'SM MHz':>7} {'W':>6} {'mJ':>8} {'xXLA':>5} {'W(E)':>6} "
           f"{'mJ(E)':>8} {'xXLA':>5} {'upd ms':>6}")
-    watts, counter_watts, period = {}, {}, {}
-    for shape, name, how, got, _ in rows:
-        watts[shape, name, how] = statistics.median(r.watts for r in got)
-        by_counter = [r.counter_watts for r in got if r.counter_watts is not None]
-        counter_watts[shape, name, how] = statistics.median(by_counter) if by_counter else None
-        periods = [r.counter_period_s for r in got if r.counter_period_s is not None]
-        period[shape, name, how] = statistics.median(periods) if periods else None
+    def median_of(values) -> float | None:  # over the rounds that have a figure; None where none has
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
 
-    def energy_of(power: dict) -> dict:
+    def cell(value: float | None, form: str, width: int) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:{width}{form}}"
+
+    watts = {(shape, name, how): median_of(r.watts for r in got) for shape, name, how, got, _ in rows}
+    counter_watts = {(shape, name, how): median_of(r.counter_watts for r in got) for shape, name, how, got, _ in rows}
+    period = {(shape, name, how): median_of(r.counter_period_s for r in got) for shape, name, how, got, _ in rows}
+
+    def energy_of(power: dict) -> dict:  # mJ per product
         return {(shape, name, how): None if power[shape, name, how] is None else power[shape, name, how] * t * 1e3
                 for shape, name, how, _, t in rows}
 
-    def cells(energy: dict, key: tuple) -> str:
+    def energy_cells(energy: dict, key: tuple) -> str:
         ref, mine = energy.get((key[0], XLA, key[2])), energy[key]
-        if mine is None:
-            return f"{'-':>8} {'-':>5}"
-        return f"{mine:8.3f} " + (f"{ref / mine:5.2f}" if ref is not None else f"{'-':>5}")
+        ratio = None if mine is None or ref is None else ref / mine
+        return f"{cell(mine, '.3f', 8)} {cell(ratio, '.2f', 5)}"
 
     sampled, counted = energy_of(watts), energy_of(counter_watts)
     for shape, name, how, got, _ in rows:
         key = (shape, name, how)
-        w_e = f"{counter_watts[key]:6.1f}" if counter_watts[key] is not None else f"{'-':>6}"
-        upd = f"{period[key] * 1e3:6.1f}" if period[key] is not None else f"{'-':>6}"
+        upd = None if period[key] is None else period[key] * 1e3
         print(f"{shape:>22} {name:>34} {how:>5} {statistics.median(r.sm_mhz for r in got):7.0f} "
-              f"{watts[key]:6.1f} {cells(sampled, key)} {w_e} {cells(counted, key)} {upd}")
+              f"{watts[key]:6.1f} {energy_cells(sampled, key)} {cell(counter_watts[key], '.1f', 6)} "
+              f"{energy_cells(counted, key)} {cell(upd, '.1f', 6)}")
 
 
 def print_traced(rows) -> None:

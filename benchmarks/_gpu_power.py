@@ -5,7 +5,7 @@ slower ran at a lower clock (more energy per cycle of work) or at the same clock
 
 Power is read two ways. NVML's instantaneous field (`NVML_FI_DEV_POWER_INSTANT`, where the driver has it; the
 plain `nvmlDeviceGetPowerUsage` averages over about a second on recent GPUs, longer than one runner's turn), whose
-median over a window is a sample of a noisy signal (an H100's XLA loop once read 758 W under its 700 W limit); and
+median over a window is a sample of a noisy signal (an H100's XLA loop once read 758 W against its 700 W limit); and
 the energy counter (`NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION`, mJ since the driver loaded), whose rise between the first
 and the last of its updates seen in a window, over the time between them, is the window's mean power. The counter
 moves every 100 ms on an H100 (driver 580; `Reading.counter_period_s` says how often), so a window needs several
