@@ -290,6 +290,22 @@ if [[ " ${STEPS:-} " == *" swap_probe "* ]]; then
   # shellcheck disable=SC2086
   step swap_probe timeout -k 5 480 env CUDA_VISIBLE_DEVICES=0 python3 tools/swap_probe.py ${SWAP_PROBE_ARGS:-}
 fi
+# Only when asked for: tools/stage_trace.py for each "SHAPE CONFIG" of STAGE_TRACES (separated by ";"), e.g.
+# STAGE_TRACES="16384x8192x1024 128x192x64/4/g8/p/pp;16384x8192x1024 160x128x64/4/g8/p/pp/swap"; STAGE_TRACE_HEAT
+# seconds of heat before each trace (default 2: the power cap's steady state).
+if [[ " ${STEPS:-} " == *" stage_trace "* ]]; then
+  stage_traces() {
+    local entry rc=0
+    IFS=';' read -ra entries <<<"${STAGE_TRACES:?STAGE_TRACES names the traces}"
+    for entry in "${entries[@]}"; do
+      # shellcheck disable=SC2086
+      timeout -k 5 240 env CUDA_VISIBLE_DEVICES=0 python3 tools/stage_trace.py $entry --heat "${STAGE_TRACE_HEAT:-2}" \
+        || rc=1
+    done
+    return "$rc"
+  }
+  step stage_trace stage_traces
+fi
 if [[ " ${STEPS:-} " == *" profile_call "* ]]; then  # only when asked for: kernel durations per loop form (ncu)
   profile_call() {  # tools/profile_call.py under ncu in three loop forms, then the median duration per kernel
     # PROFILE_CALL_FORMS: which loop forms (default all three); PROFILE_CALL_ARGS: for tools/profile_call.py. One

@@ -78,9 +78,9 @@ def main() -> None:
           " traced build)")
     c = np.asarray(f(a, b).astype(jnp.float32))
     bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
-    pp, persistent = kw.get("pingpong", False), kw.get("persistent", False)
+    persistent = kw.get("persistent", False)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
-    recs = decode(c, m, n, bm, bn, slab_rows(bm, cfg.threads, pp))
+    recs = traced_tiles(c, m, n, cfg)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
     blocks = min(device_sm_count(), tiles_m * tiles_n)  # the persistent grid, as gemm() builds it
@@ -93,6 +93,16 @@ def main() -> None:
     out = os.path.join(os.environ.get("OUT", "/tmp"), f"stage_trace_{args.shape}_{args.config.replace('/', '_')}.npy")
     np.save(out, np.array([[r[f] for f in COLUMNS] for r in recs], np.int64))
     print(f"records ({', '.join(COLUMNS)}): {out}")
+
+
+def traced_tiles(c: np.ndarray, m: int, n: int, cfg) -> list[dict]:
+    """decode's records of a kernel's output, keyed by the tile's place in C (tm along M, tn along N). A swapped
+    product (cfg.swap) computes each tile transposed, C^T = B^T A^T, and stores it back the right way round, so its
+    records lie in C's transpose: block_n rows of it a tile, shared out among the consumer warpgroups."""
+    if not cfg.swap:
+        return decode(c, m, n, cfg.block_m, cfg.block_n, slab_rows(cfg.block_m, cfg.threads, cfg.pingpong))
+    recs = decode(c.T, n, m, cfg.block_n, cfg.block_m, slab_rows(cfg.block_n, cfg.threads, cfg.pingpong))
+    return [{**r, "tm": r["tn"], "tn": r["tm"]} for r in recs]
 
 
 def slab_rows(block_m: int, threads: int, pingpong: bool) -> list[int]:

@@ -355,7 +355,10 @@ def test_a_multicast_box_that_misses_the_peer_is_reported(monkeypatch):
 @pytest.mark.parametrize("name,cfg,shape,slab_rows", [
     ("ping-pong", PERSISTENT, (512, 768, 256), [0]),
     ("cooperative", GemmConfig(block_m=256, block_n=192, num_stages=4), (512, 384, 256), [0, 128]),
-], ids=["pingpong", "cooperative"])
+    # each tile computed transposed and stored back: the records lie in C's transpose, a 128-row slab a tile
+    ("swapped ping-pong", GemmConfig(block_m=160, block_n=128, num_stages=4, swap=True, persistent=True,
+                                     pingpong=True), (640, 512, 256), [0]),
+], ids=["pingpong", "cooperative", "swapped-pingpong"])
 def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, cfg, shape, slab_rows):
     """The traced build (tools/stage_trace.py's) run by the emulator: every tile and consumer warpgroup writes its
     record over its first accumulators and the rest of C is the product; the fields are consistent with each other,
@@ -369,9 +372,11 @@ def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, 
     m, n, k = shape
     run = run_emulated(example(m, n, k, cfg), seed=m)
     got = run.got.astype(np.float64)
-    recs = stage_trace.decode(got, m, n, cfg.block_m, cfg.block_n, slab_rows)
+    recs = stage_trace.traced_tiles(got, m, n, cfg)
     tiles = (m // cfg.block_m) * (n // cfg.block_n)
     assert len(recs) == tiles * len(slab_rows)
+    assert {(r["tm"], r["tn"]) for r in recs} == {
+        (i, j) for i in range(m // cfg.block_m) for j in range(n // cfg.block_n)}
     ksteps = k // cfg.block_k
     for r in recs:
         assert r["first"] <= r["longest"] <= r["wait"] <= r["cycles"], r
@@ -388,5 +393,8 @@ def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, 
             for r0 in slab_rows:
                 for slot in range(SLOTS):
                     i, j = slot_position(slot)
-                    traced[tm * cfg.block_m + r0 + i, tn * cfg.block_n + j] = True
+                    if cfg.swap:  # the accumulator's row i is C's column tn * block_n + r0 + i
+                        traced[tm * cfg.block_m + j, tn * cfg.block_n + r0 + i] = True
+                    else:
+                        traced[tm * cfg.block_m + r0 + i, tn * cfg.block_n + j] = True
     np.testing.assert_array_equal(got[~traced], run.want.astype(np.float64)[~traced])
