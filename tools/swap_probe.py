@@ -8,10 +8,13 @@
 - `coop192` / `swap192`: cooperative 128x192 against the swapped cooperative 192x128 (wgmma n192 in both, only the
   operand that is MN-major differs): n160 against n192 set apart from the frame.
 
+`--set layouts`: the pick's own frame (128x192 ping-pong) with A given as A^T (wgmma's m side read MN-major) and/or
+B as B^T (its n side read K-major): which operand placement costs the swapped frame its k-steps.
+
 The per-k-step rate is the slope between the two K (the epilogue and the start cancel). Each kernel is checked
 against jnp.dot (float32 reference) before it is timed.
 
-    python tools/swap_probe.py [--shapes 16384x8192x1024,16384x8192x4096] [--rounds 5]
+    python tools/swap_probe.py [--shapes 16384x8192x1024,16384x8192x4096] [--rounds 5] [--set layouts]
 
 Findings: benchmarks/NOTES.md ("The swapped loop's probe run", thirty-ninth session).
 """
@@ -63,6 +66,57 @@ def swapped_kk_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
     return gemm_swapped_kk
 
 
+def layout_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int, a_t: bool, b_t: bool) -> ts.TileKernel:
+    """G.persistent_kernel (the pick's grid, order and ping-pong) with A given as A^T (K x M: wgmma's m side read
+    MN-major, `tnspA`) where `a_t` and B given as B^T (N x K: its n side read K-major) where `b_t`: the pick's frame
+    with each operand's major swapped on its own, to set apart which placement the swapped frame's loop pays for."""
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    tiles_m, tiles_n, tiles, blocks, group = G.persistent_grid(m, n, cfg, num_sms)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
+               pingpong=cfg.pingpong)
+    def gemm_layout(A, B, C):
+        A_s = T.alloc_shared((bk, bm) if a_t else (bm, bk), dtype)
+        B_s = T.alloc_shared((bn, bk) if b_t else (bk, bn), dtype)
+        C_f = T.alloc_fragment((bm, bn), jnp.float32)
+        for w in T.serial(T.ceildiv(tiles, blocks)):
+            tile = w * blocks + T.program_id(0)
+            if tile < tiles:
+                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                T.clear(C_f)
+                for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
+                    if a_t:
+                        T.copy(A[T.ds(ko * bk, bk), T.ds(tm * bm, bm)], A_s)
+                    else:
+                        T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                    if b_t:
+                        T.copy(B[T.ds(tn * bn, bn), T.ds(ko * bk, bk)], B_s)
+                    else:
+                        T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
+                    T.gemm(A_s, B_s, C_f, transpose_A=a_t, transpose_B=b_t)
+                T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+    return gemm_layout
+
+
+def layout_runners(m: int, n: int, k: int, sms: int, at, bt) -> dict:
+    """The pick's frame with each operand's major swapped (`layout_kernel`), against the pick and the swapped frame."""
+    bf16 = jnp.bfloat16
+    pick = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
+    swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
+    b_km = layout_kernel(m, n, k, bf16, pick, sms, a_t=False, b_t=True)
+    a_mn = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=False)
+    both = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=True)
+    return {
+        "XLA jnp.dot": lambda x, y: x @ y,
+        "pick (A K, B MN)": G.build(m, n, k, bf16, pick, sms),
+        "B K-major": lambda x, y: b_km(x, bt),
+        "A MN-major": lambda x, y: a_mn(at, y),
+        "A MN, B K": lambda x, y: both(at, bt),
+        "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
+    }
+
+
 def runners(m: int, n: int, k: int, sms: int, bt) -> dict:
     """The timed products, each a function of (A, B); the `_mk` and `_kk` swapped kernels share one configuration."""
     bf16 = jnp.bfloat16
@@ -85,6 +139,9 @@ def main() -> None:
     ap.add_argument("--shapes", default="16384x8192x1024,16384x8192x4096")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--set", choices=("frame", "layouts"), default="frame",
+                    help="frame: the swapped frame against the pick (thirty-ninth session); layouts: the pick's "
+                         "frame with A read MN-major and/or B read K-major (forty-second session)")
     args = ap.parse_args()
     sms = G.device_sm_count()
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; {sms} SMs")
@@ -94,10 +151,10 @@ def main() -> None:
         rng = np.random.default_rng(0)
         a = jnp.asarray(rng.standard_normal((m, k), np.float32), jnp.bfloat16)
         b = jnp.asarray(rng.standard_normal((k, n), np.float32), jnp.bfloat16)
-        bt = jnp.asarray(b.T)
+        bt, at = jnp.asarray(b.T), jnp.asarray(a.T)
         want = jnp.dot(a.astype(jnp.float32), b.astype(jnp.float32))
         scale = float(jnp.max(jnp.abs(want)))
-        product = runners(m, n, k, sms, bt)
+        product = runners(m, n, k, sms, bt) if args.set == "frame" else layout_runners(m, n, k, sms, at, bt)
         for name, run in product.items():
             err = float(jnp.max(jnp.abs(jax.jit(run)(a, b).astype(jnp.float32) - want))) / scale
             status = "ok" if err < 2e-2 else "WRONG"
