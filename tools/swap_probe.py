@@ -99,6 +99,29 @@ def layout_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int, 
     return gemm_layout
 
 
+def swapped_ct_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
+    """G.persistent_swapped_kernel storing its tiles as computed, into C^T (N x M), with the plain epilogue: the
+    swapped loop without the transposed store."""
+    bm, bn = cfg.block_m, cfg.block_n
+    tiles_m, tiles_n, tiles, blocks, group = G.persistent_grid(m, n, cfg, num_sms)
+
+    @ts.kernel(out_shape=jax.ShapeDtypeStruct((n, m), dtype), grid=(blocks,), threads=cfg.threads,
+               pingpong=cfg.pingpong)
+    def gemm_swapped_ct(A, B, Ct_out):
+        Ct = T.alloc_fragment((bn, bm), jnp.float32)
+        for w in T.serial(T.ceildiv(tiles, blocks)):
+            tile = w * blocks + T.program_id(0)
+            if tile < tiles:
+                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                G.swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
+                T.copy(Ct, Ct_out[T.ds(tn * bn, bn), T.ds(tm * bm, bm)])
+
+    return gemm_swapped_ct
+
+
+TRANSPOSED_OUTPUT = {"swap 160x128 pp, C^T out"}  # runners whose output is C^T: checked against the product's transpose
+
+
 def layout_runners(m: int, n: int, k: int, sms: int, at, bt) -> dict:
     """The pick's frame with each operand's major swapped (`layout_kernel`), against the pick and the swapped frame."""
     bf16 = jnp.bfloat16
@@ -107,13 +130,17 @@ def layout_runners(m: int, n: int, k: int, sms: int, at, bt) -> dict:
     b_km = layout_kernel(m, n, k, bf16, pick, sms, a_t=False, b_t=True)
     a_mn = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=False)
     both = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=True)
+    both160 = layout_kernel(m, n, k, bf16, dataclasses.replace(pick, block_n=160), sms, a_t=True, b_t=True)
+    ct = swapped_ct_kernel(m, n, k, bf16, swap, sms)
     return {
         "XLA jnp.dot": lambda x, y: x @ y,
         "pick (A K, B MN)": G.build(m, n, k, bf16, pick, sms),
         "B K-major": lambda x, y: b_km(x, bt),
         "A MN-major": lambda x, y: a_mn(at, y),
         "A MN, B K": lambda x, y: both(at, bt),
+        "A MN, B K, 128x160": lambda x, y: both160(at, bt),
         "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
+        "swap 160x128 pp, C^T out": ct,
     }
 
 
@@ -156,7 +183,8 @@ def main() -> None:
         scale = float(jnp.max(jnp.abs(want)))
         product = runners(m, n, k, sms, bt) if args.set == "frame" else layout_runners(m, n, k, sms, at, bt)
         for name, run in product.items():
-            err = float(jnp.max(jnp.abs(jax.jit(run)(a, b).astype(jnp.float32) - want))) / scale
+            out = jax.jit(run)(a, b).astype(jnp.float32)
+            err = float(jnp.max(jnp.abs((out.T if name in TRANSPOSED_OUTPUT else out) - want))) / scale
             status = "ok" if err < 2e-2 else "WRONG"
             print(f"{shape} {name:>20}: max error / max |C| {err:.2e} {status}", flush=True)
             if status != "ok":
