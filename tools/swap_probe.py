@@ -153,19 +153,24 @@ def column_grouped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sm
     return gemm_column_grouped
 
 
-def order_runners(m: int, n: int, k: int, sms: int) -> dict:
+def order_runners(m: int, n: int, k: int, sms: int, groups: tuple[int, ...] = ()) -> dict:
     """The pick and the swapped ping-pong in their grouped order (groups of 8 tile rows) and turned round (groups
-    of 8 tile columns)."""
+    of 8 tile columns); with `groups`, the pick's column groups of those sizes in place of the swapped pair."""
     bf16 = jnp.bfloat16
     pick = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
     swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
-    return {
+    runs = {
         "XLA jnp.dot": lambda x, y: x @ y,
         "pick (row groups)": G.build(m, n, k, bf16, pick, sms),
         "pick, column groups": column_grouped_kernel(m, n, k, bf16, pick, sms),
-        "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
-        "swap, column groups": column_grouped_kernel(m, n, k, bf16, swap, sms),
     }
+    for group in groups:
+        runs[f"pick, column groups of {group}"] = column_grouped_kernel(
+            m, n, k, bf16, dataclasses.replace(pick, group_m=group), sms)
+    if not groups:
+        runs["swap 160x128 pp"] = G.build(m, n, k, bf16, swap, sms)
+        runs["swap, column groups"] = column_grouped_kernel(m, n, k, bf16, swap, sms)
+    return runs
 
 
 TRANSPOSED_OUTPUT = {"swap 160x128 pp, C^T out"}  # runners whose output is C^T: checked against the product's transpose
@@ -219,7 +224,10 @@ def main() -> None:
                     help="frame: the swapped frame against the pick (thirty-ninth session); layouts: the pick's "
                          "frame with A read MN-major and/or B read K-major (forty-second session); order: the pick and "
                          "the swapped ping-pong with their groups of tiles along N instead of M")
+    ap.add_argument("--groups", default="", help="with --set order: the pick's column groups of these sizes too "
+                    "(comma-separated), in place of the swapped ping-pong's two")
     args = ap.parse_args()
+    groups = tuple(int(g) for g in args.groups.split(",") if g)
     sms = G.device_sm_count()
     print(f"device: {jax.devices()[0].device_kind}; jax {jax.__version__}; {sms} SMs")
     per_k: dict[str, list[tuple[int, float]]] = {}
@@ -236,7 +244,7 @@ def main() -> None:
         elif args.set == "layouts":
             product = layout_runners(m, n, k, sms, at, bt)
         else:
-            product = order_runners(m, n, k, sms)
+            product = order_runners(m, n, k, sms, groups)
         for name, run in product.items():
             out = jax.jit(run)(a, b).astype(jnp.float32)
             err = float(jnp.max(jnp.abs((out.T if name in TRANSPOSED_OUTPUT else out) - want))) / scale
