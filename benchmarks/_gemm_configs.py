@@ -128,6 +128,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["swap"] = True
         elif suffix == "el":
             cfg["edge_last"] = True
+        elif suffix == "gc":
+            cfg["group_columns"] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:

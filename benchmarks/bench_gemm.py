@@ -78,7 +78,8 @@ loop, `/tN` threads, `/bN` N blocks per SM (ts.kernel's blocks_per_sm), `/mc` tw
 multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue stored from registers
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
 consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/swap` each tile
-computed transposed, C^T = B^T A^T (GemmConfig.swap: a decoder's few tokens on wgmma's n), `/smemx1`,
+computed transposed, C^T = B^T A^T (GemmConfig.swap: a decoder's few tokens on wgmma's n), `/gc` a persistent grid's
+groups of tile columns walking the rows (GemmConfig.group_columns), `/smemx1`,
 `/smemx2` each consumer warpgroup re-reading every stage's A tile once or twice (gemm_sm90_probe: is the main
 loop shared-memory bound?), `/nodep` launched
 plainly instead of as a programmatic dependent of the kernel before it (codegen.cuda.DEPENDENT_LAUNCH off). `/mc` builds

@@ -56,7 +56,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
-         edge_last: bool | None = None, split_reduce: str = "xla", autotune: bool = False) -> Callable[..., jax.Array]:
+         edge_last: bool | None = None, group_columns: bool | None = None, split_reduce: str = "xla",
+         autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
     GPU's SM count, else 132); the ones given win. `split_k` > 1 returns a `SplitK` (the kernel
@@ -70,6 +71,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     with `persistent`, `persistent_swapped_kernel`: block_m any multiple of 8 at 128-byte swizzle);
     without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
     `edge_last=True` with `persistent`: the column of tiles that passes N's end walked last (`edge_last_tile`).
+    `group_columns=True` with `persistent`: the grouped order turned round, `group_m` columns of tiles walking the
+    rows together (`persistent_tile`).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
@@ -78,7 +81,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
-                            edge_last=edge_last)
+                            edge_last=edge_last, group_columns=group_columns)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -114,6 +117,9 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     """The kernel of one configuration: a SplitK where it splits K, else a persistent or one-block-per-tile one."""
     if cfg.swap:
         check_swapped(cfg, split_reduce)
+    if cfg.group_columns and (not cfg.persistent or cfg.split_k > 1 or cfg.edge_last):
+        raise ValueError(f"group_columns orders the tiles of a persistent grid (unsplit, without edge_last), not "
+                         f"{cfg.describe()}: take persistent=True without split_k and edge_last")
     if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
         raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
                          f"{cfg.describe()}: take persistent=True without swap and split_k")
@@ -291,10 +297,23 @@ def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKer
 
 def persistent_grid(m: int, n: int, cfg: GemmConfig, num_sms: int) -> tuple[int, int, int, int, int]:
     """(tile rows, tile columns, tiles, blocks, group) of a persistent grid: as many blocks as the SMs hold at once
-    (at most one per tile), the tiles walked in grouped order."""
+    (at most one per tile), the tiles walked in grouped order (`group`: the rows, or with cfg.group_columns the
+    columns, of tiles a group takes)."""
     tiles_m, tiles_n = T.ceildiv(m, cfg.block_m), T.ceildiv(n, cfg.block_n)
     tiles = tiles_m * tiles_n
-    return tiles_m, tiles_n, tiles, min(num_sms * cfg.blocks_per_sm, tiles), group_of(tiles_m, cfg)
+    group = group_rows(tiles_n, cfg.group_m) if cfg.group_columns else group_of(tiles_m, cfg)
+    return tiles_m, tiles_n, tiles, min(num_sms * cfg.blocks_per_sm, tiles), group
+
+
+def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig, edge: bool = False):
+    """(tile row, tile column) of a persistent grid's pid-th tile: grouped_tile's order, or with cfg.group_columns
+    the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
+    more of a wave's blocks, each of A's by fewer), or with cfg.edge_last where `edge` (N not a multiple of
+    block_n) edge_last_tile's."""
+    if cfg.group_columns:
+        tn, tm = grouped_tile(pid, tiles_n, tiles_m, group)
+        return tm, tn
+    return (edge_last_tile if cfg.edge_last and edge else grouped_tile)(pid, tiles_m, tiles_n, group)
 
 
 def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
@@ -313,7 +332,7 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:  # the last wave has fewer tiles than blocks
-                tm, tn = (edge_last_tile if cfg.edge_last and n % bn else grouped_tile)(tile, tiles_m, tiles_n, group)
+                tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg, edge=n % bn != 0)
                 T.clear(C_f)
                 for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
                     T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
@@ -340,7 +359,7 @@ def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, nu
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:  # the last wave has fewer tiles than blocks
-                tm, tn = grouped_tile(tile, tiles_m, tiles_n, group)
+                tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg)
                 swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
                 store_transposed(Ct, C, tm * bm, tn * bn)
 

@@ -51,7 +51,7 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
     from bench_gemm import parse_config
-    from gemm import device_sm_count, gemm, group_of, grouped_tile
+    from gemm import device_sm_count, gemm, persistent_grid, persistent_tile
 
     from jax_tilescale.codegen import gemm_sm90
     from jax_tilescale.codegen.gemm_table import GemmConfig
@@ -81,9 +81,8 @@ def main() -> None:
     persistent = kw.get("persistent", False)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
     recs = traced_tiles(c, m, n, cfg)
-    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
-    order = {grouped_tile(t, tiles_m, tiles_n, group_of(tiles_m, cfg)): t for t in range(tiles_m * tiles_n)}
-    blocks = min(device_sm_count(), tiles_m * tiles_n)  # the persistent grid, as gemm() builds it
+    tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, device_sm_count())  # as gemm() builds it
+    order = {persistent_tile(t, tiles_m, tiles_n, group, cfg, edge=n % bn != 0): t for t in range(tiles)}
     for r in recs:
         r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
     # a stage of the tile at the SM's dense 16-bit rate, 2048 multiply-adds a cycle (in the cooperative

@@ -39,7 +39,8 @@ The three levers, and when each pays:
   epilogue is a large part of its time (short K, many waves). There the two consumer warpgroups take
   alternate 128x192 tiles (`pingpong`), each storing its tile while the other's main loop runs, with
   4 stages (the staging boxes go out in rounds to leave room for the fourth): 0.96x XLA at
-  16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02).
+  16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02);
+  up to K = 1024 in groups of tile columns walking the rows (`group_columns`, `PERSISTENT_COLUMNS`);
   With longer K and more than one wave of 128x256 tiles (4096^3) the same grid without ping-pong
   (`DEFAULT_PERSISTENT`): the epilogue still stops the tensor cores, but the next tile's operands are
   already loading and no block has to start;
@@ -82,16 +83,21 @@ class GemmConfig:
     # persistent: the last column of tiles, where N is not a multiple of block_n, walked after all the others, so
     # that the last wave's tiles are its narrow ones (with gemm_sm90_edge.EDGE_LOOP they take narrower products)
     edge_last: bool = False
+    # persistent: the grouped order turned round, groups of `group_m` tile columns walking the rows (a wave's blocks
+    # share each of B's tiles among more blocks and each of A's among fewer); 1-4% faster for the ping-pong pick at
+    # 16384 x 8192 x 1024, 3% slower at K = 4096 (benchmarks/NOTES.md, forty-second session)
+    group_columns: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`): the form bench_gemm.py's --configs reads."""
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`): the form bench_gemm.py's --configs
+        reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
         text += "/swap" if self.swap else ""
         return (text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
-                + ("/el" if self.edge_last else ""))
+                + ("/el" if self.edge_last else "") + ("/gc" if self.group_columns else ""))
 
 
 DEFAULT = GemmConfig()
@@ -107,6 +113,10 @@ WIDE = GemmConfig(block_m=256, block_n=192, persistent=True)
 # persistent: ping-pong consumers on 128x192 tiles (192 accumulators per thread, as WIDE's), 4 stages of
 # 40 KiB and two staging boxes of 16 KiB per warpgroup
 PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=True)
+# the same in column groups, for K up to SHORT_K: 16384 x 8192 x 1024 0.97-0.99x XLA against 0.94-0.98x in row groups
+# in three runs of one H100 (benchmarks/NOTES.md, forty-second session); at K = 4096 the row groups' order was 3% ahead
+PERSISTENT_COLUMNS = replace(PERSISTENT, group_columns=True)
+SHORT_K = 1024
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)
@@ -208,7 +218,7 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if split > 1:
         return GemmConfig(split_k=split)
     if tiles > 2 * sm_count and k <= 2048:  # many waves of short tiles: overlap each epilogue
-        return PERSISTENT
+        return PERSISTENT_COLUMNS if k <= SHORT_K else PERSISTENT
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:
         return WIDE  # large, and its last wave not much emptier: the fewest L2 bytes per FLOP
     if tiles > sm_count:
@@ -292,8 +302,8 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
     taken where nothing can be timed), then the ones the table weighs against it: for a skinny product the skinny
     estimate's candidates, best estimate first, after the swapped product's (unsplit and split in two) where A has
     at most SWAP_MAX_M rows; otherwise the default tiles, on a persistent grid or not, WIDE, the
-    ping-pong PERSISTENT, MID where its tiles make at most one wave, NARROW_K128 and NARROW where theirs make at
-    most two, and split_for's split.
+    ping-pong PERSISTENT in row groups and in column groups, MID where its tiles make at most one wave, NARROW_K128
+    and NARROW where theirs make at most two, and split_for's split.
     Element types other than fp16/bf16 keep the default tiles: one candidate, nothing to time."""
     pick = pick_config(m, n, k, dtype, sm_count)
     dt = np.dtype(dtype)
@@ -307,7 +317,7 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
         ranked = sorted(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
         found += [cfg if split == 1 else replace(cfg, split_k=split) for cfg, split in ranked]
     else:
-        found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT]
+        found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT, PERSISTENT_COLUMNS]
         if tiles_of(m, n, MID) <= sm_count:
             found.append(MID)
         if tiles_of(m, n, NARROW) <= 2 * sm_count:

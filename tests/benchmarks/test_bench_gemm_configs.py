@@ -54,6 +54,10 @@ def test_named_configs_parse_with_their_suffixes():
     from jax_tilescale.codegen import gemm_sm90_edge
     from jax_tilescale.codegen.gemm_table import PERSISTENT
 
+    columns = replace(PERSISTENT, group_columns=True)  # the table's pick up to K = 1024: its description parses back
+    assert bench.parse_config(columns.describe()) == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             group_columns=True), {})
     edge_last = replace(PERSISTENT, edge_last=True).describe()  # the edge column last, its products narrow
     assert edge_last == "128x192x64/4/g8/p/pp/el"
     assert bench.parse_config(edge_last + "/edge") == (

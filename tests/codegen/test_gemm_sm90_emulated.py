@@ -70,6 +70,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
     "DEFAULT_PERSISTENT 128x256": lambda: example(300, 600, 200, DEFAULT_PERSISTENT),
     "PERSISTENT ping-pong, 5 rows of tiles in groups of 2 (the last partial)": lambda: example(
         600, 400, 128, dataclasses.replace(PERSISTENT, group_m=2)),
+    "PERSISTENT ping-pong in column groups of 2 (3 tile columns: the last group partial), ragged": lambda: example(
+        300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True)),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),

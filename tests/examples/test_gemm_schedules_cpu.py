@@ -188,6 +188,50 @@ def test_edge_last_is_for_persistent_unswapped_grids():
             gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), edge_last=True, **kw)
 
 
+def test_column_groups_visit_every_tile_once_each_group_within_its_columns():
+    """persistent_tile with group_columns: a bijection onto the tiles; each run of group * tiles_m consecutive pids
+    stays within `group` adjacent tile columns (the last group takes the columns left) and walks every row."""
+    for tiles_m, tiles_n, group_m in itertools.product(range(1, 12), range(1, 14), range(1, 9)):
+        cfg = GemmConfig(group_m=group_m, persistent=True, group_columns=True)
+        group = min(group_m, tiles_n)
+        order = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg) for p in range(tiles_m * tiles_n)]
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (tiles_m, tiles_n, group)
+        for start in range(0, tiles_m * tiles_n, group * tiles_m):
+            run = order[start:start + group * tiles_m]
+            cols = {c for _, c in run}
+            assert max(cols) - min(cols) < group and min(cols) == start // tiles_m, (tiles_m, tiles_n, group)
+            assert {r for r, _ in run} == set(range(tiles_m))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,sms,group", [(200, 136, 72, 5, 2), (330, 260, 40, 3, 3), (64, 70, 33, 16, 8)])
+def test_column_groups_match_dot(dtype, m, n, k, sms, group):
+    """The persistent grid in column groups (N ragged: 5, 9 and 3 tile columns, groups of 2, 3 and all of them: the
+    last group partial in the first two), through the interpreter; the swapped product's too."""
+    got, want = _product(m, n, k, dtype, m * 5 + n + k, persistent=True, num_sms=sms, group_columns=True,
+                         **dict(SMALL_TILES, group_m=group))
+    _assert_close(got, want, dtype)
+    got, want = _product(m, n, k, dtype, m + n + k, persistent=True, num_sms=sms, group_columns=True, swap=True,
+                         block_m=16, block_n=64, block_k=16, num_stages=2, threads=128, group_m=group)
+    _assert_close(got, want, dtype)
+
+
+def test_column_groups_are_for_persistent_unsplit_grids():
+    for kw in (dict(), dict(persistent=True, split_k=2), dict(persistent=True, edge_last=True)):
+        with pytest.raises(ValueError, match="group_columns orders the tiles of a persistent grid"):
+            gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), group_columns=True, **kw)
+
+
+def test_the_ping_pong_pick_takes_column_groups_up_to_short_k():
+    """PERSISTENT_COLUMNS at 16384 x 8192 x 1024 (measured 1-4% ahead of the row groups), PERSISTENT at K = 2048
+    (not measured: the row groups stay)."""
+    from jax_tilescale.codegen.gemm_table import PERSISTENT, PERSISTENT_COLUMNS
+
+    assert pick_config(16384, 8192, 1024, "bfloat16") == PERSISTENT_COLUMNS
+    assert PERSISTENT_COLUMNS.describe() == "128x192x64/4/g8/p/pp/gc"
+    assert pick_config(16384, 8192, 2048, "bfloat16") == PERSISTENT
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("m,n,k,group,persistent", [(320, 96, 40, 2, False), (330, 100, 48, 4, False),
                                                     (320, 96, 40, 3, True), (450, 64, 32, 3, True)])

@@ -441,3 +441,21 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
     mod = generate_cuda(kern.trace(a, b), "sm_90")
     assert mod.arch == "sm_90a" and not mod.notes and "_in192(" in mod.source, mod.notes
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m,n,k,kw", [
+    (16384, 8192, 1024, dict()),  # the table's pick there: PERSISTENT_COLUMNS (43 tile columns in groups of 8)
+    # ragged, 16 tile columns of 192 in groups of 3 on 7 blocks; and the swapped ping-pong in column groups
+    (1000, 3000, 768, dict(block_m=128, block_n=192, num_stages=4, group_m=3, persistent=True, pingpong=True,
+                           group_columns=True, num_sms=7)),
+    (1000, 3000, 768, dict(block_m=160, block_n=128, num_stages=4, persistent=True, pingpong=True, swap=True,
+                           group_columns=True, num_sms=7)),
+])
+def test_column_groups_match_dot(m, n, k, kw):
+    """The persistent grid's tiles in groups of columns walking the rows (GemmConfig.group_columns): every element
+    against the float64 product."""
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **kw)
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 5 * n + k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")
