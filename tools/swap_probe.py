@@ -10,7 +10,8 @@
 
 `--set layouts`: the pick's own frame (128x192 ping-pong) with A given as A^T (wgmma's m side read MN-major) and/or
 B as B^T (its n side read K-major): which operand placement costs the swapped frame its k-steps. `--set order`: the
-pick and the swapped ping-pong with their tiles grouped along N instead of M (`column_grouped_kernel`).
+pick and the swapped ping-pong with their tiles grouped along N instead of M (GemmConfig.group_columns, which came
+out of this probe).
 
 The per-k-step rate is the slope between the two K (the epilogue and the start cancel). Each kernel is checked
 against jnp.dot (float32 reference) before it is timed.
@@ -120,56 +121,25 @@ def swapped_ct_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
     return gemm_swapped_ct
 
 
-def column_grouped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
-    """G.persistent_kernel (or G.persistent_swapped_kernel where cfg.swap) with the grouped order turned round:
-    `group_m` columns of tiles walk the rows together (G.grouped_tile with the two axes exchanged), so the wave's
-    blocks share B's tiles among more blocks and A's among fewer."""
-    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    tiles_m, tiles_n, tiles, blocks, _ = G.persistent_grid(m, n, cfg, num_sms)
-    group = min(cfg.group_m, tiles_n)
-
-    @ts.kernel(out_shape=jax.ShapeDtypeStruct((m, n), dtype), grid=(blocks,), threads=cfg.threads,
-               pingpong=cfg.pingpong)
-    def gemm_column_grouped(A, B, C):
-        acc = T.alloc_fragment((bn, bm) if cfg.swap else (bm, bn), jnp.float32)
-        if not cfg.swap:
-            A_s = T.alloc_shared((bm, bk), dtype)
-            B_s = T.alloc_shared((bk, bn), dtype)
-        for w in T.serial(T.ceildiv(tiles, blocks)):
-            tile = w * blocks + T.program_id(0)
-            if tile < tiles:
-                tn, tm = G.grouped_tile(tile, tiles_n, tiles_m, group)
-                if cfg.swap:
-                    G.swapped_product(A, B, acc, tm, tn, T.ceildiv(k, bk), 0, cfg, dtype)
-                    G.store_transposed(acc, C, tm * bm, tn * bn)
-                else:
-                    T.clear(acc)
-                    for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
-                        T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
-                        T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
-                        T.gemm(A_s, B_s, acc)
-                    T.copy(acc, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
-
-    return gemm_column_grouped
-
-
 def order_runners(m: int, n: int, k: int, sms: int, groups: tuple[int, ...] = ()) -> dict:
     """The pick and the swapped ping-pong in their grouped order (groups of 8 tile rows) and turned round (groups
-    of 8 tile columns); with `groups`, the pick's column groups of those sizes in place of the swapped pair."""
+    of 8 tile columns, GemmConfig.group_columns); with `groups`, the pick's column groups of those sizes in place of
+    the swapped pair."""
     bf16 = jnp.bfloat16
     pick = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
     swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
+    columns = dataclasses.replace(pick, group_columns=True)
     runs = {
         "XLA jnp.dot": lambda x, y: x @ y,
         "pick (row groups)": G.build(m, n, k, bf16, pick, sms),
-        "pick, column groups": column_grouped_kernel(m, n, k, bf16, pick, sms),
+        "pick, column groups": G.build(m, n, k, bf16, columns, sms),
     }
     for group in groups:
-        runs[f"pick, column groups of {group}"] = column_grouped_kernel(
-            m, n, k, bf16, dataclasses.replace(pick, group_m=group), sms)
+        runs[f"pick, column groups of {group}"] = G.build(m, n, k, bf16, dataclasses.replace(columns, group_m=group),
+                                                          sms)
     if not groups:
         runs["swap 160x128 pp"] = G.build(m, n, k, bf16, swap, sms)
-        runs["swap, column groups"] = column_grouped_kernel(m, n, k, bf16, swap, sms)
+        runs["swap, column groups"] = G.build(m, n, k, bf16, dataclasses.replace(swap, group_columns=True), sms)
     return runs
 
 
