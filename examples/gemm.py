@@ -168,11 +168,17 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     first, in_group = pid // width * group, pid % width
     if tiles_m % group == 0:  # kept apart: the code every measured pick runs (no clamps; see below)
         return first + in_group % group, in_group // group
-    # The last group's rows. The clamps change nothing for pid < tiles_m * tiles_n; they let interval arithmetic
-    # (ir/ranges.py value_bounds) see that rows >= 1 and that both results stay inside, so copies at divisible shapes
-    # stay unclipped.
-    rows = _max(_min(tiles_m - first, group), 1)
-    return _min(first + in_group % rows, tiles_m - 1), _min(in_group // rows, tiles_n - 1)
+    # The last group has tiles_m % group rows. Each division is by one of two constants, chosen by the group: a
+    # division by the group's row count as a runtime value (64-bit) took more registers than a ping-pong producer's
+    # setmaxnreg share wherever group was not a power of two, and ptxas then dropped the split and spilled the
+    # accumulators (C7507, 2.3 KB: benchmarks/NOTES.md, forty-second session). The clamps change nothing for
+    # pid < tiles_m * tiles_n; they let interval arithmetic (ir/ranges.py value_bounds) see that both results stay
+    # inside, so copies at divisible shapes stay unclipped.
+    last = tiles_m % group
+    in_last = first >= tiles_m - last
+    row = _select(in_last, in_group % last, in_group % group)
+    col = _select(in_last, in_group // last, in_group // group)
+    return _min(first + row, tiles_m - 1), _min(col, tiles_n - 1)
 
 
 def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int):

@@ -77,13 +77,18 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
     (128, 8192, 8192, dict(split_k=4, split_reduce="xla")),
     (200, 3000, 4096, dict(split_k=2, split_reduce="kernel")),  # ragged M and N: the last split's store of C is guarded
     (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, mc=True)),
+    # partial last groups of sizes that are not powers of two, both orders (a runtime division there spilled, C7507)
+    (1000, 3000, 768, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, group_m=3,
+                           num_sms=16)),
+    (1536, 3072, 768, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, group_m=5,
+                           group_columns=True, num_sms=16)),
 ])
 def test_schedules_build_without_spills(session_cache, require_nvcc, monkeypatch, m, n, k, cfg):
     from jax_tilescale.codegen import gemm_sm90
 
     cfg = dict(cfg)
     monkeypatch.setattr(gemm_sm90, "MULTICAST", cfg.pop("mc", False))  # a two-block cluster of the ping-pong pick
-    mod = _module(m, n, k, num_sms=132, **cfg)
+    mod = _module(m, n, k, **{"num_sms": 132, **cfg})
     report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
     assert "C7510" not in report, report  # no call between the wgmma instructions
 
