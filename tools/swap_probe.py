@@ -42,6 +42,10 @@ import jax_tilescale as ts  # noqa: E402
 from jax_tilescale import language as T  # noqa: E402
 from jax_tilescale.codegen.gemm_table import GemmConfig  # noqa: E402
 
+# the table's ping-pong tiles, and XLA's (cuBLAS's 128x160) computed swapped, both persistent
+PICK = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
+SWAP = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
+
 
 def swapped_kk_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
     """G.persistent_swapped_kernel with B given transposed (Bt: N x K): Ct = Bt A^T with both tiles K-major."""
@@ -126,20 +130,18 @@ def order_runners(m: int, n: int, k: int, sms: int, groups: tuple[int, ...] = ()
     of 8 tile columns, GemmConfig.group_columns); with `groups`, the pick's column groups of those sizes in place of
     the swapped pair."""
     bf16 = jnp.bfloat16
-    pick = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
-    swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
-    columns = dataclasses.replace(pick, group_columns=True)
+    columns = dataclasses.replace(PICK, group_columns=True)
     runs = {
         "XLA jnp.dot": lambda x, y: x @ y,
-        "pick (row groups)": G.build(m, n, k, bf16, pick, sms),
+        "pick (row groups)": G.build(m, n, k, bf16, PICK, sms),
         "pick, column groups": G.build(m, n, k, bf16, columns, sms),
     }
     for group in groups:
         runs[f"pick, column groups of {group}"] = G.build(m, n, k, bf16, dataclasses.replace(columns, group_m=group),
                                                           sms)
     if not groups:
-        runs["swap 160x128 pp"] = G.build(m, n, k, bf16, swap, sms)
-        runs["swap, column groups"] = G.build(m, n, k, bf16, dataclasses.replace(swap, group_columns=True), sms)
+        runs["swap 160x128 pp"] = G.build(m, n, k, bf16, SWAP, sms)
+        runs["swap, column groups"] = G.build(m, n, k, bf16, dataclasses.replace(SWAP, group_columns=True), sms)
     return runs
 
 
@@ -149,21 +151,19 @@ TRANSPOSED_OUTPUT = {"swap 160x128 pp, C^T out"}  # runners whose output is C^T:
 def layout_runners(m: int, n: int, k: int, sms: int, at, bt) -> dict:
     """The pick's frame with each operand's major swapped (`layout_kernel`), against the pick and the swapped frame."""
     bf16 = jnp.bfloat16
-    pick = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True, pingpong=True)
-    swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
-    b_km = layout_kernel(m, n, k, bf16, pick, sms, a_t=False, b_t=True)
-    a_mn = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=False)
-    both = layout_kernel(m, n, k, bf16, pick, sms, a_t=True, b_t=True)
-    both160 = layout_kernel(m, n, k, bf16, dataclasses.replace(pick, block_n=160), sms, a_t=True, b_t=True)
-    ct = swapped_ct_kernel(m, n, k, bf16, swap, sms)
+    b_km = layout_kernel(m, n, k, bf16, PICK, sms, a_t=False, b_t=True)
+    a_mn = layout_kernel(m, n, k, bf16, PICK, sms, a_t=True, b_t=False)
+    both = layout_kernel(m, n, k, bf16, PICK, sms, a_t=True, b_t=True)
+    both160 = layout_kernel(m, n, k, bf16, dataclasses.replace(PICK, block_n=160), sms, a_t=True, b_t=True)
+    ct = swapped_ct_kernel(m, n, k, bf16, SWAP, sms)
     return {
         "XLA jnp.dot": lambda x, y: x @ y,
-        "pick (A K, B MN)": G.build(m, n, k, bf16, pick, sms),
+        "pick (A K, B MN)": G.build(m, n, k, bf16, PICK, sms),
         "B K-major": lambda x, y: b_km(x, bt),
         "A MN-major": lambda x, y: a_mn(at, y),
         "A MN, B K": lambda x, y: both(at, bt),
         "A MN, B K, 128x160": lambda x, y: both160(at, bt),
-        "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
+        "swap 160x128 pp": G.build(m, n, k, bf16, SWAP, sms),
         "swap 160x128 pp, C^T out": ct,
     }
 
@@ -171,13 +171,12 @@ def layout_runners(m: int, n: int, k: int, sms: int, at, bt) -> dict:
 def runners(m: int, n: int, k: int, sms: int, bt) -> dict:
     """The timed products, each a function of (A, B); the `_mk` and `_kk` swapped kernels share one configuration."""
     bf16 = jnp.bfloat16
-    swap = GemmConfig(block_m=160, block_n=128, block_k=64, persistent=True, pingpong=True, swap=True)
     coop = GemmConfig(block_m=128, block_n=192, block_k=64, persistent=True)
-    kk = swapped_kk_kernel(m, n, k, bf16, swap, sms)
+    kk = swapped_kk_kernel(m, n, k, bf16, SWAP, sms)
     return {
         "XLA jnp.dot": lambda x, y: x @ y,
         "pick": G.gemm(m, n, k, bf16),
-        "swap 160x128 pp": G.build(m, n, k, bf16, swap, sms),
+        "swap 160x128 pp": G.build(m, n, k, bf16, SWAP, sms),
         "swap_kk 160x128 pp": lambda x, y: kk(x, bt),
         "coop 128x192": G.build(m, n, k, bf16, coop, sms),
         "swap 192x128 coop": G.build(m, n, k, bf16, dataclasses.replace(coop, block_m=192, block_n=128, swap=True),

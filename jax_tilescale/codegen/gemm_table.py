@@ -114,7 +114,7 @@ WIDE = GemmConfig(block_m=256, block_n=192, persistent=True)
 # 40 KiB and two staging boxes of 16 KiB per warpgroup
 PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=True)
 # the same in column groups, for K up to SHORT_K: 16384 x 8192 x 1024 0.97-0.99x XLA against 0.94-0.98x in row groups
-# in three runs of one H100 (benchmarks/NOTES.md, forty-second session); at K = 4096 the row groups' order was 3% ahead
+# in four runs of one H100 (benchmarks/NOTES.md, forty-second session); at K = 4096 the row groups' order was 3% ahead
 PERSISTENT_COLUMNS = replace(PERSISTENT, group_columns=True)
 SHORT_K = 1024
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
