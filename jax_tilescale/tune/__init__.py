@@ -4,8 +4,8 @@ device, candidates) is seen, and keeps the fastest in the kernel cache's directo
 its choice and builds only that one (jax_tilescale/tune/search.py; the record's format: store.py; how a candidate is
 timed: timing.py). `examples/gemm.py`'s `gemm(..., autotune=True)` is its first user."""
 
-from .search import REFUSALS, Tuned, autotune
+from .search import MARGIN, REFUSALS, Tuned, autotune
 from .store import Record, record_path
 from .timing import LoopTimer, Timer, looped
 
-__all__ = ["REFUSALS", "LoopTimer", "Record", "Timer", "Tuned", "autotune", "looped", "record_path"]
+__all__ = ["MARGIN", "REFUSALS", "LoopTimer", "Record", "Timer", "Tuned", "autotune", "looped", "record_path"]

@@ -25,6 +25,9 @@ C = TypeVar("C")
 # combination (ValueError) and a failure XLA reports from the run.
 REFUSALS: tuple[type[BaseException], ...] = (TileScaleError, ValueError, NotImplementedError,
                                             getattr(jax.errors, "JaxRuntimeError", RuntimeError))
+# autotune keeps the earliest candidate within this fraction of the fastest median, so that a run's noise does not
+# move the choice away from the candidate put first (the table's pick)
+MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def _reason(err: BaseException) -> str:
 def autotune(name: str, candidates: Sequence[C], build: Callable[[C], Callable[..., Any]], args: Sequence[Any], *,
              describe: Callable[[C], str] = str, key: Mapping[str, object] | None = None,
              check: Callable[[Any], str | None] | None = None, timer: Timer | None = None, retune: bool = False,
-             margin: float = 0.02, progress: Callable[[str], None] | None = _stderr) -> Tuned[C]:
+             margin: float = MARGIN, progress: Callable[[str], None] | None = _stderr) -> Tuned[C]:
     """The fastest of `candidates` for `build(candidate)(*args)`.
 
     `build` turns a candidate into a function of `args` (a jax_tilescale kernel, or anything jittable); `args` are

@@ -1,6 +1,6 @@
 """Autotuning on the GPU (jax_tilescale/tune, examples/gemm.py's `gemm(..., autotune=True)`): LoopTimer's figures
-rank products by their size, the GEMM's candidates are timed and the fastest is right and kept on disk, and a later
-call reads it back without timing."""
+rank products by their size, the GEMM's candidates are timed, the one kept (the earliest within ts.tune.MARGIN of
+the fastest) is right and on disk, and a later call reads it back without timing."""
 
 from __future__ import annotations
 
@@ -16,6 +16,16 @@ from tests.conftest import load_example
 
 gemm_example = load_example("gemm")
 QUICK = ts.tune.LoopTimer(rounds=2, heat_s=0.05, min_run_s=0.005)
+
+
+def assert_kept_by_the_rule(tuned: ts.tune.Tuned) -> None:
+    """Timed here, and the choice is autotune's rule: the earliest candidate (in the order given, which `seconds`
+    keeps) within ts.tune.MARGIN of the fastest median, so a candidate put after the table's pick that is faster by
+    less than the margin does not take its place."""
+    assert tuned.source == "timed", tuned.source
+    fastest = min(tuned.seconds.values())
+    within = [label for label, s in tuned.seconds.items() if s <= fastest * (1 + ts.tune.MARGIN)]
+    assert tuned.label == within[0], (tuned.label, tuned.seconds)
 
 
 @pytest.fixture(autouse=True)
@@ -35,11 +45,11 @@ def test_loop_timer_on_the_gpu_ranks_products_by_their_work():
 
 
 @pytest.mark.parametrize("m,n,k", [(128, 4096, 4096), (2048, 2048, 1024)])
-def test_gemm_autotune_times_its_candidates_and_keeps_the_fastest(m, n, k):
+def test_gemm_autotune_times_its_candidates_and_keeps_the_earliest_within_the_margin(m, n, k):
     lines = []
     tuned = gemm_example.tuned_config(m, n, k, jnp.bfloat16, gemm_example.device_sm_count(), timer=QUICK,
                                       progress=lines.append)
-    assert tuned.source == "timed" and tuned.seconds[tuned.label] == min(tuned.seconds.values())
+    assert_kept_by_the_rule(tuned)
     assert len(tuned.seconds) + len(tuned.refused) == len(gemm_example.tune_candidates(m, n, k, jnp.bfloat16,
                                                                                        gemm_example.device_sm_count()))
     assert all(0 < s < 1e-2 for s in tuned.seconds.values()), tuned.seconds
@@ -68,12 +78,14 @@ fp8_example = load_example("gemm_fp8")
 @pytest.mark.parametrize("m,n,k", [(16, 4096, 4096), (2048, 2048, 1024)])
 def test_fp8_autotune_times_its_candidates_and_the_choice_is_right(m, n, k):
     """gemm_fp8(autotune=True): at 16 tokens the swapped product and the smaller tiles against the default, at 2048
-    the taller tiles; every candidate checked against the dequantised product before it is timed, the fastest kept."""
+    the taller tiles; every candidate checked against the dequantised product before it is timed, the earliest
+    within the margin of the fastest kept."""
     fp8 = np.dtype(jnp.float8_e4m3fn)
     lines = []
     tuned = fp8_example.tuned_config(m, n, k, fp8, timer=QUICK, progress=lines.append)
     print("\n".join(lines))
-    assert tuned.source == "timed" and not tuned.refused and tuned.seconds[tuned.label] == min(tuned.seconds.values())
+    assert not tuned.refused, tuned.refused
+    assert_kept_by_the_rule(tuned)
     assert len(tuned.seconds) == len(fp8_example.fp8_tune_candidates(m, n, k, gemm_example.device_sm_count()))
     verdict = fp8_example.check(m, n, k, seed=m + k, autotune=True)  # reads the record
     assert verdict.ok, verdict
