@@ -75,8 +75,9 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     rows together (`persistent_tile`).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
-    fastest is kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU
-    the table's pick, untimed."""
+    fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
+    kept on disk for every later call and process (jax_tilescale/tune; `tuned_config`); without a GPU the table's
+    pick, untimed."""
     sms = num_sms or device_sm_count()
     given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
