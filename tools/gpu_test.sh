@@ -251,14 +251,23 @@ if [ "${1:-}" = bench ] && want chain_time; then  # an MLP's two products in a r
   step chain_time env CUDA_VISIBLE_DEVICES=0 python3 tools/chain_time.py ${CHAIN_TIME_ARGS:-4096x4096x14336}
 fi
 if [[ " ${STEPS:-} " == *" profile_gemm "* ]]; then  # only when asked for: Nsight Compute of XLA's GEMM and ours
-  # PROFILE_SHAPES (comma-separated), each shape's report in $LOG/profile_<shape>/; SECTIONS as profile_gemm.sh reads it
+  # PROFILE_SHAPES (comma-separated), each shape's report in $LOG/profile_<shape>[_<i>]/; PROFILE_CONFIGS
+  # (comma-separated bench_gemm.py --configs entries, `table` for the table's pick; default: the pick only), the i-th
+  # config's report in the _<i> directory; SECTIONS and METRICS as profile_gemm.sh reads them
   profile_shapes() {
-    local shape rc=0
-    local shapes=${PROFILE_SHAPES:-8192x8192x8192,16384x8192x1024}
+    local shape config i dir rc=0
+    local shapes=${PROFILE_SHAPES:-8192x8192x8192,16384x8192x1024} configs=${PROFILE_CONFIGS:-table}
     for shape in ${shapes//,/ }; do
-      mkdir -p "$LOG/profile_$shape"
-      OUT="$LOG/profile_$shape" CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${PROFILE_TIMEOUT:-150}" \
-        bash tools/profile_gemm.sh "$shape" || rc=1
+      i=0
+      for config in ${configs//,/ }; do
+        dir="$LOG/profile_$shape"; [ -n "${PROFILE_CONFIGS:-}" ] && dir="${dir}_$i"
+        mkdir -p "$dir"
+        echo "--- $shape ${config}"
+        # shellcheck disable=SC2046
+        OUT="$dir" CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${PROFILE_TIMEOUT:-150}" \
+          bash tools/profile_gemm.sh "$shape" $([ "$config" = table ] || echo --config "$config") || rc=1
+        i=$((i + 1))
+      done
     done
     return "$rc"
   }
