@@ -130,6 +130,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["edge_last"] = True
         elif suffix == "gc":
             cfg["group_columns"] = True
+        elif suffix == "pr":
+            cfg["pair_rows"] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:

@@ -79,7 +79,8 @@ multicasting the shared tile (gemm_sm90.MULTICAST), `/direct` the epilogue store
 instead of through shared memory and TMA (gemm_sm90.TMA_STORE off), `/pp` a persistent kernel's
 consumer warpgroups taking whole tiles in turn (ts.kernel's pingpong, GemmConfig.pingpong), `/swap` each tile
 computed transposed, C^T = B^T A^T (GemmConfig.swap: a decoder's few tokens on wgmma's n), `/gc` a persistent grid's
-groups of tile columns walking the rows (GemmConfig.group_columns), `/smemx1`,
+groups of tile columns walking the rows (GemmConfig.group_columns), `/pr` with it the rows two at a time (each block
+pair takes one tile column: with `/mc` the pair shares B's tile; GemmConfig.pair_rows), `/smemx1`,
 `/smemx2` each consumer warpgroup re-reading every stage's A tile once or twice (gemm_sm90_probe: is the main
 loop shared-memory bound?), `/nodep` launched
 plainly instead of as a programmatic dependent of the kernel before it (codegen.cuda.DEPENDENT_LAUNCH off). `/mc` builds

@@ -56,7 +56,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          threads: int | None = None, group_m: int | None = None, split_k: int | None = None,
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
-         edge_last: bool | None = None, group_columns: bool | None = None, split_reduce: str = "xla",
+         edge_last: bool | None = None, group_columns: bool | None = None, pair_rows: bool | None = None,
+         split_reduce: str = "xla",
          autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
@@ -72,7 +73,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
     `edge_last=True` with `persistent`: the column of tiles that passes N's end walked last (`edge_last_tile`).
     `group_columns=True` with `persistent`: the grouped order turned round, `group_m` columns of tiles walking the
-    rows together (`persistent_tile`).
+    rows together (`persistent_tile`); `pair_rows=True` with it: the rows two at a time, so that each pair of blocks
+    takes one tile column at every wave (B's tile shared by the pair where gemm_sm90.MULTICAST is on).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
@@ -82,7 +84,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
-                            edge_last=edge_last, group_columns=group_columns)
+                            edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -121,6 +123,9 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     if cfg.group_columns and (not cfg.persistent or cfg.split_k > 1 or cfg.edge_last):
         raise ValueError(f"group_columns orders the tiles of a persistent grid (unsplit, without edge_last), not "
                          f"{cfg.describe()}: take persistent=True without split_k and edge_last")
+    if cfg.pair_rows and not cfg.group_columns:
+        raise ValueError(f"pair_rows walks the rows of group_columns' order two at a time, not {cfg.describe()}'s: "
+                         f"take group_columns=True with it")
     if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
         raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
                          f"{cfg.describe()}: take persistent=True without swap and split_k")
@@ -317,10 +322,28 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
     more of a wave's blocks, each of A's by fewer), or with cfg.edge_last where `edge` (N not a multiple of
     block_n) edge_last_tile's."""
+    if cfg.group_columns and cfg.pair_rows and tiles_m > 1:
+        return row_paired_tile(pid, tiles_m, tiles_n, group)
     if cfg.group_columns:
         tn, tm = grouped_tile(pid, tiles_n, tiles_m, group)
         return tm, tn
     return (edge_last_tile if cfg.edge_last and edge else grouped_tile)(pid, tiles_m, tiles_n, group)
+
+
+def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int):
+    """(tile row, tile column) of the pid-th tile in column groups that walk the rows two at a time: pids 2q and
+    2q + 1 take tiles (2r, c) and (2r + 1, c), where (c, r) is the q-th tile of the column-grouped order over
+    tiles_m // 2 rows of pairs. So the blocks of a pair, which take pids 2q and 2q + 1 at every wave of a grid with
+    an even block count, share B's tile. With tiles_m odd the last row comes after all the pairs, left to right."""
+    half = tiles_m // 2
+    tn, pair = grouped_tile(pid // 2, tiles_n, half, group)
+    paired = 2 * half * tiles_n
+    if tiles_m % 2 == 0:
+        return 2 * pair + pid % 2, tn
+    # the last row's tiles (clamped as in grouped_tile: both results provably inside for the interval arithmetic)
+    in_pairs = pid < paired
+    return (_select(in_pairs, _min(2 * pair + pid % 2, tiles_m - 1), tiles_m - 1),
+            _select(in_pairs, tn, _min(_max(pid - paired, 0), tiles_n - 1)))
 
 
 def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:

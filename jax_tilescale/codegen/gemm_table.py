@@ -87,17 +87,23 @@ class GemmConfig:
     # share each of B's tiles among more blocks and each of A's among fewer); 1-4% faster for the ping-pong pick at
     # 16384 x 8192 x 1024, 3% slower at K = 4096 (benchmarks/NOTES.md, forty-second session)
     group_columns: bool = False
+    # group_columns: the column groups walk the rows two at a time, tiles (2r, c) and (2r + 1, c) one after the
+    # other, so that the blocks of a pair (2b, 2b + 1) take one tile column at every wave and can share B's tile
+    # (gemm_sm90.MULTICAST: XLA's kernel at 16384 x 8192 x 1024 takes 12% fewer L2 sectors than ours through such
+    # pairs, benchmarks/NOTES.md forty-third session)
+    pair_rows: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`): the form bench_gemm.py's --configs
-        reads."""
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`): the form bench_gemm.py's
+        --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
         text += "/swap" if self.swap else ""
         return (text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
-                + ("/el" if self.edge_last else "") + ("/gc" if self.group_columns else ""))
+                + ("/el" if self.edge_last else "") + ("/gc" if self.group_columns else "")
+                + ("/pr" if self.pair_rows else ""))
 
 
 DEFAULT = GemmConfig()

@@ -58,6 +58,11 @@ def test_named_configs_parse_with_their_suffixes():
     assert bench.parse_config(columns.describe()) == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
              group_columns=True), {})
+    paired = replace(columns, pair_rows=True).describe()  # the rows in pairs, each block pair multicasting B's tile
+    assert paired == "128x192x64/4/g8/p/pp/gc/pr"
+    assert bench.parse_config(paired + "/mc") == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             group_columns=True, pair_rows=True), {(gemm_sm90, "MULTICAST"): True})
     edge_last = replace(PERSISTENT, edge_last=True).describe()  # the edge column last, its products narrow
     assert edge_last == "128x192x64/4/g8/p/pp/el"
     assert bench.parse_config(edge_last + "/edge") == (

@@ -82,6 +82,9 @@ def test_split_k_in_the_kernel_takes_the_hopper_plan_with_its_turnstile_on_the_c
                            num_sms=16)),
     (1536, 3072, 768, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, group_m=5,
                            group_columns=True, num_sms=16)),
+    # the column-grouped pick with its rows in pairs, multicasting B
+    (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4,
+                             group_columns=True, pair_rows=True, mc=True)),
 ])
 def test_schedules_build_without_spills(session_cache, require_nvcc, monkeypatch, m, n, k, cfg):
     from jax_tilescale.codegen import gemm_sm90
@@ -99,6 +102,12 @@ def test_schedules_build_without_spills(session_cache, require_nvcc, monkeypatch
     (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4), True),
     (4096, 4096, 1024, dict(persistent=True, block_m=128, block_n=256, num_stages=4), True),  # cooperative
     (2048, 3000, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4, num_sms=6), True),
+    # the column-grouped pick: a pair's two tiles are neighbours in one tile row, except where the last group of 3
+    # columns carries a pair across rows: no pair; with the rows in pairs both blocks take one tile column (B)
+    (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4,
+                             group_columns=True), False),
+    (16384, 8192, 1024, dict(persistent=True, pingpong=True, block_m=128, block_n=192, num_stages=4,
+                             group_columns=True, pair_rows=True), True),
 ])
 def test_persistent_tile_loops_multicast_only_where_both_blocks_of_a_pair_take_the_tile(monkeypatch, m, n, k, cfg,
                                                                                         pair):

@@ -72,6 +72,11 @@ CASES: dict[str, Callable[[], Emulated]] = {
         600, 400, 128, dataclasses.replace(PERSISTENT, group_m=2)),
     "PERSISTENT ping-pong in column groups of 2 (3 tile columns: the last group partial), ragged": lambda: example(
         300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True)),
+    # pair_rows: tiles (2r, c) and (2r + 1, c) one after the other; with 3 tile rows the last row comes alone, last
+    "PERSISTENT ping-pong in column groups of 2, rows in pairs (4 x 3 tiles)": lambda: example(  # B by TMA
+        512, 448, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
+    "PERSISTENT ping-pong in column groups of 2, rows in pairs, the third row alone, ragged": lambda: example(
+        300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),
@@ -311,6 +316,8 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
         "SWAPPED persistent ping-pong in rows of 4 tiles (group 1: a pair shares A's tile)"),
     "mc: pairs multicasting, the ring's epilogue": (gemm_sm90, "MULTICAST", True, "WIDE 256x192 persistent, epilogue "
                                                                                   "through the ring"),
+    "mc: pairs multicasting B, column groups with rows in pairs": (
+        gemm_sm90, "MULTICAST", True, "PERSISTENT ping-pong in column groups of 2, rows in pairs (4 x 3 tiles)"),
 }
 
 

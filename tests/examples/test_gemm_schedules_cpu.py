@@ -203,6 +203,48 @@ def test_column_groups_visit_every_tile_once_each_group_within_its_columns():
             assert {r for r, _ in run} == set(range(tiles_m))
 
 
+def test_rows_in_pairs_visit_every_tile_once_and_pairs_share_a_column():
+    """persistent_tile with group_columns and pair_rows: a bijection onto the tiles; pids 2q and 2q + 1 take tiles
+    (2r, c) and (2r + 1, c) (so a pair of blocks shares B's tile at every wave), the pairs in column groups as
+    group_columns' order has them, and with an odd number of tile rows the last row after every pair, left to right."""
+    for tiles_m, tiles_n, group_m in itertools.product(range(1, 12), range(1, 14), range(1, 9)):
+        cfg = GemmConfig(group_m=group_m, persistent=True, group_columns=True, pair_rows=True)
+        group = min(group_m, tiles_n)
+        tiles = tiles_m * tiles_n
+        order = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg) for p in range(tiles)]
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (tiles_m, tiles_n, group)
+        if tiles_m == 1:
+            continue  # one row: group_columns' own order
+        paired = tiles_m // 2 * 2 * tiles_n
+        for q in range(paired // 2):
+            (r0, c0), (r1, c1) = order[2 * q], order[2 * q + 1]
+            assert c0 == c1 and r0 % 2 == 0 and r1 == r0 + 1, (tiles_m, tiles_n, group, q)
+        assert order[paired:] == [(tiles_m - 1, c) for c in range(tiles_n)] if tiles_m % 2 else order[paired:] == []
+        rows_of_pairs = GemmConfig(group_m=group_m, persistent=True, group_columns=True)
+        pairs = [(order[2 * q][0] // 2, order[2 * q][1]) for q in range(paired // 2)]
+        assert pairs == [gemm_example.persistent_tile(q, tiles_m // 2, tiles_n, group, rows_of_pairs)
+                         for q in range(paired // 2)]
+
+
+def test_rows_in_pairs_are_for_column_groups():
+    with pytest.raises(ValueError, match="pair_rows walks the rows of group_columns' order two at a time"):
+        gemm_example.gemm(300, 300, 64, jnp.dtype(jnp.bfloat16), persistent=True, pair_rows=True)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,sms,group", [(256, 136, 72, 4, 2), (200, 260, 40, 6, 3)])
+def test_rows_in_pairs_match_dot(dtype, m, n, k, sms, group):
+    """Column groups with the rows in pairs through the interpreter: M = 256 and 200 (4 tile rows, every row in a
+    pair; at 200 the last partial), then 64 rows fewer (3 tile rows: the last alone, after the pairs); 5 and 9 tile
+    columns in groups of 2 and 3 (the last group partial)."""
+    got, want = _product(m, n, k, dtype, m * 3 + n + k, persistent=True, num_sms=sms, group_columns=True,
+                         pair_rows=True, **dict(SMALL_TILES, group_m=group))
+    _assert_close(got, want, dtype)
+    got, want = _product(m - 64, n, k, dtype, m + n + k, persistent=True, num_sms=sms, group_columns=True,
+                         pair_rows=True, **dict(SMALL_TILES, group_m=group))  # an odd number of tile rows
+    _assert_close(got, want, dtype)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("m,n,k,sms,group", [(200, 136, 72, 5, 2), (330, 260, 40, 3, 3), (64, 70, 33, 16, 8)])
 def test_column_groups_match_dot(dtype, m, n, k, sms, group):

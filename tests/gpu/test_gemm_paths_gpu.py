@@ -462,3 +462,29 @@ def test_column_groups_match_dot(m, n, k, kw):
     mod = generate_cuda(kern.trace(a, b), "sm_90")
     assert mod.arch == "sm_90a" and not mod.notes, mod.notes
     _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
+
+@pytest.mark.parametrize("m,n,k,kw", [
+    (16384, 8192, 1024, dict(num_sms=132)),  # the column-grouped pick's tiles: 128 rows of tiles, 64 pairs
+    (1000, 3000, 768, dict(group_m=3, num_sms=8)),  # ragged M and N, a partial last group of 3 columns
+    (900, 3000, 768, dict(group_m=2, num_sms=8)),  # 8 tile rows, the last 4 rows of 128
+    (700, 3000, 768, dict(group_m=2, num_sms=8)),  # 6 tile rows
+    (600, 3000, 768, dict(group_m=2, num_sms=8)),  # 5 tile rows: the last alone, after the pairs (no cluster)
+])
+def test_rows_in_pairs_multicasting_b_match_dot(monkeypatch, m, n, k, kw):
+    """Column groups with the rows in pairs (GemmConfig.pair_rows) and gemm_sm90.MULTICAST: each block pair takes one
+    tile column at every wave and loads B's tile once for both (a two-block cluster where the order proves it, as
+    the code generator checks); every element against the float64 product."""
+    from jax_tilescale.codegen import gemm_sm90
+
+    monkeypatch.setattr(gemm_sm90, "MULTICAST", True)
+    kern = gemm_example.gemm(m, n, k, jnp.dtype("bfloat16"), **{**dict(
+        block_m=128, block_n=192, num_stages=4, group_m=8, persistent=True, pingpong=True, group_columns=True,
+        pair_rows=True), **kw})
+    a, b = _inputs((m, k), (k, n), "bfloat16", m + 3 * n + k)
+    mod = generate_cuda(kern.trace(a, b), "sm_90")
+    assert mod.arch == "sm_90a" and not mod.notes, mod.notes
+    rows = -(-m // 128)
+    assert ("__cluster_dims__(2, 1, 1)" in mod.source) == (rows % 2 == 0), rows
+    _close(jax.jit(kern)(a, b), a, b, "bfloat16")
+
