@@ -89,8 +89,9 @@ class GemmConfig:
     group_columns: bool = False
     # group_columns: the column groups walk the rows two at a time, tiles (2r, c) and (2r + 1, c) one after the
     # other, so that the blocks of a pair (2b, 2b + 1) take one tile column at every wave and can share B's tile
-    # (gemm_sm90.MULTICAST: XLA's kernel at 16384 x 8192 x 1024 takes 12% fewer L2 sectors than ours through such
-    # pairs, benchmarks/NOTES.md forty-third session)
+    # (gemm_sm90.MULTICAST), as XLA's kernel at 16384 x 8192 x 1024 does (12% fewer L2 sectors than ours). Measured
+    # there: level with the pick with multicast, 1-2% behind without; not in the table (benchmarks/NOTES.md,
+    # forty-third session)
     pair_rows: bool = False
 
     def describe(self) -> str:
