@@ -320,8 +320,8 @@ def persistent_grid(m: int, n: int, cfg: GemmConfig, num_sms: int) -> tuple[int,
 def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig, edge: bool = False):
     """(tile row, tile column) of a persistent grid's pid-th tile: grouped_tile's order, or with cfg.group_columns
     the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
-    more of a wave's blocks, each of A's by fewer), or with cfg.edge_last where `edge` (N not a multiple of
-    block_n) edge_last_tile's."""
+    more of a wave's blocks, each of A's by fewer; with cfg.pair_rows too, its rows two at a time: row_paired_tile),
+    or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's."""
     if cfg.group_columns and cfg.pair_rows and tiles_m > 1:
         return row_paired_tile(pid, tiles_m, tiles_n, group)
     if cfg.group_columns:
