@@ -322,9 +322,9 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
     more of a wave's blocks, each of A's by fewer; with cfg.pair_rows too, its rows two at a time: row_paired_tile),
     or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's."""
-    if cfg.group_columns and cfg.pair_rows and tiles_m > 1:
-        return row_paired_tile(pid, tiles_m, tiles_n, group)
     if cfg.group_columns:
+        if cfg.pair_rows and tiles_m > 1:
+            return row_paired_tile(pid, tiles_m, tiles_n, group)
         tn, tm = grouped_tile(pid, tiles_n, tiles_m, group)
         return tm, tn
     return (edge_last_tile if cfg.edge_last and edge else grouped_tile)(pid, tiles_m, tiles_n, group)
@@ -337,10 +337,10 @@ def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int):
     an even block count, share B's tile. With tiles_m odd the last row comes after all the pairs, left to right."""
     half = tiles_m // 2
     tn, pair = grouped_tile(pid // 2, tiles_n, half, group)
-    paired = 2 * half * tiles_n
     if tiles_m % 2 == 0:
         return 2 * pair + pid % 2, tn
     # the last row's tiles (clamped as in grouped_tile: both results provably inside for the interval arithmetic)
+    paired = 2 * half * tiles_n
     in_pairs = pid < paired
     return (_select(in_pairs, _min(2 * pair + pid % 2, tiles_m - 1), tiles_m - 1),
             _select(in_pairs, tn, _min(_max(pid - paired, 0), tiles_n - 1)))

@@ -61,7 +61,7 @@ def swapped_kk_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:
-                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                tm, tn = G.persistent_tile(tile, tiles_m, tiles_n, group, cfg)
                 T.clear(Ct)
                 for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
                     T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
@@ -88,7 +88,7 @@ def layout_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int, 
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:
-                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                tm, tn = G.persistent_tile(tile, tiles_m, tiles_n, group, cfg)
                 T.clear(C_f)
                 for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
                     if a_t:
@@ -118,7 +118,7 @@ def swapped_ct_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
         for w in T.serial(T.ceildiv(tiles, blocks)):
             tile = w * blocks + T.program_id(0)
             if tile < tiles:
-                tm, tn = G.grouped_tile(tile, tiles_m, tiles_n, group)
+                tm, tn = G.persistent_tile(tile, tiles_m, tiles_n, group, cfg)
                 G.swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
                 T.copy(Ct, Ct_out[T.ds(tn * bn, bn), T.ds(tm * bm, bm)])
 
