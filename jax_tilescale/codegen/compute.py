@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..errors import KernelTraceError
-from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region
+from ..ir.nodes import Buffer, Copy, Fill, Gemm, Loop, Region, SourceLoc
 from .body import EMIT, emit_body
 from .common import INDENT, clip_guard, copy_loop_parts, decompose, indent, index_type
 from .context import Ctx
@@ -22,7 +22,7 @@ from .regions import clipped_side, element_offset, merged_dims, row_major_stride
 from .tile_ops import float_literal, storage_type
 
 
-def typed_base(ctx: Ctx, buf: Buffer, loc, base: str | None = None) -> str:
+def typed_base(ctx: Ctx, buf: Buffer, loc: SourceLoc | None, base: str | None = None) -> str:
     """`buf`'s pointer as its element type; `base` (bytes) instead of its own pointer: a mapping of it."""
     t = storage_type(buf.dtype, loc)
     return f"reinterpret_cast<{t}*>({ctx.pointers[buf] if base is None else base})"
@@ -114,7 +114,7 @@ def transposed_copy_loop(ctx: Ctx, s: Copy) -> list[str]:
     ]
 
 
-def copy_lines(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),
+def copy_lines(ctx: Ctx, src: Region, dst: Region, loc: SourceLoc | None, clip_dims: tuple[int, ...] = (),
                src_base: str | None = None, dst_base: str | None = None) -> list[str]:
     """`dst = src` by the whole block, casting where the dtypes differ, then the block barrier; `src_base` /
     `dst_base`: a mapping of that side's buffer (bytes) instead of its own pointer (a peer's)."""
@@ -128,7 +128,7 @@ def copy_lines(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ..
     return [*lines, *ctx.block_sync()]
 
 
-def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc, clip_dims: tuple[int, ...] = (),
+def cast_copy_loop(ctx: Ctx, src: Region, dst: Region, loc: SourceLoc | None, clip_dims: tuple[int, ...] = (),
                    src_base: str | None = None, dst_base: str | None = None) -> list[str]:
     """`dst = src` element by element, converting the element type (round to nearest even).
     `clip_dims`: a clipped copy's global dimensions (each element is checked, `clip_guard`). `src_base` /

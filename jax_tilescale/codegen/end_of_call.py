@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..ir.buffers import BufferKind
 from ..ir.evaluate import evaluate
-from ..ir.expr import PE_VAR, Expr, VarKind, loads, program_id_var, static_value, variables
+from ..ir.expr import PE_VAR, Expr, Var, VarKind, loads, program_id_var, static_value, variables
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Cmp, Fence, Loop, Put, Quiet, Scope, SignalWait, Stmt, walk_stmts
 
@@ -148,7 +149,7 @@ def _wait_problem(w: SignalWait) -> str | None:
     return None
 
 
-def points(kernel: KernelIR, loops: tuple[Loop, ...]):
+def points(kernel: KernelIR, loops: tuple[Loop, ...]) -> Iterator[dict[Var, int]]:
     """Every (block, loop indices) at which a statement inside `loops` runs, as variable bindings."""
     for block in itertools.product(*(range(n) for n in kernel.grid)):
         base = {program_id_var(axis): i for axis, i in enumerate(block)}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.cluster import ClusterCopy
-from ..ir.expr import affine_form
+from ..ir.expr import Expr, affine_form
 from ..ir.nodes import Buffer, Copy, Fill, Loop, Region, Stmt
 from ..ir.tile_ops import Parallel
 from .cluster import PEER_NAME, peer_base
@@ -252,7 +252,7 @@ def _synced(ctx: Ctx, notes: tuple[str | None, str | None], lines: list[str]) ->
 # ---- fragment copies -------------------------------------------------------------------------------
 
 
-def even(offset) -> bool:
+def even(offset: Expr) -> bool:
     """Whether an element offset is provably even (pair stores need 2-element alignment)."""
     form = affine_form(offset)
     return form is not None and form[1] % 2 == 0 and all(c % 2 == 0 for c in form[0].values())

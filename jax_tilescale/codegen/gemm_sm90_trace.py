@@ -13,6 +13,7 @@ loops running at the pipe's rate: ptxas does not wait where the instruction stan
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -92,7 +93,7 @@ def loop_end(acc: str, columns: int) -> list[str]:
     return [*out, "}"]
 
 
-def decode_slab(get) -> dict[str, int]:
+def decode_slab(get: Callable[[int, int], int]) -> dict[str, int]:
     """The fields of one warpgroup's trace; `get(row, column)` reads the output within its slab."""
     out, r = {}, 0
     for f in FIELDS:

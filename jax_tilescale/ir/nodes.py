@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import operator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -502,7 +503,7 @@ class Gemm(Stmt):
     op_name = "gemm"
 
 
-def walk_stmts(body: tuple[Stmt, ...]):
+def walk_stmts(body: tuple[Stmt, ...]) -> Iterator[Stmt]:
     """Every statement of `body`, loops (and ifs) first and then their bodies (recursively), in order."""
     for s in body:
         yield s

@@ -33,6 +33,7 @@ Python operators) is language/values.py's.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,7 +218,7 @@ def children(v: Value) -> tuple[Value, ...]:
     return ()
 
 
-def walk(v: Value):
+def walk(v: Value) -> Iterator[Value]:
     """`v` and every node below it, parents first."""
     yield v
     for c in children(v):
