@@ -245,7 +245,7 @@ class Sm90Plan(TensorCorePlan):
 
     def accumulators(self) -> list[str]:
         return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
-                *nested_counters(self.loops)]
+                *nested_counters(gl.index for gl in self.loops if gl.nest)]
 
     def consumer_exit(self) -> list[str]:
         """A tile loop's epilogue leaves its last TMA stores in flight (tma_store_lines): the shared

@@ -29,8 +29,7 @@ loop in the `then` branch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 from ..ir.control import If, thread_dependent
 from ..ir.expr import loads
@@ -41,9 +40,6 @@ from .common import INDENT
 from .context import Ctx
 from .expr_printer import var_name
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
-
-if TYPE_CHECKING:  # for the annotation only: gemm_sm90_load imports this module (in _nested)
-    from .gemm_sm90_load import GemmLoop
 
 Nest = tuple[Stmt, ...]  # the statements enclosing a planned loop, outermost first
 
@@ -93,10 +89,9 @@ def counter(index: int) -> str:
     return f"ts_it{index}"
 
 
-def nested_counters(loops: Sequence[GemmLoop]) -> list[str]:
-    """The consumers' declarations of the nested loops' iteration counts."""
-    return [f"uint32_t {counter(gl.index)} = 0;  // iterations of the loop so far (stage and phase)"
-            for gl in loops if gl.nest]
+def nested_counters(indices: Iterable[int]) -> list[str]:
+    """The consumers' declarations of the iteration counts of the nested loops `indices`."""
+    return [f"uint32_t {counter(index)} = 0;  // iterations of the loop so far (stage and phase)" for index in indices]
 
 
 def producer_skeleton(nest: Nest, program: list[str], index: int, extent: int, ctx: Ctx) -> list[str]:
