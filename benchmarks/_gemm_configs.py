@@ -14,6 +14,7 @@ from gemm import device_sm_count
 from jax_tilescale.codegen import cuda as codegen_cuda
 from jax_tilescale.codegen import gemm_sm90, gemm_sm90_edge, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
 from jax_tilescale.codegen.gemm_table import (
+    FLAG_SUFFIXES,
     SWAP_MAX_M,
     GemmConfig,
     pick_config,
@@ -120,18 +121,8 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
     for suffix in rest:
         if suffix == "table":  # gemm() without tile arguments: the table's pick (described by the entry)
             cfg = {}
-        elif suffix == "p":
-            cfg["persistent"] = True
-        elif suffix == "pp":
-            cfg["pingpong"] = True
-        elif suffix == "swap":
-            cfg["swap"] = True
-        elif suffix == "el":
-            cfg["edge_last"] = True
-        elif suffix == "gc":
-            cfg["group_columns"] = True
-        elif suffix == "pr":
-            cfg["pair_rows"] = True
+        elif suffix in FLAG_SUFFIXES:
+            cfg[FLAG_SUFFIXES[suffix]] = True
         elif suffix.startswith("s") and suffix[1:].isdigit():
             cfg["split_k"] = int(suffix[1:])
         elif suffix in SWITCHES:
@@ -144,7 +135,7 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
         elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, cluster, p, pp, swap, el, table, {', '.join(SWITCHES)}"
+            known = f"tN, sN, bN, xla, kernel, cluster, {', '.join(FLAG_SUFFIXES)}, table, {', '.join(SWITCHES)}"
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

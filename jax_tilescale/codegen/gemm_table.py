@@ -101,10 +101,12 @@ class GemmConfig:
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
-        text += "/swap" if self.swap else ""
-        return (text + ("/p" if self.persistent else "") + ("/pp" if self.pingpong else "")
-                + ("/el" if self.edge_last else "") + ("/gc" if self.group_columns else "")
-                + ("/pr" if self.pair_rows else ""))
+        return text + "".join(f"/{suffix}" for suffix, flag in FLAG_SUFFIXES.items() if getattr(self, flag))
+
+
+# GemmConfig's switches by the suffix `describe` writes for each, in its order (bench_gemm.py's --configs reads them)
+FLAG_SUFFIXES = {"swap": "swap", "p": "persistent", "pp": "pingpong", "el": "edge_last", "gc": "group_columns",
+                 "pr": "pair_rows"}
 
 
 DEFAULT = GemmConfig()
