@@ -71,7 +71,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     block computes its tile transposed (`swapped_kernel`: a decoder's few tokens on the tensor cores' narrow side;
     with `persistent`, `persistent_swapped_kernel`: block_m any multiple of 8 at 128-byte swizzle);
     without tile arguments gemm_table.swapped_config's tiles, for m up to gemm_table.SWAP_MAX_M.
-    `edge_last=True` with `persistent`: the column of tiles that passes N's end walked last (`edge_last_tile`).
+    `edge_last=True` with `persistent`: the column of tiles that passes N's end walked last (`edge_last_tile`; in
+    either grouped order).
     `group_columns=True` with `persistent`: the grouped order turned round, `group_m` columns of tiles walking the
     rows together (`persistent_tile`); `pair_rows=True` with it: the rows two at a time, so that each pair of blocks
     takes one tile column at every wave (B's tile shared by the pair where gemm_sm90.MULTICAST is on).
@@ -120,12 +121,12 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     """The kernel of one configuration: a SplitK where it splits K, else a persistent or one-block-per-tile one."""
     if cfg.swap:
         check_swapped(cfg, split_reduce)
-    if cfg.group_columns and (not cfg.persistent or cfg.split_k > 1 or cfg.edge_last):
-        raise ValueError(f"group_columns orders the tiles of a persistent grid (unsplit, without edge_last), not "
-                         f"{cfg.describe()}: take persistent=True without split_k and edge_last")
-    if cfg.pair_rows and not cfg.group_columns:
-        raise ValueError(f"pair_rows walks the rows of group_columns' order two at a time, not {cfg.describe()}'s: "
-                         f"take group_columns=True with it")
+    if cfg.group_columns and (not cfg.persistent or cfg.split_k > 1):
+        raise ValueError(f"group_columns orders the tiles of a persistent grid (unsplit), not {cfg.describe()}: take "
+                         f"persistent=True without split_k")
+    if cfg.pair_rows and (not cfg.group_columns or cfg.edge_last):
+        raise ValueError(f"pair_rows walks the rows of group_columns' order two at a time, every column in its pairs, "
+                         f"not {cfg.describe()}'s: take group_columns=True with it, without edge_last")
     if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
         raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
                          f"{cfg.describe()}: take persistent=True without swap and split_k")
@@ -187,15 +188,21 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     return _min(first + row, tiles_m - 1), _min(col, tiles_n - 1)
 
 
-def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int):
+def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int, columns: bool = False):
     """(tile row, tile column) of the pid-th tile where the last column of tiles (N not a multiple of block_n: its
     tiles narrow) comes after all the others: the first tiles_m * (tiles_n - 1) in grouped order over the full
-    columns, then the last column top to bottom. So the last wave of a persistent grid takes narrow tiles, which the
-    Hopper lowering computes with narrower products (jax_tilescale/codegen/gemm_sm90_edge.py)."""
+    columns (`columns`: the order turned round, `group` columns walking the rows), then the last column top to
+    bottom. So the last wave of a persistent grid takes narrow tiles, which the Hopper lowering computes with
+    narrower products (jax_tilescale/codegen/gemm_sm90_edge.py). (In column groups without it, the edge column's
+    tiles are every group-th tile of the last group, and with a block count that the group divides, as 132 blocks
+    and a last group of 3 at 16384 x 8192 x 1024, the same third of the blocks takes all of them.)"""
     if tiles_n == 1:
         return grouped_tile(pid, tiles_m, tiles_n, group)
     body = tiles_m * (tiles_n - 1)
-    tm, tn = grouped_tile(pid, tiles_m, tiles_n - 1, group)
+    if columns:
+        tn, tm = grouped_tile(pid, tiles_n - 1, tiles_m, min(group, tiles_n - 1))
+    else:
+        tm, tn = grouped_tile(pid, tiles_m, tiles_n - 1, group)
     # clamps, as in grouped_tile: both results provably inside for the interval arithmetic
     inside = pid < body
     return _select(inside, tm, _min(_max(pid - body, 0), tiles_m - 1)), _select(inside, tn, tiles_n - 1)
@@ -321,10 +328,12 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     """(tile row, tile column) of a persistent grid's pid-th tile: grouped_tile's order, or with cfg.group_columns
     the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
     more of a wave's blocks, each of A's by fewer; with cfg.pair_rows too, its rows two at a time: row_paired_tile),
-    or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's."""
+    or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's (in either order)."""
     if cfg.group_columns:
         if cfg.pair_rows and tiles_m > 1:
             return row_paired_tile(pid, tiles_m, tiles_n, group)
+        if cfg.edge_last and edge:
+            return edge_last_tile(pid, tiles_m, tiles_n, group, columns=True)
         tn, tm = grouped_tile(pid, tiles_n, tiles_m, group)
         return tm, tn
     return (edge_last_tile if cfg.edge_last and edge else grouped_tile)(pid, tiles_m, tiles_n, group)

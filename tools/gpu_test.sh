@@ -273,6 +273,31 @@ if [[ " ${STEPS:-} " == *" profile_gemm "* ]]; then  # only when asked for: Nsig
   }
   step profile_gemm profile_shapes
 fi
+if [[ " ${STEPS:-} " == *" cycle_rank "* ]]; then  # only when asked for: elapsed cycles of XLA's GEMM and ours (ncu)
+  # CYCLE_SHAPES (comma-separated), CYCLE_CONFIGS (bench_gemm.py --configs entries; default: the pick), CYCLE_ROUNDS;
+  # per shape ncu's CSV in $LOG/cycle_rank_<shape>.csv and the ranking (tools/cycle_rank.py's doc)
+  cycle_rank() {
+    local shape csv rc=0 configs=${CYCLE_CONFIGS:-table} rounds=${CYCLE_ROUNDS:-5} metrics
+    local shapes=${CYCLE_SHAPES:-16384x8192x1024}
+    metrics=$(python3 tools/cycle_rank.py metrics) || return 1
+    for shape in ${shapes//,/ }; do
+      csv="$LOG/cycle_rank_$shape.csv"
+      echo "--- $shape: $configs, $rounds rounds"
+      for attempt in 1 2; do  # ncu's first run on a fresh machine has crashed as it connected (profile_gemm.sh)
+        XLA_PYTHON_CLIENT_PREALLOCATE=false CUDA_VISIBLE_DEVICES=0 timeout -k 10 "${CYCLE_TIMEOUT:-420}" \
+          ncu --csv --print-units base --clock-control none --cache-control all --profile-from-start off \
+          --metrics "$metrics" python3 tools/cycle_rank.py run "$shape" --configs "$configs" --rounds "$rounds" \
+          > "$csv" 2>&1 && break
+        grep -q "Segmentation fault" "$csv" && ! grep -q "==PROF== Profiling" "$csv" && [ "$attempt" = 1 ] || break
+        echo "ncu crashed before it profiled anything: once more"
+      done
+      grep -v '^"' "$csv" | grep -v "^==PROF== Profiling" | tail -n 25
+      python3 tools/cycle_rank.py report "$csv" --configs "$configs" --rounds "$rounds" || rc=1
+    done
+    return "$rc"
+  }
+  step cycle_rank cycle_rank
+fi
 if [[ " ${STEPS:-} " == *" probe_zero_copy "* ]]; then  # only when asked for: issue 14's zero-copy probe
   if [ "$NGPU" -ge 2 ]; then
     step probe_zero_copy python3 -m jax_tilescale.launch -n 2 --timeout 120 tools/proto/zero_copy_probe.py

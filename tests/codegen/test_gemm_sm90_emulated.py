@@ -72,6 +72,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
         600, 400, 128, dataclasses.replace(PERSISTENT, group_m=2)),
     "PERSISTENT ping-pong in column groups of 2 (3 tile columns: the last group partial), ragged": lambda: example(
         300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True)),
+    "PERSISTENT ping-pong in column groups of 2, the edge column (16 of 192) last": lambda: example(
+        300, 400, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, edge_last=True)),
     # pair_rows: tiles (2r, c) and (2r + 1, c) one after the other; with 3 tile rows the last row comes alone, last
     "PERSISTENT ping-pong in column groups of 2, rows in pairs (4 x 3 tiles)": lambda: example(  # B by TMA
         512, 448, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
@@ -306,6 +308,9 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
     "edge: n64 edge products, ping-pong, the edge column last": (gemm_sm90_edge, "EDGE_LOOP", True,
                                                                 "PERSISTENT ping-pong, the edge column (16 of 192) "
                                                                 "last"),
+    "edge: n64 edge products, ping-pong in column groups, the edge column last": (
+        gemm_sm90_edge, "EDGE_LOOP", True, "PERSISTENT ping-pong in column groups of 2, the edge column (16 of 192) "
+                                           "last"),
     "edge: n64 edge products, cooperative, the ring's epilogue": (
         gemm_sm90_edge, "EDGE_LOOP", True, "WIDE ragged, an edge column of 64 of 192 (B's rows 16-byte multiples)"),
     "edge: n48 edge products, FP8 (B K-major)": (gemm_sm90_edge, "EDGE_LOOP", True, "FP8 e5m2 64x128, ragged"),

@@ -120,14 +120,16 @@ def test_the_swapped_products_compile_without_serialized_wgmma(m, n, k, cfg):
 
 
 @needs_toolchain
-def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch):
+@pytest.mark.parametrize("group_columns", [False, True])
+def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_columns):
     """gemm_sm90_edge: the pick at 16384 x 8192 x 1024 with its edge column's n128 loop beside the n192 one (the
     loop duplicated, chosen once a tile) keeps 168 registers, no spills, no serialized wgmma (a branch around each
-    wgmma instead: C7520)."""
+    wgmma instead: C7520); in row groups and in column groups (the table's order there)."""
     monkeypatch.setattr(gemm_sm90_edge, "EDGE_LOOP", True)
     m, n, k = 16384, 8192, 1024
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,
-                             persistent=True, pingpong=True, edge_last=True, num_sms=132)
+                             persistent=True, pingpong=True, edge_last=True, group_columns=group_columns,
+                             num_sms=132)
     mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
                                    jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
     assert "ts_wgmma_m64n128k16_bf16_km_in192(" in mod.source

@@ -173,6 +173,61 @@ def test_edge_last_order_visits_every_tile_once_and_the_last_column_last():
             assert order[:body] == [gemm_example.grouped_tile(p, tiles_m, tiles_n - 1, group) for p in range(body)]
 
 
+def test_edge_last_in_column_groups_visits_every_tile_once_and_the_last_column_last():
+    """persistent_tile with group_columns and edge_last (N ragged): a bijection onto the tiles; the last tiles_m pids
+    walk the edge column top to bottom, the others are the column-grouped order over the full columns."""
+    for tiles_m, tiles_n, group_m in itertools.product(range(1, 12), range(1, 14), range(1, 9)):
+        cfg = GemmConfig(group_m=group_m, persistent=True, group_columns=True, edge_last=True)
+        group = min(group_m, tiles_n)
+        order = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg, edge=True)
+                 for p in range(tiles_m * tiles_n)]
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (tiles_m, tiles_n, group)
+        if tiles_n > 1:
+            assert order[-tiles_m:] == [(r, tiles_n - 1) for r in range(tiles_m)], (tiles_m, tiles_n, group)
+            body = tiles_m * (tiles_n - 1)
+            columns = GemmConfig(group_m=group_m, persistent=True, group_columns=True)
+            assert order[:body] == [gemm_example.persistent_tile(p, tiles_m, tiles_n - 1, min(group, tiles_n - 1),
+                                                                 columns) for p in range(body)]
+        # where N is a multiple of block_n there is no edge column: column groups' own order
+        plain = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg) for p in range(tiles_m * tiles_n)]
+        assert plain == [gemm_example.persistent_tile(p, tiles_m, tiles_n, group,
+                                                      GemmConfig(group_m=group_m, persistent=True, group_columns=True))
+                         for p in range(tiles_m * tiles_n)]
+
+
+def test_the_edge_tiles_of_column_groups_land_on_one_third_of_the_blocks_unless_walked_last():
+    """Why edge_last matters in column groups at 16384 x 8192 x 1024 (128 x 43 tiles of 128x192 in groups of 8 on 132
+    blocks, block b taking tiles b, b + 132, ...): without it the edge column's 128 tiles are every third tile of the
+    last group of 3 columns, and 132 is a multiple of 3, so 44 blocks take all of them while blocks with 42 full tiles
+    take none (the kernel lasts 42 tile-times); walked last, no block takes more than 41 full tiles and one edge
+    tile."""
+    tiles_m, tiles_n, blocks = 128, 43, 132
+    for edge_last in (False, True):
+        cfg = GemmConfig(block_m=128, block_n=192, persistent=True, pingpong=True, group_columns=True,
+                         edge_last=edge_last)
+        full, edges = [0] * blocks, [0] * blocks
+        for t in range(tiles_m * tiles_n):
+            _, tn = gemm_example.persistent_tile(t, tiles_m, tiles_n, 8, cfg, edge=True)
+            (edges if tn == tiles_n - 1 else full)[t % blocks] += 1
+        holders = {b for b in range(blocks) if edges[b]}
+        if edge_last:
+            assert max(full) == 41 and max(edges) == 1
+            assert all(full[b] + edges[b] <= 42 for b in range(blocks))
+        else:
+            assert len(holders) == 44 and max(full) == 42
+            assert any(full[b] == 42 for b in range(blocks) if b not in holders)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k,sms,group", [(200, 136, 72, 5, 2), (330, 260, 40, 3, 3)])
+def test_edge_last_in_column_groups_matches_dot(dtype, m, n, k, sms, group):
+    """Column groups with the edge column last (5 and 9 tile columns of 32, the last ragged), through the
+    interpreter."""
+    got, want = _product(m, n, k, dtype, m * 7 + n + k, persistent=True, num_sms=sms, group_columns=True,
+                         edge_last=True, **dict(SMALL_TILES, group_m=group))
+    _assert_close(got, want, dtype)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("m,n,k,sms", [(200, 136, 72, 5), (320, 100, 40, 3), (64, 70, 33, 16)])
 def test_edge_last_matches_dot(dtype, m, n, k, sms):
@@ -227,8 +282,9 @@ def test_rows_in_pairs_visit_every_tile_once_and_pairs_share_a_column():
 
 
 def test_rows_in_pairs_are_for_column_groups():
-    with pytest.raises(ValueError, match="pair_rows walks the rows of group_columns' order two at a time"):
-        gemm_example.gemm(300, 300, 64, jnp.dtype(jnp.bfloat16), persistent=True, pair_rows=True)
+    for kw in (dict(), dict(group_columns=True, edge_last=True)):
+        with pytest.raises(ValueError, match="pair_rows walks the rows of group_columns' order two at a time"):
+            gemm_example.gemm(300, 300, 64, jnp.dtype(jnp.bfloat16), persistent=True, pair_rows=True, **kw)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -259,7 +315,7 @@ def test_column_groups_match_dot(dtype, m, n, k, sms, group):
 
 
 def test_column_groups_are_for_persistent_unsplit_grids():
-    for kw in (dict(), dict(persistent=True, split_k=2), dict(persistent=True, edge_last=True)):
+    for kw in (dict(), dict(persistent=True, split_k=2)):
         with pytest.raises(ValueError, match="group_columns orders the tiles of a persistent grid"):
             gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), group_columns=True, **kw)
 

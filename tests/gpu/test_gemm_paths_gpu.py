@@ -428,6 +428,9 @@ def test_configurations_the_tile_rules_turn_aside_still_match_dot(cfg, warning):
 @pytest.mark.parametrize("m,n,k,cfg", [
     # the pick's tiles at 16384 x 8192 x 1024: the last column 128 of 192 (n128 products), walked last
     (16384, 8192, 1024, dict(block_m=128, block_n=192, block_k=64, num_stages=4, persistent=True, pingpong=True)),
+    # the same in column groups (the table's order there), the edge column after the column groups
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, block_k=64, num_stages=4, persistent=True, pingpong=True,
+                             group_columns=True)),
     # ragged everywhere, the cooperative 256x192 with its epilogue through the ring: 3000 % 192 = 120 (n128)
     (1000, 3000, 768, dict(block_m=256, block_n=192, block_k=64, num_stages=4, persistent=True, num_sms=9)),
 ])
