@@ -45,7 +45,11 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "late": (codegen_cuda, "DEPENDENT_WAIT_AFTER_SETUP", True),
             "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True),
             "smemx1": (gemm_sm90_probe, "EXTRA_SMEM_READS", 1), "smemx2": (gemm_sm90_probe, "EXTRA_SMEM_READS", 2),
-            "edge": (gemm_sm90_edge, "EDGE_LOOP", True)}
+            "edge": (gemm_sm90_edge, "EDGE_LOOP", True),
+            "nostore": (gemm_sm90_probe, "NO_OUTPUT_STORES", True),
+            "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True)}
+# the switches whose kernels do not compute the product (diagnostics of what a part of the kernel costs)
+NOT_THE_PRODUCT = frozenset({"nostore", "fixk"})
 
 
 def shape_list(text: str) -> list[str]:

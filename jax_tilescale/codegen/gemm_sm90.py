@@ -369,7 +369,7 @@ class Sm90Plan(TensorCorePlan):
             *indent(descs, 1),
             f"{INDENT}ts_wgmma_commit();",
             *indent(extra_reads_lines(f"ts_smem_addr({ctx.pointers[a.buffer]}) + (uint32_t)(ts_s * {a.stage_bytes})",
-                                      a.stage_bytes), 1),
+                                      a.stage_bytes, WARPGROUP), 1),
             *indent(self.pingpong.early_turn_lines(i, gl.loop.extent) if self.pingpong is not None else [], 1),
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",

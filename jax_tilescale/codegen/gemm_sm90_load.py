@@ -31,6 +31,7 @@ from .common import INDENT, c_string, indent
 from .context import Ctx
 from .expr_printer import WHERE_NAME, c_expr, var_name
 from .gemm_pattern import PlannedLoop, StagedTile, whole
+from .gemm_sm90_probe import box_coordinate
 
 WARPGROUP = 128
 TENSOR_MAP_FIELDS = 9  # per map in the handler's `tensor_maps` attribute (docs/calling_convention.md)
@@ -233,7 +234,7 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
 
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
-    y, x = (c_expr(e) for e in op.copy.src.starts[-2:])
+    y, x = (box_coordinate(c_expr(e), var_name(gl.loop.var)) for e in op.copy.src.starts[-2:])
     out = []
     for a in range(op.atoms):
         dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * op.swizzle}"

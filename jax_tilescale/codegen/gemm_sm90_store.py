@@ -28,6 +28,7 @@ from .gemm_pattern import whole
 from .gemm_sm90_load import SWIZZLE_REPEAT_ROWS, WARPGROUP, GemmLoop, TensorMapSpec, swizzle_bytes
 from .gemm_sm90_nest import counter, last_statement
 from .gemm_sm90_pingpong import WARPGROUP_BARRIER
+from .gemm_sm90_probe import output_store
 from .tile_ops import storage_type
 from .wgmma import TMA_DTYPE
 
@@ -341,8 +342,8 @@ def _transposed_lines(st: TmaStore, walk: PairWalk, name: str, t: str) -> list[s
 
 def _issue_lines(st: TmaStore, sync: list[str], leader: str, in_flight: bool, x: str, y: str) -> list[str]:
     """After every thread's writes: the fence, the barrier, and the leader's TMA stores of the staging tile's boxes."""
-    stores = [f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * st.box_bytes}, "
-              f"(int32_t)({x}) + {atom * st.box_cols}, (int32_t)({y}));" for atom in range(st.boxes)]
+    stores = [output_store(f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * st.box_bytes}, "
+                           f"(int32_t)({x}) + {atom * st.box_cols}, (int32_t)({y}));") for atom in range(st.boxes)]
     return [
         "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
         *sync,
@@ -403,9 +404,9 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             f"{INDENT}ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
             *indent(sync),
             f"{INDENT}if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
-            f"{INDENT * 2}ts_tma_store_2d(&ts_maps.m[{st.map_index}], "
-            f"{base if st.borrowed else f'{base} + {offset}'}, "
-            f"(int32_t)({x}) + {b * box_cols}, (int32_t)({y}));",
+            INDENT * 2 + output_store(f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], "
+                                      f"{base if st.borrowed else f'{base} + {offset}'}, "
+                                      f"(int32_t)({x}) + {b * box_cols}, (int32_t)({y}));"),
             f"{INDENT * 2}ts_bulk_commit();",
             f"{INDENT}}}",
             "}",

@@ -412,3 +412,23 @@ def test_the_stage_trace_writes_a_consistent_record_per_tile(monkeypatch, name, 
                     else:
                         traced[tm * cfg.block_m + r0 + i, tn * cfg.block_n + j] = True
     np.testing.assert_array_equal(got[~traced], run.want.astype(np.float64)[~traced])
+
+
+def test_the_diagnostic_probes_change_what_they_say_and_nothing_else(monkeypatch):
+    """gemm_sm90_probe's timing diagnostics (bench_gemm's `/nostore`, `/fixk`) on the ping-pong pick's kernel: with
+    NO_OUTPUT_STORES the kernel still runs to its end (every wait met) and stores nothing (C stays poisoned); with
+    FIRST_K_STEP_ONLY every k-step multiplies the first k-step's boxes, so C is k_steps times that one product."""
+    from jax_tilescale.codegen import gemm_sm90_probe
+
+    name = "PERSISTENT 128x192 ping-pong"  # 300 x 400 x 200: 4 k-steps of 64
+    monkeypatch.setattr(gemm_sm90_probe, "NO_OUTPUT_STORES", True)
+    run = run_case(name)
+    assert "ts_tma_store_2d(" not in run.mod.source.split("__global__", 1)[1]
+    assert np.isnan(run.got.astype(np.float64)).all()
+    monkeypatch.setattr(gemm_sm90_probe, "NO_OUTPUT_STORES", False)
+    monkeypatch.setattr(gemm_sm90_probe, "FIRST_K_STEP_ONLY", True)
+    run = run_case(name)
+    a, b = (x.astype(np.float64) for x in run.inputs)
+    want = (4 * a[:, :64] @ b[:64, :]).astype(run.got.dtype)
+    assert not np.array_equal(want.astype(np.float64), run.want.astype(np.float64))
+    np.testing.assert_array_equal(run.got.astype(np.float64), want.astype(np.float64))

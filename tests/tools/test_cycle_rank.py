@@ -96,9 +96,11 @@ def test_the_report_command_fails_loudly_on_a_broken_profile(tmp_path):
 def test_the_workload_checks_and_launches_every_runner_on_the_cpu():
     """The run mode through the interpreter (no GPU: no profiler range, the same builds and checks)."""
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "cycle_rank.py"), "run", "192x200x96", "--configs",
-                           "table,128x192x64/4/g8/p/pp/gc/el/edge", "--rounds", "1"],
+                           "table,128x192x64/4/g8/p/pp/gc/el/edge,128x192x64/4/g8/p/pp/gc/nostore", "--rounds", "1"],
                           capture_output=True, text=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "profiled 1 rounds of 3 runners" in done.stdout
-    assert done.stdout.count("max |C - float32 product|") == 3
+    assert "profiled 1 rounds of 4 runners" in done.stdout
+    assert done.stdout.count("max |C - float32 product|") == 3  # the diagnostic is named, not checked
+    assert "128x192x64/4/g8/p/pp/gc/nostore: a diagnostic (nostore): its C is not the product, not checked" in \
+        done.stdout
