@@ -96,8 +96,10 @@ def assign(launches: list[Launch], names: list[str], rounds: int) -> dict[str, l
 
 def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
     """The ranking: per runner, median elapsed cycles (min-max over the rounds), ours over XLA's (below 1: fewer
-    cycles than XLA's kernel), median SM clock and duration, and the busiest SM's active and tensor-pipe cycles where
-    ncu gave them; fewest cycles first after XLA's row."""
+    cycles than XLA's kernel), median SM clock and duration, and where ncu gave them the busiest SM's tensor-pipe
+    cycles, its active cycles less those (`act-tens`: the pipe idle while a block ran) and the elapsed cycles less
+    its active ones (`el-act`: the kernel's start and end without a block there); fewest cycles first after XLA's
+    row."""
     def med(launches: list[Launch], metric: str) -> float | None:
         values = [launch.metrics[metric] for launch in launches if metric in launch.metrics]
         return statistics.median(values) if values else None
@@ -115,15 +117,18 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
         rows.append((name != XLA, mid, name, min(cycles), max(cycles), duration, active, tensor,
                      launches[0].kernel))
     rows.sort()
-    out = [f"{'runner':<44} {'cycles':>10} {'min-max':>19} {'x XLA':>6} {'GHz':>5} {'us':>8} {'idle SM':>7}  kernel"]
+    out = [f"{'runner':<44} {'cycles':>10} {'min-max':>19} {'x XLA':>6} {'GHz':>5} {'us':>8} {'tensor':>9} "
+           f"{'act-tens':>8} {'el-act':>7}  kernel"]
     for _, mid, name, lo, hi, duration, active, tensor, kernel in rows:
         ghz = f"{mid / duration:.2f}" if duration else "-"
         us = f"{duration / 1e3:.1f}" if duration else "-"
-        # the busiest SM's cycles its tensor pipe was not busy, as a share of its active cycles (hmma counts per
-        # sub-partition: four a cycle when all four issue)
-        idle = f"{1 - tensor / 4 / active:.1%}" if active and tensor else "-"
+        # the busiest SM: its tensor pipe's busy cycles (hmma counts per sub-partition: four a cycle when all four
+        # issue), its active cycles the pipe was idle, and the kernel's cycles the SM had no block
+        busy = f"{tensor / 4:,.0f}" if tensor else "-"
+        idle = f"{active - tensor / 4:,.0f}" if active and tensor else "-"
+        outside = f"{mid - active:,.0f}" if active else "-"
         out.append(f"{name:<44} {mid:>10,.0f} {f'{lo:,.0f}-{hi:,.0f}':>19} {mid / xla:>6.3f} {ghz:>5} {us:>8} "
-                   f"{idle:>7}  {kernel[:60]}")
+                   f"{busy:>9} {idle:>8} {outside:>7}  {kernel[:60]}")
     return out
 
 

@@ -72,6 +72,16 @@ def test_launches_go_to_their_runners_and_the_ratio_is_to_xlas_median():
     assert " 1.50 " in lines[3]  # the clock: cycles over the duration in ns
 
 
+def test_the_busiest_sms_idle_cycles_are_split_into_inside_and_outside_its_block():
+    metrics = {rank.ELAPSED: "560,000", rank.DURATION: "350000", rank.SM_ACTIVE: "550,000", rank.TENSOR: "2,064,384"}
+    xla = {rank.ELAPSED: "536,000", rank.DURATION: "340000", rank.SM_ACTIVE: "530,500", rank.TENSOR: "2,048,000"}
+    by_runner = rank.assign(rank.read_ncu_csv(ncu_csv([("nvjet", xla), ("ts_gemm", metrics)])),
+                            rank.runner_names(["table"]), 1)
+    xla_row, ours = rank.report_lines(by_runner)[1:]
+    assert xla_row.split()[-4:-1] == ["512,000", "18,500", "5,500"]
+    assert ours.split()[-4:-1] == ["516,096", "33,904", "10,000"]  # tensor / 4, active - that, elapsed - active
+
+
 def test_a_count_that_does_not_fit_the_rounds_is_refused_with_the_kernels_named():
     names = rank.runner_names(["table"])
     launches = rank.read_ncu_csv(ncu_csv(launches_of({rank.XLA: [1.0] * 3, "table": [2.0] * 3}, 3)[:-1]))
