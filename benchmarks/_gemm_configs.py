@@ -12,7 +12,14 @@ import jax.numpy as jnp
 from gemm import device_sm_count
 
 from jax_tilescale.codegen import cuda as codegen_cuda
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_edge, gemm_sm90_load, gemm_sm90_pingpong, gemm_sm90_probe
+from jax_tilescale.codegen import (
+    gemm_sm90,
+    gemm_sm90_edge,
+    gemm_sm90_load,
+    gemm_sm90_pingpong,
+    gemm_sm90_probe,
+    gemm_sm90_store,
+)
 from jax_tilescale.codegen.gemm_table import (
     FLAG_SUFFIXES,
     SWAP_MAX_M,
@@ -46,6 +53,8 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "trig": (codegen_cuda, "DEPENDENT_TRIGGER_EARLY", True),
             "smemx1": (gemm_sm90_probe, "EXTRA_SMEM_READS", 1), "smemx2": (gemm_sm90_probe, "EXTRA_SMEM_READS", 2),
             "edge": (gemm_sm90_edge, "EDGE_LOOP", True),
+            "cfirst": (gemm_sm90_store, "OUTPUT_EVICT_FIRST", True),
+            "oplast": (gemm_sm90_load, "OPERANDS_EVICT_LAST", True),
             "nostore": (gemm_sm90_probe, "NO_OUTPUT_STORES", True),
             "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True)}
 # the switches whose kernels do not compute the product (diagnostics of what a part of the kernel costs)

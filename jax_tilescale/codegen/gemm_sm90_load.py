@@ -233,6 +233,12 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
     ]
 
 
+# The operands' TMA boxes loaded at L2's evict_last priority (bench_gemm's `/oplast`; not the multicast boxes): at
+# 16384 x 8192 x 1024 A and B (48 MiB) about fill the L2 that C's 256 MiB stream through (benchmarks/NOTES.md,
+# forty-fifth session)
+OPERANDS_EVICT_LAST = False
+
+
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
     y, x = (box_coordinate(c_expr(e), var_name(gl.loop.var)) for e in op.copy.src.starts[-2:])
     out = []
@@ -244,6 +250,8 @@ def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[s
             # with the stage, so that over two k-steps both blocks issue as many (an odd number: uneven)
             owner = f"(({a} + {s}) & 1)"
             out.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
+        elif OPERANDS_EVICT_LAST:
+            out.append(f"ts_tma_load_2d_hint({dst}, {where}, ts_l2_evict_last());")
         else:
             out.append(f"ts_tma_load_2d({dst}, {where});")
     return out

@@ -32,6 +32,19 @@ from .gemm_sm90_probe import output_store
 from .tile_ops import storage_type
 from .wgmma import TMA_DTYPE
 
+# The epilogue's TMA stores at L2's evict_first priority (bench_gemm's `/cfirst`): the output streams through L2 once
+# and is not read again by the kernel, while the operands' rows are (benchmarks/NOTES.md, forty-fifth session)
+OUTPUT_EVICT_FIRST = False
+
+
+def tma_store_line(map_index: int, src: str, x: str, y: str) -> str:
+    """One TMA store statement of a box at shared address `src` to the output's (x, y) (C expressions), at L2's
+    evict_first priority where OUTPUT_EVICT_FIRST is on (gemm_sm90_probe.output_store may leave it out)."""
+    if OUTPUT_EVICT_FIRST:
+        return output_store(f"ts_tma_store_2d_hint(&ts_maps.m[{map_index}], {src}, {x}, {y}, ts_l2_evict_first());")
+    return output_store(f"ts_tma_store_2d(&ts_maps.m[{map_index}], {src}, {x}, {y});")
+
+
 # CUtensorMapDataType of the outputs the epilogue stores with TMA.
 TMA_OUTPUT_DTYPE = {dt: code for dt, code in TMA_DTYPE.items() if dt.itemsize == 2} | {np.dtype(np.float32): 7}
 
@@ -342,8 +355,8 @@ def _transposed_lines(st: TmaStore, walk: PairWalk, name: str, t: str) -> list[s
 
 def _issue_lines(st: TmaStore, sync: list[str], leader: str, in_flight: bool, x: str, y: str) -> list[str]:
     """After every thread's writes: the fence, the barrier, and the leader's TMA stores of the staging tile's boxes."""
-    stores = [output_store(f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], ts_box + {atom * st.box_bytes}, "
-                           f"(int32_t)({x}) + {atom * st.box_cols}, (int32_t)({y}));") for atom in range(st.boxes)]
+    stores = [tma_store_line(st.map_index, f"ts_box + {atom * st.box_bytes}", f"(int32_t)({x}) + {atom * st.box_cols}",
+                             f"(int32_t)({y})") for atom in range(st.boxes)]
     return [
         "ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
         *sync,
@@ -404,9 +417,8 @@ def _round_lines(st: TmaStore, walk: PairWalk, name: str, ctype: str, make: str,
             f"{INDENT}ts_fence_proxy_async();  // the writes above, visible to the bulk copies",
             *indent(sync),
             f"{INDENT}if ({leader}) {{  // TMA leaves out the parts of boxes past the output's edges",
-            INDENT * 2 + output_store(f"ts_tma_store_2d(&ts_maps.m[{st.map_index}], "
-                                      f"{base if st.borrowed else f'{base} + {offset}'}, "
-                                      f"(int32_t)({x}) + {b * box_cols}, (int32_t)({y}));"),
+            INDENT * 2 + tma_store_line(st.map_index, base if st.borrowed else f"{base} + {offset}",
+                                        f"(int32_t)({x}) + {b * box_cols}", f"(int32_t)({y})"),
             f"{INDENT * 2}ts_bulk_commit();",
             f"{INDENT}}}",
             "}",

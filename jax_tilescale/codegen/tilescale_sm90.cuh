@@ -149,6 +149,33 @@ __device__ __forceinline__ void ts_tma_store_2d(const void* tmap, const void* sm
                "r"(ts_smem_addr(smem_src)), "r"(x), "r"(y)
                : "memory");
 }
+// L2 eviction priorities for the copies below (createpolicy: the whole of each access at that priority).
+__device__ __forceinline__ uint64_t ts_l2_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint64_t ts_l2_evict_last() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// ts_tma_load_2d and ts_tma_store_2d with an L2 eviction priority (`policy` from ts_l2_evict_first/last).
+__device__ __forceinline__ void ts_tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x,
+                                                    int32_t y, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(ts_smem_addr(smem_dst)),
+      "l"(tmap), "r"(ts_smem_addr(bar)), "r"(x), "r"(y), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void ts_tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t x, int32_t y,
+                                                     uint64_t policy) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;\n" ::"l"(
+                   tmap),
+               "r"(ts_smem_addr(smem_src)), "r"(x), "r"(y), "l"(policy)
+               : "memory");
+}
 __device__ __forceinline__ void ts_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's committed bulk stores have read their shared memory (which may then be reused or
 // released); their global writes complete before the grid does.

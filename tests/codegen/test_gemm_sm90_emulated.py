@@ -19,7 +19,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jax_tilescale.codegen import gemm_sm90, gemm_sm90_edge, gemm_sm90_load, gemm_sm90_pingpong, generate_cuda
+from jax_tilescale.codegen import (
+    gemm_sm90,
+    gemm_sm90_edge,
+    gemm_sm90_load,
+    gemm_sm90_pingpong,
+    gemm_sm90_store,
+    generate_cuda,
+)
 from jax_tilescale.codegen.gemm_table import (
     DEFAULT_PERSISTENT,
     MID,
@@ -301,6 +308,12 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
                                                                           "the ring"),
     "earlyturn: the turn passed at the last stage": (gemm_sm90_pingpong, "EARLY_TURN", True,
                                                      "PERSISTENT 128x192 ping-pong"),
+    "cfirst: C stored at L2's evict_first": (gemm_sm90_store, "OUTPUT_EVICT_FIRST", True,
+                                              "PERSISTENT 128x192 ping-pong"),
+    "cfirst: the ring's epilogue at evict_first": (gemm_sm90_store, "OUTPUT_EVICT_FIRST", True,
+                                                   "WIDE 256x192 persistent, epilogue through the ring"),
+    "oplast: operands loaded at L2's evict_last": (gemm_sm90_load, "OPERANDS_EVICT_LAST", True,
+                                                   "PERSISTENT 128x192 ping-pong"),
     "sw64: 64-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 64, "PERSISTENT 128x192 ping-pong"),
     "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
     "mc: pairs multicasting B (NARROW)": (gemm_sm90, "MULTICAST", True, "NARROW_WIDE 64x256/5"),

@@ -135,3 +135,23 @@ def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_colu
     assert "ts_wgmma_m64n128k16_bf16_km_in192(" in mod.source
     got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
     assert got.registers == 168 and got.spill_stores == 0 and not got.wgmma_serialized, got.losses
+
+
+@needs_toolchain
+def test_the_l2_priority_switches_compile_to_the_hinted_copies(monkeypatch):
+    """gemm_sm90_store.OUTPUT_EVICT_FIRST and gemm_sm90_load.OPERANDS_EVICT_LAST (bench `/cfirst`, `/oplast`): the
+    pick at 16384 x 8192 x 1024 with both assembles (the `.L2::cache_hint` forms of both bulk copies and the
+    policies' `createpolicy`) and keeps 168 registers, no spills, no serialized wgmma."""
+    from jax_tilescale.codegen import gemm_sm90_load, gemm_sm90_store
+
+    monkeypatch.setattr(gemm_sm90_store, "OUTPUT_EVICT_FIRST", True)
+    monkeypatch.setattr(gemm_sm90_load, "OPERANDS_EVICT_LAST", True)
+    m, n, k = 16384, 8192, 1024
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), num_sms=132)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
+    body = mod.source.split("__global__", 1)[1]
+    assert body.count("ts_tma_store_2d_hint(") == 3 and "ts_tma_store_2d(" not in body
+    assert body.count("ts_tma_load_2d_hint(") == 4 and "ts_tma_load_2d(" not in body
+    got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
+    assert got.registers == 168 and got.spill_stores == 0 and not got.wgmma_serialized, got.losses

@@ -266,6 +266,15 @@ thread_local std::deque<std::vector<TsEmuStore>> ts_emu_bulk_groups;
 inline void ts_tma_store_2d(const void* tmap, const void* smem_src, int32_t x, int32_t y) {
   ts_emu_bulk_open.push_back({&ts_emu_map(tmap), ts_smem_u32(smem_src), x, y});
 }
+// L2 eviction priorities: nothing to emulate (the copies are the same)
+inline uint64_t ts_l2_evict_first() { return 1; }
+inline uint64_t ts_l2_evict_last() { return 2; }
+inline void ts_tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x, int32_t y, uint64_t) {
+  ts_tma_load_2d(smem_dst, tmap, bar, x, y);
+}
+inline void ts_tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t x, int32_t y, uint64_t) {
+  ts_tma_store_2d(tmap, smem_src, x, y);
+}
 inline void ts_bulk_commit() {
   ts_emu_bulk_groups.push_back(ts_emu_bulk_open);
   ts_emu_bulk_open.clear();
