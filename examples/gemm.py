@@ -57,6 +57,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
          edge_last: bool | None = None, group_columns: bool | None = None, pair_rows: bool | None = None,
+         serpentine: bool | None = None,
          split_reduce: str = "xla",
          autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
@@ -76,6 +77,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     `group_columns=True` with `persistent`: the grouped order turned round, `group_m` columns of tiles walking the
     rows together (`persistent_tile`); `pair_rows=True` with it: the rows two at a time, so that each pair of blocks
     takes one tile column at every wave (B's tile shared by the pair where gemm_sm90.MULTICAST is on).
+    `serpentine=True` with `persistent`: every other group of the grouped order walks the other way (`grouped_tile`).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
@@ -85,7 +87,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     given = given_arguments("gemm", autotune, block_m=block_m, block_n=block_n, block_k=block_k,
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
-                            edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows)
+                            edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows,
+                            serpentine=serpentine)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -127,6 +130,9 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     if cfg.pair_rows and (not cfg.group_columns or cfg.edge_last):
         raise ValueError(f"pair_rows walks the rows of group_columns' order two at a time, every column in its pairs, "
                          f"not {cfg.describe()}'s: take group_columns=True with it, without edge_last")
+    if cfg.serpentine and (not cfg.persistent or cfg.split_k > 1):
+        raise ValueError(f"serpentine orders the tiles of a persistent grid (unsplit), not {cfg.describe()}: take "
+                         f"persistent=True without split_k")
     if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
         raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
                          f"{cfg.describe()}: take persistent=True without swap and split_k")
@@ -167,14 +173,17 @@ def device_sm_count() -> int:
     return getattr(jax.devices()[0], "core_count", None) or HOPPER_SMS
 
 
-def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
+def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int, serpentine: bool = False):
     """(tile row, tile column) of the pid-th tile in grouped order: `group` rows of tiles walk the
     columns together, so that the blocks running at one time share tiles of B (and A) in L2. Where `group` does not
-    divide tiles_m, the last group has the rows left (tiles_m % group of them). `pid` an int or an index expression."""
+    divide tiles_m, the last group has the rows left (tiles_m % group of them). `serpentine`: the odd-numbered groups
+    walk the columns from the last to the first, so that each group starts on the columns its predecessor ended on
+    (still in L2). `pid` an int or an index expression."""
     width = group * tiles_n
     first, in_group = pid // width * group, pid % width
     if tiles_m % group == 0:  # kept apart: the code every measured pick runs (no clamps; see below)
-        return first + in_group % group, in_group // group
+        row, col = first + in_group % group, in_group // group
+        return row, (_backwards(pid // width, col, tiles_n) if serpentine else col)
     # The last group has tiles_m % group rows. Each division is by one of two constants, chosen by the group: a
     # division by the group's row count as a runtime value (64-bit) took more registers than a ping-pong producer's
     # setmaxnreg share wherever group was not a power of two, and ptxas then dropped the split and spilled the
@@ -184,25 +193,31 @@ def grouped_tile(pid, tiles_m: int, tiles_n: int, group: int):
     last = tiles_m % group
     in_last = first >= tiles_m - last
     row = _select(in_last, in_group % last, in_group % group)
-    col = _select(in_last, in_group // last, in_group // group)
-    return _min(first + row, tiles_m - 1), _min(col, tiles_n - 1)
+    col = _min(_select(in_last, in_group // last, in_group // group), tiles_n - 1)
+    return _min(first + row, tiles_m - 1), (_backwards(pid // width, col, tiles_n) if serpentine else col)
 
 
-def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int, columns: bool = False):
+def _backwards(group_index, col, tiles_n: int):
+    """grouped_tile's column in a serpentine order: reversed in the odd-numbered groups."""
+    return _select(group_index % 2 == 1, tiles_n - 1 - col, col)
+
+
+def edge_last_tile(pid, tiles_m: int, tiles_n: int, group: int, columns: bool = False, serpentine: bool = False):
     """(tile row, tile column) of the pid-th tile where the last column of tiles (N not a multiple of block_n: its
     tiles narrow) comes after all the others: the first tiles_m * (tiles_n - 1) in grouped order over the full
-    columns (`columns`: the order turned round, `group` columns walking the rows), then the last column top to
-    bottom. So the last wave of a persistent grid takes narrow tiles, which the Hopper lowering computes with
-    narrower products (jax_tilescale/codegen/gemm_sm90_edge.py). (In column groups without it, the edge column's
-    tiles are every group-th tile of the last group, and with a block count that the group divides, as 132 blocks
-    and a last group of 3 at 16384 x 8192 x 1024, the same third of the blocks takes all of them.)"""
+    columns (`columns`: the order turned round, `group` columns walking the rows; `serpentine`: grouped_tile's),
+    then the last column top to bottom. So the last wave of a persistent grid takes narrow tiles, which the Hopper
+    lowering computes with narrower products (jax_tilescale/codegen/gemm_sm90_edge.py). (In column groups without
+    it, the edge column's tiles are every group-th tile of the last group, and with a block count that the group
+    divides, as 132 blocks and a last group of 3 at 16384 x 8192 x 1024, the same third of the blocks takes all of
+    them.)"""
     if tiles_n == 1:
-        return grouped_tile(pid, tiles_m, tiles_n, group)
+        return grouped_tile(pid, tiles_m, tiles_n, group, serpentine)
     body = tiles_m * (tiles_n - 1)
     if columns:
-        tn, tm = grouped_tile(pid, tiles_n - 1, tiles_m, min(group, tiles_n - 1))
+        tn, tm = grouped_tile(pid, tiles_n - 1, tiles_m, min(group, tiles_n - 1), serpentine)
     else:
-        tm, tn = grouped_tile(pid, tiles_m, tiles_n - 1, group)
+        tm, tn = grouped_tile(pid, tiles_m, tiles_n - 1, group, serpentine)
     # clamps, as in grouped_tile: both results provably inside for the interval arithmetic
     inside = pid < body
     return _select(inside, tm, _min(_max(pid - body, 0), tiles_m - 1)), _select(inside, tn, tiles_n - 1)
@@ -328,24 +343,27 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     """(tile row, tile column) of a persistent grid's pid-th tile: grouped_tile's order, or with cfg.group_columns
     the same order turned round (`group` columns of tiles walk the rows together: each of B's tiles is shared by
     more of a wave's blocks, each of A's by fewer; with cfg.pair_rows too, its rows two at a time: row_paired_tile),
-    or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's (in either order)."""
+    or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's (in either order); with
+    cfg.serpentine every other group walked the other way."""
     if cfg.group_columns:
         if cfg.pair_rows and tiles_m > 1:
-            return row_paired_tile(pid, tiles_m, tiles_n, group)
+            return row_paired_tile(pid, tiles_m, tiles_n, group, cfg.serpentine)
         if cfg.edge_last and edge:
-            return edge_last_tile(pid, tiles_m, tiles_n, group, columns=True)
-        tn, tm = grouped_tile(pid, tiles_n, tiles_m, group)
+            return edge_last_tile(pid, tiles_m, tiles_n, group, columns=True, serpentine=cfg.serpentine)
+        tn, tm = grouped_tile(pid, tiles_n, tiles_m, group, cfg.serpentine)
         return tm, tn
-    return (edge_last_tile if cfg.edge_last and edge else grouped_tile)(pid, tiles_m, tiles_n, group)
+    if cfg.edge_last and edge:
+        return edge_last_tile(pid, tiles_m, tiles_n, group, serpentine=cfg.serpentine)
+    return grouped_tile(pid, tiles_m, tiles_n, group, cfg.serpentine)
 
 
-def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int):
+def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int, serpentine: bool = False):
     """(tile row, tile column) of the pid-th tile in column groups that walk the rows two at a time: pids 2q and
     2q + 1 take tiles (2r, c) and (2r + 1, c), where (c, r) is the q-th tile of the column-grouped order over
     tiles_m // 2 rows of pairs. So the blocks of a pair, which take pids 2q and 2q + 1 at every wave of a grid with
     an even block count, share B's tile. With tiles_m odd the last row comes after all the pairs, left to right."""
     half = tiles_m // 2
-    tn, pair = grouped_tile(pid // 2, tiles_n, half, group)
+    tn, pair = grouped_tile(pid // 2, tiles_n, half, group, serpentine)
     if tiles_m % 2 == 0:
         return 2 * pair + pid % 2, tn
     # the last row's tiles (clamped as in grouped_tile: both results provably inside for the interval arithmetic)

@@ -93,9 +93,14 @@ class GemmConfig:
     # there: level with the pick with multicast, 1-2% behind without; not in the table (benchmarks/NOTES.md,
     # forty-third session)
     pair_rows: bool = False
+    # persistent: every other group of the grouped order (rows or columns) walks its tiles the other way, so that a
+    # group starts on the operand tiles its predecessor ended on, which are still in L2 (examples/gemm.py
+    # grouped_tile); tools/l2_order_model.py counts 218 -> 157-194 MB of operands from HBM for the ping-pong pick at
+    # 16384 x 8192 x 1024 (benchmarks/NOTES.md, forty-fifth session)
+    serpentine: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`): the form bench_gemm.py's
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`): the form bench_gemm.py's
         --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
@@ -106,7 +111,7 @@ class GemmConfig:
 
 # GemmConfig's switches by the suffix `describe` writes for each, in its order (bench_gemm.py's --configs reads them)
 FLAG_SUFFIXES = {"swap": "swap", "p": "persistent", "pp": "pingpong", "el": "edge_last", "gc": "group_columns",
-                 "pr": "pair_rows"}
+                 "pr": "pair_rows", "sn": "serpentine"}
 
 
 DEFAULT = GemmConfig()

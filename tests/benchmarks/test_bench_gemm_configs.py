@@ -51,7 +51,7 @@ def test_named_configs_parse_with_their_suffixes():
     assert switches == {(gemm_sm90, "MULTICAST"): True}
     assert bench.parse_config("128x192x64/4/g8/p/pp") == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True), {})
-    from jax_tilescale.codegen import gemm_sm90_edge
+    from jax_tilescale.codegen import gemm_sm90_edge, gemm_sm90_load, gemm_sm90_store
     from jax_tilescale.codegen.gemm_table import PERSISTENT
 
     columns = replace(PERSISTENT, group_columns=True)  # the table's pick up to K = 1024: its description parses back
@@ -68,6 +68,12 @@ def test_named_configs_parse_with_their_suffixes():
     assert bench.parse_config(edge_last + "/edge") == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
              edge_last=True), {(gemm_sm90_edge, "EDGE_LOOP"): True})
+    serpentine = replace(columns, serpentine=True).describe()  # every other column group walked upwards
+    assert serpentine == "128x192x64/4/g8/p/pp/gc/sn"
+    assert bench.parse_config(serpentine + "/cfirst/oplast") == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             group_columns=True, serpentine=True),
+        {(gemm_sm90_store, "OUTPUT_EVICT_FIRST"): True, (gemm_sm90_load, "OPERANDS_EVICT_LAST"): True})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")
 

@@ -138,6 +138,19 @@ def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_colu
 
 
 @needs_toolchain
+def test_the_serpentine_pick_compiles_without_spills():
+    """The ping-pong pick at 16384 x 8192 x 1024 in serpentine column groups (the producer's index arithmetic one
+    select longer): 168 registers, no spills, no serialized wgmma."""
+    m, n, k = 16384, 8192, 1024
+    kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,
+                             persistent=True, pingpong=True, group_columns=True, serpentine=True, num_sms=132)
+    mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                   jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
+    got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
+    assert got.registers == 168 and got.spill_stores == 0 and not got.wgmma_serialized, got.losses
+
+
+@needs_toolchain
 def test_the_l2_priority_switches_compile_to_the_hinted_copies(monkeypatch):
     """gemm_sm90_store.OUTPUT_EVICT_FIRST and gemm_sm90_load.OPERANDS_EVICT_LAST (bench `/cfirst`, `/oplast`): the
     pick at 16384 x 8192 x 1024 with both assembles (the `.L2::cache_hint` forms of both bulk copies and the

@@ -281,6 +281,54 @@ def test_rows_in_pairs_visit_every_tile_once_and_pairs_share_a_column():
                          for q in range(paired // 2)]
 
 
+def test_serpentine_orders_visit_every_tile_once_and_start_each_group_where_the_last_one_ended():
+    """persistent_tile with serpentine, in row groups and column groups (with and without rows in pairs, with and
+    without the edge column last): a bijection onto the tiles; in the plain orders the odd-numbered groups are the
+    even ones' walk reversed, so that each group's first tiles share the walked operand's tile with the previous
+    group's last ones."""
+    for tiles_m, tiles_n, group_m in itertools.product(range(1, 11), range(1, 11), range(1, 6)):
+        for columns, pairs, edge_last in itertools.product((False, True), repeat=3):
+            if pairs and (not columns or edge_last):
+                continue
+            cfg = GemmConfig(group_m=group_m, persistent=True, group_columns=columns, pair_rows=pairs,
+                             edge_last=edge_last, serpentine=True)
+            group = min(group_m, tiles_n if columns else tiles_m)
+            order = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg, edge=True)
+                     for p in range(tiles_m * tiles_n)]
+            assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)], (
+                tiles_m, tiles_n, group, columns, pairs, edge_last)
+            if pairs or edge_last:
+                continue
+            walked = tiles_m if columns else tiles_n
+            plain = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, replace(cfg, serpentine=False))
+                     for p in range(tiles_m * tiles_n)]
+            width = group * walked
+            for start in range(0, tiles_m * tiles_n, width):
+                run, base = order[start:start + width], plain[start:start + width]
+                if start // width % 2 == 0:
+                    assert run == base
+                else:  # the same tiles, the walk reversed: index 0 (rows) or 1 (columns) of each tile flipped
+                    flip = 0 if columns else 1
+                    assert run == [tuple(walked - 1 - t[i] if i == flip else t[i] for i in range(2)) for t in base]
+                    assert run[0][flip] == order[start - 1][flip]  # starts on the operand tile the last group ended on
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("columns", [False, True])
+def test_serpentine_matches_dot(dtype, columns):
+    """Serpentine orders through the interpreter: 7 x 5 tiles of 32 (M and N ragged) in groups of 2 (the last
+    partial, walked backwards: the third group) on 3 blocks."""
+    got, want = _product(200, 136, 72, dtype, 11 + columns, persistent=True, num_sms=3, group_columns=columns,
+                         serpentine=True, **dict(SMALL_TILES, group_m=2))
+    _assert_close(got, want, dtype)
+
+
+def test_serpentine_is_for_persistent_unsplit_grids():
+    for kw in (dict(), dict(persistent=True, split_k=2)):
+        with pytest.raises(ValueError, match="serpentine orders the tiles of a persistent grid"):
+            gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), serpentine=True, **kw)
+
+
 def test_rows_in_pairs_are_for_column_groups():
     for kw in (dict(), dict(group_columns=True, edge_last=True)):
         with pytest.raises(ValueError, match="pair_rows walks the rows of group_columns' order two at a time"):

@@ -456,6 +456,12 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
                            group_columns=True, num_sms=7)),
     (1000, 3000, 768, dict(block_m=160, block_n=128, num_stages=4, persistent=True, pingpong=True, swap=True,
                            group_columns=True, num_sms=7)),
+    # the pick's tiles there in serpentine column groups (every other group walks the rows upwards; the partial last
+    # group of 3 columns is the sixth: upwards)
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4, persistent=True, pingpong=True,
+                             group_columns=True, serpentine=True)),
+    (1000, 3000, 768, dict(block_m=128, block_n=192, num_stages=4, group_m=3, persistent=True, pingpong=True,
+                           group_columns=True, serpentine=True, num_sms=7)),
 ])
 def test_column_groups_match_dot(m, n, k, kw):
     """The persistent grid's tiles in groups of columns walking the rows (GemmConfig.group_columns): every element
