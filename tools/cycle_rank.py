@@ -132,6 +132,22 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
     return out
 
 
+def extra_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
+    """The medians of every other metric ncu gave (tools/gpu_test.sh's CYCLE_METRICS adds them), per runner."""
+    names = sorted({m for launches in by_runner.values() for launch in launches for m in launch.metrics} -
+                   set(METRICS))
+    if not names:
+        return []
+    out = [f"{'runner':<44} " + " ".join(f"{m[:32]:>32}" for m in names)]
+    for runner, launches in by_runner.items():
+        cells = []
+        for m in names:
+            values = [launch.metrics[m] for launch in launches if m in launch.metrics]
+            cells.append(f"{statistics.median(values):>32,.0f}" if values else f"{'-':>32}")
+        out.append(f"{runner:<44} " + " ".join(cells))
+    return out
+
+
 def bench_module():
     """benchmarks/bench_gemm.py (its --configs parser and code generator settings: one definition)."""
     sys.path.insert(0, str(ROOT / "examples"))
@@ -205,6 +221,9 @@ def main() -> None:
     try:
         by_runner = assign(read_ncu_csv(pathlib.Path(args.what).read_text()), runner_names(configs), args.rounds)
         print("\n".join(report_lines(by_runner)))
+        extra = extra_lines(by_runner)
+        if extra:
+            print("\n".join(extra))
     except ValueError as err:
         raise SystemExit(f"cycle_rank report: {err}") from None
 

@@ -274,12 +274,14 @@ if [[ " ${STEPS:-} " == *" profile_gemm "* ]]; then  # only when asked for: Nsig
   step profile_gemm profile_shapes
 fi
 if [[ " ${STEPS:-} " == *" cycle_rank "* ]]; then  # only when asked for: elapsed cycles of XLA's GEMM and ours (ncu)
-  # CYCLE_SHAPES (comma-separated), CYCLE_CONFIGS (bench_gemm.py --configs entries; default: the pick), CYCLE_ROUNDS;
+  # CYCLE_SHAPES (comma-separated), CYCLE_CONFIGS (bench_gemm.py --configs entries; default: the pick), CYCLE_ROUNDS,
+  # CYCLE_METRICS (more ncu metrics, comma-separated);
   # per shape ncu's CSV in $LOG/cycle_rank_<shape>.csv and the ranking (tools/cycle_rank.py's doc)
   cycle_rank() {
     local shape csv rc=0 configs=${CYCLE_CONFIGS:-table} rounds=${CYCLE_ROUNDS:-5} metrics
     local shapes=${CYCLE_SHAPES:-16384x8192x1024}
     metrics=$(python3 tools/cycle_rank.py metrics) || return 1
+    metrics="$metrics${CYCLE_METRICS:+,$CYCLE_METRICS}"  # more ncu metrics: their medians print after the ranking
     for shape in ${shapes//,/ }; do
       csv="$LOG/cycle_rank_$shape.csv"
       echo "--- $shape: $configs, $rounds rounds"

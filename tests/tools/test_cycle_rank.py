@@ -114,3 +114,16 @@ def test_the_workload_checks_and_launches_every_runner_on_the_cpu():
     assert done.stdout.count("max |C - float32 product|") == 3  # the diagnostic is named, not checked
     assert "128x192x64/4/g8/p/pp/gc/nostore: a diagnostic (nostore): its C is not the product, not checked" in \
         done.stdout
+
+
+def test_other_metrics_are_reported_by_their_medians():
+    launches = [("nvjet", {rank.ELAPSED: "536,000", "dram__bytes_read.sum": "149,000,000"}),
+                ("ts_gemm", {rank.ELAPSED: "560,000", "dram__bytes_read.sum": "218,000,000"}),
+                ("nvjet", {rank.ELAPSED: "537,000", "dram__bytes_read.sum": "151,000,000"}),
+                ("ts_gemm", {rank.ELAPSED: "561,000", "dram__bytes_read.sum": "216,000,000"})]
+    by_runner = rank.assign(rank.read_ncu_csv(ncu_csv(launches)), rank.runner_names(["table"]), 2)
+    header, xla, ours = rank.extra_lines(by_runner)
+    assert "dram__bytes_read.sum" in header
+    assert xla.split()[-1] == "150,000,000" and ours.split()[-1] == "217,000,000"
+    assert rank.extra_lines(rank.assign(rank.read_ncu_csv(ncu_csv(launches_of(
+        {rank.XLA: [1.0], "table": [2.0]}, 1))), rank.runner_names(["table"]), 1)) == []
