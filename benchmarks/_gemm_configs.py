@@ -56,9 +56,10 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "cfirst": (gemm_sm90_store, "OUTPUT_EVICT_FIRST", True),
             "oplast": (gemm_sm90_load, "OPERANDS_EVICT_LAST", True),
             "nostore": (gemm_sm90_probe, "NO_OUTPUT_STORES", True),
-            "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True)}
+            "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True),
+            "fixka": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "a"), "fixkb": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "b")}
 # the switches whose kernels do not compute the product (diagnostics of what a part of the kernel costs)
-NOT_THE_PRODUCT = frozenset({"nostore", "fixk"})
+NOT_THE_PRODUCT = frozenset({"nostore", "fixk", "fixka", "fixkb"})
 
 
 def shape_list(text: str) -> list[str]:

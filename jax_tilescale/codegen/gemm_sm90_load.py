@@ -240,7 +240,7 @@ OPERANDS_EVICT_LAST = False
 
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
-    y, x = (box_coordinate(c_expr(e), var_name(gl.loop.var)) for e in op.copy.src.starts[-2:])
+    y, x = (box_coordinate(c_expr(e), var_name(gl.loop.var), role) for e in op.copy.src.starts[-2:])
     out = []
     for a in range(op.atoms):
         dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * op.swizzle}"

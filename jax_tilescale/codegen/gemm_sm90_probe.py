@@ -8,9 +8,9 @@ costs (tools/cycle_rank.py profiles them unchecked, saying so), never for result
   forty-second sessions: it is not).
 - `NO_OUTPUT_STORES` (`/nostore`): the epilogue writes its staging boxes and waits as it does, but issues no TMA
   store: what the output's 2 bytes an element through L2 to HBM cost the other warpgroup's loop.
-- `FIRST_K_STEP_ONLY` (`/fixk`): the producer loads every k-step's boxes from the first k-step's place (the same
-  bytes per stage, the same tile order, but each tile's operands a few KiB of rows that stay in L2): what reading
-  the operands from HBM, and the L2 misses of the tile order, cost.
+- `FIRST_K_STEP_ONLY` (`/fixk`; `/fixka`, `/fixkb` for one operand: "a" or "b"): the producer loads every k-step's
+  boxes from the first k-step's place (the same bytes per stage, the same tile order, but each tile's operands a
+  few KiB of rows that stay in L2): what reading the operands from HBM, and the L2 misses of the tile order, cost.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 
 EXTRA_SMEM_READS = 0  # times each consumer warpgroup re-reads a stage's A tile (0: no probe)
 NO_OUTPUT_STORES = False
-FIRST_K_STEP_ONLY = False
+FIRST_K_STEP_ONLY: bool | str = False  # True: both operands; "a" or "b": that one
 
 
 def extra_reads_lines(a_stage: str, stage_bytes: int, warpgroup: int) -> list[str]:
@@ -53,7 +53,9 @@ def output_store(line: str) -> str:
     return "/* diagnostic (gemm_sm90_probe.NO_OUTPUT_STORES): no store */" if NO_OUTPUT_STORES else line
 
 
-def box_coordinate(text: str, k_var: str) -> str:
-    """A TMA load box's coordinate (C text), or with FIRST_K_STEP_ONLY the same with the k-loop's variable `k_var`
-    at 0: every k-step's box loaded from the first k-step's place."""
-    return re.sub(rf"\b{re.escape(k_var)}\b", "0", text) if FIRST_K_STEP_ONLY else text
+def box_coordinate(text: str, k_var: str, operand: str) -> str:
+    """A TMA load box's coordinate (C text) of `operand` ("a" or "b"), or where FIRST_K_STEP_ONLY takes that operand
+    the same with the k-loop's variable `k_var` at 0: every k-step's box loaded from the first k-step's place."""
+    if FIRST_K_STEP_ONLY is True or FIRST_K_STEP_ONLY == operand:
+        return re.sub(rf"\b{re.escape(k_var)}\b", "0", text)
+    return text

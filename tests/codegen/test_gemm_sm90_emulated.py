@@ -447,3 +447,15 @@ def test_the_diagnostic_probes_change_what_they_say_and_nothing_else(monkeypatch
     want = (4 * a[:, :64] @ b[:64, :]).astype(run.got.dtype)
     assert not np.array_equal(want.astype(np.float64), run.want.astype(np.float64))
     np.testing.assert_array_equal(run.got.astype(np.float64), want.astype(np.float64))
+    # one operand only: the other's k-steps walk K as they should (A's first 64 columns against each of B's k-slices)
+    for operand in ("a", "b"):
+        monkeypatch.setattr(gemm_sm90_probe, "FIRST_K_STEP_ONLY", operand)
+        run = run_case(name)
+        a, b = (x.astype(np.float64) for x in run.inputs)
+        want = 0
+        for start in range(0, 200, 64):  # the last k-step 8 wide: TMA's zeros past K in the walking operand
+            width = min(64, 200 - start)
+            a_cols = slice(0, width) if operand == "a" else slice(start, start + width)
+            b_rows = slice(0, width) if operand == "b" else slice(start, start + width)
+            want = want + a[:, a_cols] @ b[b_rows]
+        np.testing.assert_array_equal(run.got.astype(np.float64), want.astype(run.got.dtype).astype(np.float64))
