@@ -233,10 +233,10 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
     ]
 
 
-# The operands' TMA boxes loaded at L2's evict_last priority (bench_gemm's `/oplast`; not the multicast boxes): at
-# 16384 x 8192 x 1024 A and B (48 MiB) about fill the L2 that C's 256 MiB stream through (benchmarks/NOTES.md,
-# forty-fifth session)
-OPERANDS_EVICT_LAST = False
+# The operands' TMA boxes loaded at L2's evict_last priority (bench_gemm's `/oplast`, `/alast` for A's only; not the
+# multicast boxes): at 16384 x 8192 x 1024 A and B (48 MiB) about fill the L2 that C's 256 MiB stream through
+# (benchmarks/NOTES.md, forty-fifth session)
+OPERANDS_EVICT_LAST: bool | str = False  # True: both operands; "a" or "b": that one
 
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
@@ -250,7 +250,7 @@ def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[s
             # with the stage, so that over two k-steps both blocks issue as many (an odd number: uneven)
             owner = f"(({a} + {s}) & 1)"
             out.append(f"if (ts_crank == {owner}) ts_tma_load_2d_multicast({dst}, {where}, 0x3);")
-        elif OPERANDS_EVICT_LAST:
+        elif OPERANDS_EVICT_LAST is True or OPERANDS_EVICT_LAST == role:
             out.append(f"ts_tma_load_2d_hint({dst}, {where}, ts_l2_evict_last());")
         else:
             out.append(f"ts_tma_load_2d({dst}, {where});")

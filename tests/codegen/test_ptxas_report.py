@@ -166,5 +166,9 @@ def test_the_l2_priority_switches_compile_to_the_hinted_copies(monkeypatch):
     body = mod.source.split("__global__", 1)[1]
     assert body.count("ts_tma_store_2d_hint(") == 3 and "ts_tma_store_2d(" not in body
     assert body.count("ts_tma_load_2d_hint(") == 4 and "ts_tma_load_2d(" not in body
+    monkeypatch.setattr(gemm_sm90_load, "OPERANDS_EVICT_LAST", "a")  # A's box only (`/alast`)
+    only_a = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+                                      jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90").source
+    assert only_a.count("ts_tma_load_2d_hint(p_A_s") == 1 and only_a.count("ts_tma_load_2d(p_B_s") == 3
     got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)
     assert got.registers == 168 and got.spill_stores == 0 and not got.wgmma_serialized, got.losses
