@@ -147,10 +147,13 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["threads"] = int(suffix[1:])
         elif suffix.startswith("b") and suffix[1:].isdigit():
             cfg["blocks_per_sm"] = int(suffix[1:])
+        elif re.fullmatch(r"band\d+x\d+", suffix):  # group_columns in bands: band{columns}x{rows}
+            cfg["band_columns"], cfg["band_rows"] = map(int, suffix[4:].split("x"))
         elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = f"tN, sN, bN, xla, kernel, cluster, {', '.join(FLAG_SUFFIXES)}, table, {', '.join(SWITCHES)}"
+            known = (f"tN, sN, bN, bandCxR, xla, kernel, cluster, {', '.join(FLAG_SUFFIXES)}, table, "
+                     f"{', '.join(SWITCHES)}")
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches
 

@@ -57,7 +57,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          persistent: bool | None = None, num_sms: int | None = None,
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
          edge_last: bool | None = None, group_columns: bool | None = None, pair_rows: bool | None = None,
-         serpentine: bool | None = None,
+         serpentine: bool | None = None, band_columns: int | None = None, band_rows: int | None = None,
          split_reduce: str = "xla",
          autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
@@ -78,6 +78,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     rows together (`persistent_tile`); `pair_rows=True` with it: the rows two at a time, so that each pair of blocks
     takes one tile column at every wave (B's tile shared by the pair where gemm_sm90.MULTICAST is on).
     `serpentine=True` with `persistent`: every other group of the grouped order walks the other way (`grouped_tile`).
+    `band_columns` and `band_rows` with `group_columns`: the column groups in bands (`banded_tile`).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
@@ -88,7 +89,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
                             edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows,
-                            serpentine=serpentine)
+                            serpentine=serpentine, band_columns=band_columns, band_rows=band_rows)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -130,6 +131,10 @@ def build(m: int, n: int, k: int, dtype: jnp.dtype, cfg: GemmConfig, sms: int,
     if cfg.pair_rows and (not cfg.group_columns or cfg.edge_last):
         raise ValueError(f"pair_rows walks the rows of group_columns' order two at a time, every column in its pairs, "
                          f"not {cfg.describe()}'s: take group_columns=True with it, without edge_last")
+    if (cfg.band_columns or cfg.band_rows) and (cfg.band_columns <= 0 or cfg.band_rows <= 0 or not cfg.group_columns
+                                                or cfg.pair_rows or cfg.edge_last or cfg.serpentine):
+        raise ValueError(f"band_columns and band_rows (both positive) order group_columns' tiles in bands, without "
+                         f"pair_rows, edge_last or serpentine, not {cfg.describe()}")
     if cfg.serpentine and (not cfg.persistent or cfg.split_k > 1):
         raise ValueError(f"serpentine orders the tiles of a persistent grid (unsplit), not {cfg.describe()}: take "
                          f"persistent=True without split_k")
@@ -346,6 +351,8 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     or with cfg.edge_last where `edge` (N not a multiple of block_n) edge_last_tile's (in either order); with
     cfg.serpentine every other group walked the other way."""
     if cfg.group_columns:
+        if cfg.band_columns:
+            return banded_tile(pid, tiles_m, tiles_n, group, cfg.band_columns, cfg.band_rows)
         if cfg.pair_rows and tiles_m > 1:
             return row_paired_tile(pid, tiles_m, tiles_n, group, cfg.serpentine)
         if cfg.edge_last and edge:
@@ -355,6 +362,34 @@ def persistent_tile(pid, tiles_m: int, tiles_n: int, group: int, cfg: GemmConfig
     if cfg.edge_last and edge:
         return edge_last_tile(pid, tiles_m, tiles_n, group, serpentine=cfg.serpentine)
     return grouped_tile(pid, tiles_m, tiles_n, group, cfg.serpentine)
+
+
+def banded_tile(pid, tiles_m: int, tiles_n: int, group: int, band_columns: int, band_rows: int):
+    """(tile row, tile column) of the pid-th tile with the tile columns in super-groups of `band_columns` (the last
+    takes the columns left), each super-group walked in bands of `band_rows` tile rows (the last takes the rows left),
+    each band's columns in groups of `group` walking the band's rows (grouped_tile turned round, as group_columns).
+    A's tile rows are read by every column of a super-group within a band's time, so they stay in L2 between their
+    readers, while about `group` blocks want one of them at a time. Every division is by a constant: the cases of a
+    partial super-group and band are each computed and one is selected (grouped_tile's reason)."""
+    width = band_columns * tiles_m
+    c0, local = pid // width * band_columns, pid % width
+    widths = [band_columns] + ([tiles_n % band_columns] if tiles_n % band_columns else [])
+    heights = [band_rows] + ([tiles_m % band_rows] if tiles_m % band_rows else [])
+    found = {}
+    for w in widths:
+        r0, inner = local // (band_rows * w) * band_rows, local % (band_rows * w)
+        for h in heights:
+            tn, tm = grouped_tile(inner, w, h, min(group, w))
+            found[w, h] = (r0 + tm, c0 + tn)
+    in_last_columns = c0 >= tiles_n - widths[-1]
+    in_last_rows = {w: local // (band_rows * w) * band_rows >= tiles_m - heights[-1] for w in widths}
+    by_width = {w: (found[w, heights[0]] if len(heights) == 1 else
+                    tuple(_select(in_last_rows[w], found[w, heights[1]][i], found[w, heights[0]][i]) for i in (0, 1)))
+                for w in widths}
+    row, col = by_width[widths[0]] if len(widths) == 1 else tuple(
+        _select(in_last_columns, by_width[widths[1]][i], by_width[widths[0]][i]) for i in (0, 1))
+    # clamps, as in grouped_tile: both results provably inside for the interval arithmetic
+    return _min(row, tiles_m - 1), _min(col, tiles_n - 1)
 
 
 def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int, serpentine: bool = False):

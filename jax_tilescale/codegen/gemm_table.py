@@ -98,6 +98,13 @@ class GemmConfig:
     # grouped_tile); tools/l2_order_model.py counts 218 -> 157-194 MB of operands from HBM for the ping-pong pick at
     # 16384 x 8192 x 1024 (benchmarks/NOTES.md, forty-fifth session)
     serpentine: bool = False
+    # group_columns in bands (both > 0): the tile columns in super-groups of `band_columns`, each walked in bands of
+    # `band_rows` tile rows, each band's columns in groups of group_m walking the band's rows (examples/gemm.py
+    # banded_tile): A's rows read for band_columns columns while they are in L2, but wanted by about group_m blocks at
+    # a time (the plain column groups of 16 read A half as often and ran 1.23x the cycles: benchmarks/NOTES.md,
+    # forty-fifth session)
+    band_columns: int = 0
+    band_rows: int = 0
 
     def describe(self) -> str:
         """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`): the form bench_gemm.py's
@@ -106,7 +113,8 @@ class GemmConfig:
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
-        return text + "".join(f"/{suffix}" for suffix, flag in FLAG_SUFFIXES.items() if getattr(self, flag))
+        text += "".join(f"/{suffix}" for suffix, flag in FLAG_SUFFIXES.items() if getattr(self, flag))
+        return text + (f"/band{self.band_columns}x{self.band_rows}" if self.band_columns else "")
 
 
 # GemmConfig's switches by the suffix `describe` writes for each, in its order (bench_gemm.py's --configs reads them)

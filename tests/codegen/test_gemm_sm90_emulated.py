@@ -81,6 +81,8 @@ CASES: dict[str, Callable[[], Emulated]] = {
         300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True)),
     "PERSISTENT ping-pong in serpentine column groups of 2 (the partial last group walked upwards)": lambda: example(
         600, 500, 128, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, serpentine=True)),
+    "PERSISTENT ping-pong in banded column groups (bands of 3 x 2 tiles, the last ones partial)": lambda: example(
+        600, 1000, 128, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, band_columns=3, band_rows=2)),
     "PERSISTENT ping-pong in column groups of 2, the edge column (16 of 192) last": lambda: example(
         300, 400, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, edge_last=True)),
     # pair_rows: tiles (2r, c) and (2r + 1, c) one after the other; with 3 tile rows the last row comes alone, last

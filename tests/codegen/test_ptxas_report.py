@@ -138,12 +138,14 @@ def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_colu
 
 
 @needs_toolchain
-def test_the_serpentine_pick_compiles_without_spills():
-    """The ping-pong pick at 16384 x 8192 x 1024 in serpentine column groups (the producer's index arithmetic one
-    select longer): 168 registers, no spills, no serialized wgmma."""
+@pytest.mark.parametrize("order", [dict(serpentine=True), dict(band_columns=16, band_rows=16)])
+def test_the_pick_in_other_column_orders_compiles_without_spills(order):
+    """The ping-pong pick at 16384 x 8192 x 1024 in serpentine or banded column groups (the producer's index
+    arithmetic longer: the banded order computes two super-group widths' cases and selects): 168 registers, no
+    spills, no serialized wgmma."""
     m, n, k = 16384, 8192, 1024
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,
-                             persistent=True, pingpong=True, group_columns=True, serpentine=True, num_sms=132)
+                             persistent=True, pingpong=True, group_columns=True, num_sms=132, **order)
     mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
                                    jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
     got = kernel_resources(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False), mod.entry)

@@ -3,6 +3,7 @@ float32 on random data at ragged shapes, and the tile table's (codegen/gemm_tabl
 
 from __future__ import annotations
 
+import collections
 import itertools
 from dataclasses import replace
 
@@ -327,6 +328,56 @@ def test_serpentine_is_for_persistent_unsplit_grids():
     for kw in (dict(), dict(persistent=True, split_k=2)):
         with pytest.raises(ValueError, match="serpentine orders the tiles of a persistent grid"):
             gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), serpentine=True, **kw)
+
+
+def _banded_reference(tiles_m, tiles_n, group, band_columns, band_rows):
+    """The banded order written as loops: super-groups of columns, bands of rows, column groups walking the band."""
+    out = []
+    for c0 in range(0, tiles_n, band_columns):
+        columns = range(c0, min(c0 + band_columns, tiles_n))
+        for r0 in range(0, tiles_m, band_rows):
+            rows = range(r0, min(r0 + band_rows, tiles_m))
+            for g0 in range(columns.start, columns.stop, group):
+                cols = range(g0, min(g0 + group, columns.stop))
+                out += [(r, c) for r in rows for c in cols]
+    return out
+
+
+def test_banded_column_groups_follow_their_loops_and_visit_every_tile_once():
+    """banded_tile (through persistent_tile) against the same order written as loops, partial super-groups, bands and
+    groups included; at the pick's 128 x 43 tiles in bands of 16 x 16 each wave's blocks want any one of A's tile rows
+    at most 8 at a time (the plain column groups of 16: 16)."""
+    for tiles_m, tiles_n in itertools.product(range(1, 14), range(1, 12)):
+        for group_m, band_columns, band_rows in itertools.product((1, 2, 3), (2, 4, 5), (1, 3, 4)):
+            cfg = GemmConfig(group_m=group_m, persistent=True, group_columns=True, band_columns=band_columns,
+                             band_rows=band_rows)
+            group = min(group_m, tiles_n)
+            order = [gemm_example.persistent_tile(p, tiles_m, tiles_n, group, cfg) for p in range(tiles_m * tiles_n)]
+            assert order == _banded_reference(tiles_m, tiles_n, group, band_columns, band_rows), (
+                tiles_m, tiles_n, group_m, band_columns, band_rows)
+    cfg = GemmConfig(block_n=192, persistent=True, pingpong=True, group_columns=True, band_columns=16, band_rows=16)
+    order = [gemm_example.persistent_tile(p, 128, 43, 8, cfg) for p in range(128 * 43)]
+    assert sorted(order) == [(r, c) for r in range(128) for c in range(43)]
+    waves = [order[s:s + 132] for s in range(0, len(order), 132)]
+    assert max(max(collections.Counter(r for r, _ in wave).values()) for wave in waves) <= 16
+    assert sum(max(collections.Counter(r for r, _ in wave).values()) for wave in waves) / len(waves) < 10
+
+
+def test_bands_are_for_column_groups():
+    for kw in (dict(persistent=True, band_columns=16, band_rows=16),
+               dict(persistent=True, group_columns=True, band_columns=16),
+               dict(persistent=True, group_columns=True, band_columns=16, band_rows=16, serpentine=True)):
+        with pytest.raises(ValueError, match="band_columns and band_rows"):
+            gemm_example.gemm(300, 300, 64, jnp.dtype(jnp.bfloat16), **kw)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_banded_column_groups_match_dot(dtype):
+    """7 x 5 tiles of 32 (M and N ragged) in super-groups of 3 columns (the last 2), bands of 3 rows (the last 1),
+    groups of 2 (partial in each super-group), on 3 blocks, through the interpreter."""
+    got, want = _product(200, 136, 72, dtype, 21, persistent=True, num_sms=3, group_columns=True, band_columns=3,
+                         band_rows=3, **dict(SMALL_TILES, group_m=2))
+    _assert_close(got, want, dtype)
 
 
 def test_rows_in_pairs_are_for_column_groups():
