@@ -40,7 +40,9 @@ The three levers, and when each pays:
   alternate 128x192 tiles (`pingpong`), each storing its tile while the other's main loop runs, with
   4 stages (the staging boxes go out in rounds to leave room for the fourth): 0.96x XLA at
   16384 x 8192 x 1024 against 0.94x for 128x256 tiles shared by both (benchmarks/NOTES.md, 2026-12-02);
-  up to K = 1024 in groups of tile columns walking the rows (`group_columns`, `PERSISTENT_COLUMNS`);
+  up to K = 1024 in groups of tile columns walking the rows (`group_columns`, `PERSISTENT_COLUMNS`), and where
+  there are at least three super-groups of 16 tile columns and more than 16 tile rows those groups in bands
+  (`PERSISTENT_BANDED`);
   With longer K and more than one wave of 128x256 tiles (4096^3) the same grid without ping-pong
   (`DEFAULT_PERSISTENT`): the epilogue still stops the tensor cores, but the next tile's operands are
   already loading and no block has to start;
@@ -139,6 +141,13 @@ PERSISTENT = GemmConfig(block_n=192, num_stages=4, persistent=True, pingpong=Tru
 # in four runs of one H100 (benchmarks/NOTES.md, forty-second session); at K = 4096 the row groups' order was 3% ahead
 PERSISTENT_COLUMNS = replace(PERSISTENT, group_columns=True)
 SHORT_K = 1024
+# the column groups in bands of 16 tile columns x 16 tile rows (GemmConfig.band_columns): A's rows read from HBM
+# half as often (16384 x 8192 x 1024 on an H100: 119.6 against 218.2 MB), each still wanted by about 8 blocks at a
+# time; 1.4% fewer cycles there (ncu, 1.026 against 1.041x XLA's kernel) and 0-2% faster timed (two runs: loop /
+# graph / calls 0.97 / 0.98 / 0.98 against 0.96 / 0.97 / 0.97, and 0.95 / 0.97 / 0.96 against 0.95 / 0.95 / 0.96);
+# level at 8192 x 8192 x 1024 (benchmarks/NOTES.md, forty-fifth session). Where the columns make fewer than three
+# super-groups (3072 x 3072 x 1024: one) A is read once a group of 8 at most three times and the bands are not taken.
+PERSISTENT_BANDED = replace(PERSISTENT_COLUMNS, band_columns=16, band_rows=16)
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)
@@ -240,7 +249,12 @@ def pick_config(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int = H
     if split > 1:
         return GemmConfig(split_k=split)
     if tiles > 2 * sm_count and k <= 2048:  # many waves of short tiles: overlap each epilogue
-        return PERSISTENT_COLUMNS if k <= SHORT_K else PERSISTENT
+        if k > SHORT_K:
+            return PERSISTENT
+        banded = PERSISTENT_BANDED
+        if _ceildiv(n, banded.block_n) > 2 * banded.band_columns and _ceildiv(m, banded.block_m) > banded.band_rows:
+            return banded
+        return PERSISTENT_COLUMNS
     if tiles_of(m, n, WIDE) >= 2 * sm_count and idle(m, n, WIDE, sm_count) <= idle(m, n, DEFAULT, sm_count) + 0.03:
         return WIDE  # large, and its last wave not much emptier: the fewest L2 bytes per FLOP
     if tiles > sm_count:
@@ -339,7 +353,7 @@ def tune_candidates(m: int, n: int, k: int, dtype: np.dtype | str, sm_count: int
         ranked = sorted(skinny_options(k), key=lambda o: skinny_seconds(m, n, k, o[0], o[1], sm_count))
         found += [cfg if split == 1 else replace(cfg, split_k=split) for cfg, split in ranked]
     else:
-        found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT, PERSISTENT_COLUMNS]
+        found += [DEFAULT, DEFAULT_PERSISTENT, WIDE, PERSISTENT, PERSISTENT_COLUMNS, PERSISTENT_BANDED]
         if tiles_of(m, n, MID) <= sm_count:
             found.append(MID)
         if tiles_of(m, n, NARROW) <= 2 * sm_count:

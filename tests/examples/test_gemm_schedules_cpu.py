@@ -419,12 +419,16 @@ def test_column_groups_are_for_persistent_unsplit_grids():
             gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), group_columns=True, **kw)
 
 
-def test_the_ping_pong_pick_takes_column_groups_up_to_short_k():
-    """PERSISTENT_COLUMNS at 16384 x 8192 x 1024 (measured 1-4% ahead of the row groups), PERSISTENT at K = 2048
-    (not measured: the row groups stay)."""
-    from jax_tilescale.codegen.gemm_table import PERSISTENT, PERSISTENT_COLUMNS
+def test_the_ping_pong_pick_takes_column_groups_up_to_short_k_in_bands_where_they_pay():
+    """PERSISTENT_BANDED at 16384 x 8192 x 1024 and 8192 x 8192 x 1024 (43 tile columns: three super-groups of 16,
+    the last 11; 128 and 64 tile rows), PERSISTENT_COLUMNS at 3072 x 3072 x 1024 (16 tile columns: one super-group),
+    PERSISTENT at K = 2048 (not measured: the row groups stay)."""
+    from jax_tilescale.codegen.gemm_table import PERSISTENT, PERSISTENT_BANDED, PERSISTENT_COLUMNS
 
-    assert pick_config(16384, 8192, 1024, "bfloat16") == PERSISTENT_COLUMNS
+    assert pick_config(16384, 8192, 1024, "bfloat16") == PERSISTENT_BANDED
+    assert PERSISTENT_BANDED.describe() == "128x192x64/4/g8/p/pp/gc/band16x16"
+    assert pick_config(8192, 8192, 1024, "bfloat16") == PERSISTENT_BANDED
+    assert pick_config(3072, 3072, 1024, "bfloat16") == PERSISTENT_COLUMNS
     assert PERSISTENT_COLUMNS.describe() == "128x192x64/4/g8/p/pp/gc"
     assert pick_config(16384, 8192, 2048, "bfloat16") == PERSISTENT
 
