@@ -59,8 +59,9 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "nostore": (gemm_sm90_probe, "NO_OUTPUT_STORES", True),
             "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True),
             "fixka": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "a"), "fixkb": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "b")}
-# the switches whose kernels do not compute the product (diagnostics of what a part of the kernel costs)
-NOT_THE_PRODUCT = frozenset({"nostore", "fixk", "fixka", "fixkb"})
+# the suffixes whose kernels do not compute the product (diagnostics of what a part of the kernel costs)
+NOT_THE_PRODUCT = frozenset(suffix for suffix, (module, name, _) in SWITCHES.items()
+                            if module is gemm_sm90_probe and name in gemm_sm90_probe.NOT_THE_PRODUCT)
 
 
 def shape_list(text: str) -> list[str]:

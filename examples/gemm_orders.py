@@ -148,21 +148,23 @@ def banded_tile(pid, tiles_m: int, tiles_n: int, group: int, band_columns: int, 
     c0, local = pid // width * band_columns, pid % width
     widths = [band_columns] + ([tiles_n % band_columns] if tiles_n % band_columns else [])
     heights = [band_rows] + ([tiles_m % band_rows] if tiles_m % band_rows else [])
-    found = {}
+    by_width = []
     for w in widths:
         r0, inner = local // (band_rows * w) * band_rows, local % (band_rows * w)
-        for h in heights:
-            tn, tm = grouped_tile(inner, w, h, min(group, w))
-            found[w, h] = (r0 + tm, c0 + tn)
-    in_last_columns = c0 >= tiles_n - widths[-1]
-    in_last_rows = {w: local // (band_rows * w) * band_rows >= tiles_m - heights[-1] for w in widths}
-    by_width = {w: (found[w, heights[0]] if len(heights) == 1 else
-                    tuple(_select(in_last_rows[w], found[w, heights[1]][i], found[w, heights[0]][i]) for i in (0, 1)))
-                for w in widths}
-    row, col = by_width[widths[0]] if len(widths) == 1 else tuple(
-        _select(in_last_columns, by_width[widths[1]][i], by_width[widths[0]][i]) for i in (0, 1))
+        cases = [(r0 + tm, c0 + tn) for tn, tm in (grouped_tile(inner, w, h, min(group, w)) for h in heights)]
+        by_width.append(_last_or(r0 >= tiles_m - heights[-1], cases))
+    row, col = _last_or(c0 >= tiles_n - widths[-1], by_width)
     # clamps, as in grouped_tile: both results provably inside for the interval arithmetic
     return _min(row, tiles_m - 1), _min(col, tiles_n - 1)
+
+
+def _last_or(in_last, cases: list[tuple]):
+    """The one (row, column) of `cases`, or of two (a whole group's, then a partial last one's) the last's where
+    `in_last` holds."""
+    if len(cases) == 1:
+        return cases[0]
+    whole, last = cases
+    return tuple(_select(in_last, b, a) for a, b in zip(whole, last))
 
 
 def row_paired_tile(pid, tiles_m: int, tiles_n: int, group: int, serpentine: bool = False):

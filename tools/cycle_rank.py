@@ -164,7 +164,8 @@ def run(shape: str, configs: list[str], rounds: int) -> None:
     from profile_gemm import profiled_range
 
     bench = bench_module()
-    from gemm import gemm
+    from _gemm_configs import NOT_THE_PRODUCT
+    from gemm import TOLERANCE, gemm
 
     m, n, k = map(int, shape.split("x"))
     entries = bench.shape_configs(",".join(configs), m, n, k)  # `table` -> the pick's entry, marked /table
@@ -179,18 +180,16 @@ def run(shape: str, configs: list[str], rounds: int) -> None:
         cfg, switches = bench.parse_config(entry)
         runners[name] = bench.with_settings("auto", switches, jax.jit(gemm(m, n, k, jnp.bfloat16, **cfg)))
         print(f"{name}: {entry}", flush=True)
-    from _gemm_configs import NOT_THE_PRODUCT
-
     for name in names:  # built (and XLA's autotuning done) before the range; every product checked
         for _ in range(3):
             got = runners[name](a, b).block_until_ready()
-        if NOT_THE_PRODUCT & set(name.split("/")):
-            print(f"{name}: a diagnostic ({', '.join(sorted(NOT_THE_PRODUCT & set(name.split('/'))))}): its C is "
-                  f"not the product, not checked", flush=True)
+        probes = sorted(NOT_THE_PRODUCT & set(name.split("/")))
+        if probes:
+            print(f"{name}: a diagnostic ({', '.join(probes)}): its C is not the product, not checked", flush=True)
             continue
         err = float(jnp.max(jnp.abs(got.astype(jnp.float32) - want)))
         print(f"{name}: max |C - float32 product| = {err:.3g} (max |C| {scale:.3g})", flush=True)
-        if not err <= 2e-2 * scale:
+        if not err <= TOLERANCE["bfloat16"] * scale:
             raise SystemExit(f"{name} differs from the float32 product beyond bf16's tolerance: not profiled")
     with profiled_range():
         for _ in range(rounds):

@@ -24,7 +24,6 @@ one of A's tile rows and one of B's tile columns at once.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import pathlib
 import statistics
 import sys
@@ -33,9 +32,10 @@ from collections import Counter, OrderedDict
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from _gemm_configs import parse_config  # noqa: E402
 from gemm import grouped_tile, persistent_grid, persistent_tile  # noqa: E402
 
-from jax_tilescale.codegen.gemm_table import GemmConfig  # noqa: E402
+from jax_tilescale.codegen.gemm_table import GemmConfig, pick_config  # noqa: E402
 
 SHAPES = "16384x8192x1024"
 CONFIGS = ("table,128x192x64/4/g8/p/pp,128x192x64/4/g8/p/pp/gc,128x192x64/4/g8/p/pp/gc/sn,128x192x64/4/g16/p/pp/gc,"
@@ -97,14 +97,9 @@ def wave_sharing(order: list[tuple[int, int]], sms: int = 132) -> tuple[float, f
 
 def bench_config(entry: str, m: int, n: int, k: int) -> GemmConfig:
     """A bench_gemm.py --configs entry as a GemmConfig (`table`: the table's pick at the shape)."""
-    spec = importlib.util.spec_from_file_location("_gemm_configs", ROOT / "benchmarks" / "_gemm_configs.py")
-    configs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(configs)
-    from jax_tilescale.codegen.gemm_table import pick_config
-
     if entry == "table":
         return pick_config(m, n, k, "bfloat16")
-    kwargs, _ = configs.parse_config(entry)
+    kwargs, _ = parse_config(entry)
     return GemmConfig(**{key: v for key, v in kwargs.items() if key in GemmConfig.__dataclass_fields__})
 
 

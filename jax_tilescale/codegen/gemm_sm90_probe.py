@@ -20,6 +20,8 @@ import re
 EXTRA_SMEM_READS = 0  # times each consumer warpgroup re-reads a stage's A tile (0: no probe)
 NO_OUTPUT_STORES = False
 FIRST_K_STEP_ONLY: bool | str = False  # True: both operands; "a" or "b": that one
+# the switches above whose kernels do not compute the product
+NOT_THE_PRODUCT = ("NO_OUTPUT_STORES", "FIRST_K_STEP_ONLY")
 
 
 def extra_reads_lines(a_stage: str, stage_bytes: int, warpgroup: int) -> list[str]:

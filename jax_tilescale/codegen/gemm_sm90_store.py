@@ -40,9 +40,8 @@ OUTPUT_EVICT_FIRST = False
 def tma_store_line(map_index: int, src: str, x: str, y: str) -> str:
     """One TMA store statement of a box at shared address `src` to the output's (x, y) (C expressions), at L2's
     evict_first priority where OUTPUT_EVICT_FIRST is on (gemm_sm90_probe.output_store may leave it out)."""
-    if OUTPUT_EVICT_FIRST:
-        return output_store(f"ts_tma_store_2d_hint(&ts_maps.m[{map_index}], {src}, {x}, {y}, ts_l2_evict_first());")
-    return output_store(f"ts_tma_store_2d(&ts_maps.m[{map_index}], {src}, {x}, {y});")
+    call, hint = ("ts_tma_store_2d_hint", ", ts_l2_evict_first()") if OUTPUT_EVICT_FIRST else ("ts_tma_store_2d", "")
+    return output_store(f"{call}(&ts_maps.m[{map_index}], {src}, {x}, {y}{hint});")
 
 
 # CUtensorMapDataType of the outputs the epilogue stores with TMA.
