@@ -56,6 +56,7 @@ SWITCHES = {"mc": (gemm_sm90, "MULTICAST", True), "direct": (gemm_sm90, "TMA_STO
             "cfirst": (gemm_sm90_store, "OUTPUT_EVICT_FIRST", True),
             "oplast": (gemm_sm90_load, "OPERANDS_EVICT_LAST", True),
             "alast": (gemm_sm90_load, "OPERANDS_EVICT_LAST", "a"),
+            **{f"pfa{d}": (gemm_sm90_load, "A_PREFETCH_AHEAD", d) for d in (1, 2, 4)},
             "nostore": (gemm_sm90_probe, "NO_OUTPUT_STORES", True),
             "fixk": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", True),
             "fixka": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "a"), "fixkb": (gemm_sm90_probe, "FIRST_K_STEP_ONLY", "b")}

@@ -23,6 +23,7 @@ program is exactly the single-thread TMA program.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -237,6 +238,11 @@ def _loop_program(gl: GemmLoop, ctx: Ctx, issuer: str | None) -> list[str]:
 # multicast boxes): at 16384 x 8192 x 1024 A and B (48 MiB) about fill the L2 that C's 256 MiB stream through
 # (benchmarks/NOTES.md, forty-fifth session)
 OPERANDS_EVICT_LAST: bool | str = False  # True: both operands; "a" or "b": that one
+# In a tile loop (persistent kernels), each A box loaded at k-step i also brought into L2 for the tile this many
+# iterations of the tile loop ahead, at the same k-step (bench_gemm's `/pfaN`; 0: none): A's tile rows reach L2 a
+# tile's time before their loads, where at 16384 x 8192 x 1024 A's misses are what the loop waits for
+# (benchmarks/NOTES.md, forty-fifth and forty-sixth sessions)
+A_PREFETCH_AHEAD = 0
 
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
@@ -254,7 +260,23 @@ def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[s
             out.append(f"ts_tma_load_2d_hint({dst}, {where}, ts_l2_evict_last());")
         else:
             out.append(f"ts_tma_load_2d({dst}, {where});")
+        ahead = _prefetch_row(gl, role, y)
+        if ahead is not None:
+            out.append(f"ts_tma_prefetch_2d(&ts_maps.m[{op.map_index}], (int32_t)({xa}), (int32_t)({ahead}));")
     return out
+
+
+def _prefetch_row(gl: GemmLoop, role: str, y: str) -> str | None:
+    """A's box row `y` (C text) A_PREFETCH_AHEAD iterations of the enclosing tile loop later, or None where nothing
+    is prefetched (off, B, no tile loop, or a row that does not depend on the tile loop's variable)."""
+    loops = [s for s in gl.nest if isinstance(s, Loop)]
+    if not A_PREFETCH_AHEAD or role != "a" or gl.multicast == role or not loops:
+        return None
+    tile = var_name(loops[0].var)
+    pattern = rf"\b{re.escape(tile)}\b"
+    if not re.search(pattern, y):
+        return None
+    return re.sub(pattern, f"({tile} + {A_PREFETCH_AHEAD})", y)
 
 
 def _thread_copy(op: Operand, s: str, ctx: Ctx) -> list[str]:

@@ -187,6 +187,11 @@ __device__ __forceinline__ void ts_bulk_wait_read_all_but() {
 }
 // ... and their global writes are done (visible to this thread; a release after it publishes them).
 __device__ __forceinline__ void ts_bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Box (x, y) of `tmap` brought into L2 only: no shared memory, no barrier, nothing to wait for.
+__device__ __forceinline__ void ts_tma_prefetch_2d(const void* tmap, int32_t x, int32_t y) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(tmap), "r"(x), "r"(y)
+               : "memory");
+}
 __device__ __forceinline__ void ts_tma_prefetch_desc(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }

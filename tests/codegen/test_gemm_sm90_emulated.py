@@ -318,6 +318,8 @@ SWITCHED = {  # switch -> (module, constant, value, the case run with it)
                                                    "WIDE 256x192 persistent, epilogue through the ring"),
     "oplast: operands loaded at L2's evict_last": (gemm_sm90_load, "OPERANDS_EVICT_LAST", True,
                                                    "PERSISTENT 128x192 ping-pong"),
+    "pfa1: A's box of the next tile prefetched into L2": (gemm_sm90_load, "A_PREFETCH_AHEAD", 1,
+                                                          "PERSISTENT 128x192 ping-pong"),
     "sw64: 64-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 64, "PERSISTENT 128x192 ping-pong"),
     "sw32: 32-byte swizzles": (gemm_sm90_load, "WIDEST_SWIZZLE", 32, "DEFAULT_PERSISTENT 128x256"),
     "mc: pairs multicasting B (NARROW)": (gemm_sm90, "MULTICAST", True, "NARROW_WIDE 64x256/5"),
