@@ -18,7 +18,9 @@ that do not compute it, `/nostore` and `/fixk`: codegen/gemm_sm90_probe.py, name
 `rounds` rounds of [XLA, config 1, config 2, ...], one product each, inside a profiler range
 (cuProfilerStart/Stop: ncu's --profile-from-start off sees only those). `report` reads ncu's CSV (one row per
 kernel and metric), gives each launch to its runner in that order and prints, per runner, the median elapsed
-cycles (and their spread over the rounds), the ratio to XLA's, the clock and the duration.
+cycles (and their spread over the rounds), the ratio to XLA's, the ratio of the means and the count of slow rounds
+(a kernel can have a fast mode and slow launches: the median ranks the first, a timed loop pays both), the clock and
+the duration.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ DURATION = "gpu__time_duration.sum"  # ns
 SM_ACTIVE = "sm__cycles_active.max"
 TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.max"
 METRICS = (ELAPSED, DURATION, SM_ACTIVE, TENSOR)
+# A launch over its runner's fastest by more than this is a slow round: the medians hide them, a timed loop's mean
+# pays them (the pick at 16384 x 8192 x 1024 had 562-621 k cycles in 11 of 30 launches where its fastest took 547 k:
+# benchmarks/NOTES.md, forty-sixth session)
+SLOW = 0.02
 
 
 def runner_names(configs: list[str]) -> list[str]:
@@ -96,10 +102,11 @@ def assign(launches: list[Launch], names: list[str], rounds: int) -> dict[str, l
 
 def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
     """The ranking: per runner, median elapsed cycles (min-max over the rounds), ours over XLA's (below 1: fewer
-    cycles than XLA's kernel), median SM clock and duration, and where ncu gave them the busiest SM's tensor-pipe
-    cycles, its active cycles less those (`act-tens`: the pipe idle while a block ran) and the elapsed cycles less
-    its active ones (`el-act`: the kernel's start and end without a block there); fewest cycles first after XLA's
-    row."""
+    cycles than XLA's kernel), the same ratio of the means (what a timed loop sees) and the slow rounds (over the
+    runner's fastest by more than SLOW), median SM clock and duration, and where ncu gave them the busiest SM's
+    tensor-pipe cycles, its active cycles less those (`act-tens`: the pipe idle while a block ran) and the elapsed
+    cycles less its active ones (`el-act`: the kernel's start and end without a block there); fewest cycles first
+    after XLA's row."""
     def med(launches: list[Launch], metric: str) -> float | None:
         values = [launch.metrics[metric] for launch in launches if metric in launch.metrics]
         return statistics.median(values) if values else None
@@ -107,6 +114,7 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
     xla = med(by_runner[XLA], ELAPSED)
     if xla is None:
         raise ValueError(f"ncu gave no {ELAPSED} for XLA's kernel")
+    xla_mean = statistics.mean(launch.metrics[ELAPSED] for launch in by_runner[XLA] if ELAPSED in launch.metrics)
     rows = []
     for name, launches in by_runner.items():
         cycles = [launch.metrics[ELAPSED] for launch in launches if ELAPSED in launch.metrics]
@@ -114,12 +122,13 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
             raise ValueError(f"ncu gave no {ELAPSED} for {name}")
         mid, duration = statistics.median(cycles), med(launches, DURATION)
         active, tensor = med(launches, SM_ACTIVE), med(launches, TENSOR)
-        rows.append((name != XLA, mid, name, min(cycles), max(cycles), duration, active, tensor,
-                     launches[0].kernel))
+        slow = sum(c > min(cycles) * (1 + SLOW) for c in cycles)
+        rows.append((name != XLA, mid, name, min(cycles), max(cycles), statistics.mean(cycles) / xla_mean,
+                     f"{slow}/{len(cycles)}", duration, active, tensor, launches[0].kernel))
     rows.sort()
-    out = [f"{'runner':<44} {'cycles':>10} {'min-max':>19} {'x XLA':>6} {'GHz':>5} {'us':>8} {'tensor':>9} "
-           f"{'act-tens':>8} {'el-act':>7}  kernel"]
-    for _, mid, name, lo, hi, duration, active, tensor, kernel in rows:
+    out = [f"{'runner':<44} {'cycles':>10} {'min-max':>19} {'x XLA':>6} {'mean':>6} {'slow':>5} {'GHz':>5} "
+           f"{'us':>8} {'tensor':>9} {'act-tens':>8} {'el-act':>7}  kernel"]
+    for _, mid, name, lo, hi, mean_ratio, slow, duration, active, tensor, kernel in rows:
         ghz = f"{mid / duration:.2f}" if duration else "-"
         us = f"{duration / 1e3:.1f}" if duration else "-"
         # the busiest SM: its tensor pipe's busy cycles (hmma counts per sub-partition: four a cycle when all four
@@ -127,8 +136,8 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
         busy = f"{tensor / 4:,.0f}" if tensor else "-"
         idle = f"{active - tensor / 4:,.0f}" if active and tensor else "-"
         outside = f"{mid - active:,.0f}" if active else "-"
-        out.append(f"{name:<44} {mid:>10,.0f} {f'{lo:,.0f}-{hi:,.0f}':>19} {mid / xla:>6.3f} {ghz:>5} {us:>8} "
-                   f"{busy:>9} {idle:>8} {outside:>7}  {kernel[:60]}")
+        out.append(f"{name:<44} {mid:>10,.0f} {f'{lo:,.0f}-{hi:,.0f}':>19} {mid / xla:>6.3f} {mean_ratio:>6.3f} "
+                   f"{slow:>5} {ghz:>5} {us:>8} {busy:>9} {idle:>8} {outside:>7}  {kernel[:60]}")
     return out
 
 

@@ -72,6 +72,24 @@ def test_launches_go_to_their_runners_and_the_ratio_is_to_xlas_median():
     assert " 1.50 " in lines[3]  # the clock: cycles over the duration in ns
 
 
+def test_slow_rounds_are_counted_and_the_means_ratio_pays_them():
+    """A runner whose median is XLA's x1.02 but two of its five rounds 1.15x: the median ranks it as the fast mode,
+    the mean's ratio and the slow count show the tail a timed loop pays."""
+    cycles = {rank.XLA: [536_000, 535_000, 537_000, 536_500, 535_500],
+              "table": [547_000, 629_000, 548_000, 620_000, 546_500],
+              "steady": [550_000, 551_000, 549_500, 550_500, 551_200]}
+    names = rank.runner_names(["table", "steady"])
+    by_runner = rank.assign(rank.read_ncu_csv(ncu_csv(launches_of(cycles, 5))), names, 5)
+    # each row's cells after its runner's name: cycles, min-max, x XLA, mean, slow, ...
+    rows = {name: line[len(name):].split() for line in rank.report_lines(by_runner)[1:] for name in names
+            if line.startswith(name)}
+    xla_mean = sum(cycles[rank.XLA]) / 5
+    assert float(rows["table"][2]) == pytest.approx(548_000 / 536_000, abs=6e-4)  # the median: the fast mode
+    assert float(rows["table"][3]) == pytest.approx(sum(cycles["table"]) / 5 / xla_mean, abs=6e-4)
+    assert rows["table"][4] == "2/5" and rows["steady"][4] == "0/5" and rows[rank.XLA][4] == "0/5"
+    assert float(rows["steady"][3]) < float(rows["table"][3])
+
+
 def test_the_busiest_sms_idle_cycles_are_split_into_inside_and_outside_its_block():
     metrics = {rank.ELAPSED: "560,000", rank.DURATION: "350000", rank.SM_ACTIVE: "550,000", rank.TENSOR: "2,064,384"}
     xla = {rank.ELAPSED: "536,000", rank.DURATION: "340000", rank.SM_ACTIVE: "530,500", rank.TENSOR: "2,048,000"}
