@@ -122,8 +122,9 @@ def report_lines(by_runner: dict[str, list[Launch]]) -> list[str]:
             raise ValueError(f"ncu gave no {ELAPSED} for {name}")
         mid, duration = statistics.median(cycles), med(launches, DURATION)
         active, tensor = med(launches, SM_ACTIVE), med(launches, TENSOR)
-        slow = sum(c > min(cycles) * (1 + SLOW) for c in cycles)
-        rows.append((name != XLA, mid, name, min(cycles), max(cycles), statistics.mean(cycles) / xla_mean,
+        fastest = min(cycles)
+        slow = sum(c > fastest * (1 + SLOW) for c in cycles)
+        rows.append((name != XLA, mid, name, fastest, max(cycles), statistics.mean(cycles) / xla_mean,
                      f"{slow}/{len(cycles)}", duration, active, tensor, launches[0].kernel))
     rows.sort()
     out = [f"{'runner':<44} {'cycles':>10} {'min-max':>19} {'x XLA':>6} {'mean':>6} {'slow':>5} {'GHz':>5} "

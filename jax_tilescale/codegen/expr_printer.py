@@ -65,6 +65,12 @@ def var_name(v: Var) -> str:
     raise NotImplementedError(f"no CUDA spelling for kernel variable {v!r}")
 
 
+def with_loop_var(text: str, v: Var, value: str) -> str:
+    """C text printed from an expression, with loop variable `v` (a loop's own counter, whole words only) read as
+    the C expression `value`: the same expression at another iteration."""
+    return re.sub(rf"\b{re.escape(var_name(v))}\b", f"({value})", text)
+
+
 def const_literal(value: int) -> str:
     # Literals outside int32 need a suffix; the rest are promoted by the int64 operand beside them.
     text = str(value) if _INT32_MIN <= value <= _INT32_MAX else f"{value}LL"

@@ -23,14 +23,13 @@ program is exactly the single-thread TMA program.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop
 from .common import INDENT, c_string, indent
 from .context import Ctx
-from .expr_printer import WHERE_NAME, c_expr, var_name
+from .expr_printer import WHERE_NAME, c_expr, var_name, with_loop_var
 from .gemm_pattern import PlannedLoop, StagedTile, whole
 from .gemm_sm90_probe import box_coordinate
 
@@ -246,7 +245,8 @@ A_PREFETCH_AHEAD = 0
 
 
 def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[str]:
-    y, x = (box_coordinate(c_expr(e), var_name(gl.loop.var), role) for e in op.copy.src.starts[-2:])
+    y, x = (box_coordinate(c_expr(e), gl.loop.var, role) for e in op.copy.src.starts[-2:])
+    ahead = _prefetch_row(gl, role, y)
     out = []
     for a in range(op.atoms):
         dst = f"{ctx.pointers[op.buffer]} + {s} * {op.stage_bytes} + {a * op.rows * op.swizzle}"
@@ -260,7 +260,6 @@ def _tma_boxes(gl: GemmLoop, role: str, op: Operand, s: str, ctx: Ctx) -> list[s
             out.append(f"ts_tma_load_2d_hint({dst}, {where}, ts_l2_evict_last());")
         else:
             out.append(f"ts_tma_load_2d({dst}, {where});")
-        ahead = _prefetch_row(gl, role, y)
         if ahead is not None:
             out.append(f"ts_tma_prefetch_2d(&ts_maps.m[{op.map_index}], (int32_t)({xa}), (int32_t)({ahead}));")
     return out
@@ -272,11 +271,9 @@ def _prefetch_row(gl: GemmLoop, role: str, y: str) -> str | None:
     loops = [s for s in gl.nest if isinstance(s, Loop)]
     if not A_PREFETCH_AHEAD or role != "a" or gl.multicast == role or not loops:
         return None
-    tile = var_name(loops[0].var)
-    pattern = rf"\b{re.escape(tile)}\b"
-    if not re.search(pattern, y):
-        return None
-    return re.sub(pattern, f"({tile} + {A_PREFETCH_AHEAD})", y)
+    tile = loops[0].var
+    ahead = with_loop_var(y, tile, f"{var_name(tile)} + {A_PREFETCH_AHEAD}")
+    return None if ahead == y else ahead
 
 
 def _thread_copy(op: Operand, s: str, ctx: Ctx) -> list[str]:

@@ -15,7 +15,8 @@ costs (tools/cycle_rank.py profiles them unchecked, saying so), never for result
 
 from __future__ import annotations
 
-import re
+from ..ir.expr import Var
+from .expr_printer import with_loop_var
 
 EXTRA_SMEM_READS = 0  # times each consumer warpgroup re-reads a stage's A tile (0: no probe)
 NO_OUTPUT_STORES = False
@@ -55,9 +56,9 @@ def output_store(line: str) -> str:
     return "/* diagnostic (gemm_sm90_probe.NO_OUTPUT_STORES): no store */" if NO_OUTPUT_STORES else line
 
 
-def box_coordinate(text: str, k_var: str, operand: str) -> str:
+def box_coordinate(text: str, k_var: Var, operand: str) -> str:
     """A TMA load box's coordinate (C text) of `operand` ("a" or "b"), or where FIRST_K_STEP_ONLY takes that operand
     the same with the k-loop's variable `k_var` at 0: every k-step's box loaded from the first k-step's place."""
     if FIRST_K_STEP_ONLY is True or FIRST_K_STEP_ONLY == operand:
-        return re.sub(rf"\b{re.escape(k_var)}\b", "0", text)
+        return with_loop_var(text, k_var, "0")
     return text

@@ -272,11 +272,11 @@ inline uint64_t ts_l2_evict_last() { return 2; }
 inline void ts_tma_load_2d_hint(void* smem_dst, const void* tmap, uint64_t* bar, int32_t x, int32_t y, uint64_t) {
   ts_tma_load_2d(smem_dst, tmap, bar, x, y);
 }
-// An L2 prefetch of a box: nothing lands in shared memory; the map must be one of the kernel's
-inline void ts_tma_prefetch_2d(const void* tmap, int32_t, int32_t) { (void)ts_emu_map(tmap); }
 inline void ts_tma_store_2d_hint(const void* tmap, const void* smem_src, int32_t x, int32_t y, uint64_t) {
   ts_tma_store_2d(tmap, smem_src, x, y);
 }
+// An L2 prefetch of a box: nothing lands in shared memory; the map must be one of the kernel's
+inline void ts_tma_prefetch_2d(const void* tmap, int32_t, int32_t) { (void)ts_emu_map(tmap); }
 inline void ts_bulk_commit() {
   ts_emu_bulk_groups.push_back(ts_emu_bulk_open);
   ts_emu_bulk_open.clear();
