@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ..errors import KernelTraceError
@@ -36,9 +37,11 @@ from ..ir.control import If, LocalStore, local_buffers, thread_dependent
 from ..ir.expr import Compare, Const, Expr, Load, Logic, LogicKind, Not, Select, Var, VarKind
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import BarrierAll, walk_stmts
+from ..ir.tile_queue import TileQueue
 from .body import EMIT, emit_body
+from .common import INDENT, indent
 from .context import Ctx
-from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_identifier, c_int64, const_literal
+from .expr_printer import EXPR_HOOKS, WHERE_NAME, c_expr, c_identifier, c_int64, const_literal, var_name
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 THREAD_VAR_NAME = "ts_tx"
@@ -153,3 +156,28 @@ def emit_local_store(s: LocalStore, ctx: Ctx) -> list[str]:
 
 
 EXPR_HOOKS.append(c_condition_expr)
+
+
+def queue_draw(s: TileQueue, ctx: Ctx) -> str:
+    """The C call that draws the next ticket of queue `s` (tilescale_tile_ops.cuh: it leaves the counter zero)."""
+    return (f"ts_queue_draw(reinterpret_cast<int32_t*>({ctx.pointers[s.counter]}), "
+            f"{s.last_ticket(math.prod(ctx.kernel.grid))})")
+
+
+@EMIT.register(TileQueue)
+def emit_tile_queue(s: TileQueue, ctx: Ctx) -> list[str]:
+    """Thread 0 draws each round's ticket into a word of `s.drawn`, the block meets and every thread reads it.
+    Two words, used in turn: the thread that draws round r + 1 has passed round r's barrier, which every thread
+    reached after reading round r - 1's word, so one barrier a round keeps the reads and the writes apart."""
+    tile = var_name(s.var)
+    rounds = f"{tile}_round"
+    drawn = f"reinterpret_cast<int32_t*>({ctx.pointers[s.drawn]})"
+    return [
+        f"for (uint32_t {rounds} = 0;; ++{rounds}) {{  // {s.extent} tiles dealt to the blocks as they ask",
+        f"{INDENT}if (threadIdx.x == 0) {drawn}[{rounds} & 1u] = {queue_draw(s, ctx)};",
+        *(INDENT + line for line in ctx.block_sync("the round's ticket drawn")),
+        f"{INDENT}const int64_t {tile} = {drawn}[{rounds} & 1u];",
+        f"{INDENT}if ({tile} >= {s.extent}) break;  // none left: the block is done",
+        *indent(emit_body(s.body, ctx)),
+        "}",
+    ]

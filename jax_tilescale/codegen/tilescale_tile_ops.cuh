@@ -77,6 +77,15 @@ __device__ __forceinline__ void ts_atomic_add(uint64_t* p, uint64_t v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), (unsigned long long)v);
 }
 
+// A tile queue's draw (ir/tile_queue.py): the next ticket of the launch; the drawer of its last ticket (every
+// block has drawn its last one, the one past the tiles, by then) sets the counter back to zero for the next launch.
+// It orders no memory: a queue only deals tile numbers.
+__device__ __forceinline__ int32_t ts_queue_draw(int32_t* counter, int32_t last) {
+  const int32_t ticket = atomicAdd(counter, 1);
+  if (ticket == last) atomicExch(counter, 0);
+  return ticket;
+}
+
 __device__ __forceinline__ void ts_atomic_max(int32_t* p, int32_t v) { atomicMax(p, v); }
 __device__ __forceinline__ void ts_atomic_min(int32_t* p, int32_t v) { atomicMin(p, v); }
 __device__ __forceinline__ void ts_atomic_max(uint32_t* p, uint32_t v) { atomicMax(p, v); }

@@ -1,4 +1,4 @@
-"""Per-thread code in the interpreter: ifs and register stores (ir/control.py).
+"""Control in the interpreter: ifs and register stores (ir/control.py), tile queues (ir/tile_queue.py).
 
 A block still runs as one generator, one statement at a time (so waits, races and deadlocks work
 as everywhere else: the block is the race detector's agent). Per-thread meaning comes from the
@@ -14,11 +14,15 @@ registers are registers.py's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from ..ir.control import THREAD_VAR, If, LocalStore, thread_dependent
+from ..ir.nodes import full_region
+from ..ir.tile_queue import TileQueue
 from ..ir.values import Value
 from .block import INTERPRET, BlockContext, Body, RunKind, run_body
+from .memory import AccessKind
 from .tile_ops import block_condition
 
 
@@ -62,3 +66,33 @@ def run_if(ctx: BlockContext, s: If) -> Body:
                 yield from run_body(ctx, body)
     finally:
         ctx.threads = outer
+
+
+def _draw(ctx: BlockContext, s: TileQueue) -> int:
+    """The block's next ticket from the queue's counter: an atomic add (it orders no other memory: two tiles'
+    accesses to one element race as they would in any two blocks), the counter set back to zero by the launch's
+    last ticket (ir/tile_queue.py)."""
+    word = ctx.resolve(full_region(s.counter), "tile queue counter", s)
+    view = ctx.world.memory.access(ctx.access(AccessKind.ATOMIC, word, s))
+    ticket = int(view.reshape(-1)[0])
+    view[...] = 0 if ticket == s.last_ticket(math.prod(ctx.world.kernel.grid)) else ticket + 1
+    return ticket
+
+
+@INTERPRET.register(TileQueue, kind=RunKind.BODY)
+def run_tile_queue(ctx: BlockContext, s: TileQueue) -> Body:
+    """The body for each ticket the block draws below the queue's extent; the other blocks draw between the
+    rounds (each draw is a step of the block, so the scheduler deals the tiles among the blocks that run)."""
+    ctx.loops.append(s)
+    try:
+        while True:
+            ctx.stmt = s
+            ticket = _draw(ctx, s)
+            if ticket >= s.extent:
+                return
+            yield None  # another block may draw before this one runs its tile
+            ctx.env[s.var] = ticket
+            yield from run_body(ctx, s.body)
+    finally:
+        ctx.env.pop(s.var, None)
+        ctx.loops.pop()

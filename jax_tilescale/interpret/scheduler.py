@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ir.tile_queue import TileQueue
 from .evaluator import BlockContext, block_program
 from .memory import Block
 from .waits import Wait
@@ -37,7 +38,9 @@ class _BlockRun:
         if ctx.stmt is None:
             return "has not started"
         where = f"at {ctx.stmt.op_name} ({ctx.stmt.loc})"
-        loops = [f"iteration {ctx.env[loop.var]} of {loop.extent} of the loop at {loop.loc}" for loop in ctx.loops]
+        loops = [f"tile {ctx.env.get(loop.var, '(drawing)')} of {loop.extent} of the tile queue at {loop.loc}"
+                 if isinstance(loop, TileQueue) else
+                 f"iteration {ctx.env[loop.var]} of {loop.extent} of the loop at {loop.loc}" for loop in ctx.loops]
         return where + (", " + ", ".join(reversed(loops)) if loops else "")
 
 

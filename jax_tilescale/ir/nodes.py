@@ -515,8 +515,8 @@ def stmt_exprs(stmt: Stmt) -> list[Expr]:
     """Every index expression of a statement: region starts, PEs, values, sizes (the verifier
     checks the loads in them; the code generator looks at them)."""
     out: list[Expr] = []
-    if isinstance(stmt, Loop):  # its variable is bound, not read; its body's statements have their own
-        return out
+    if isinstance(stmt, Loop) or (stmt.bodies and isinstance(getattr(stmt, "var", None), Var)):
+        return out  # a loop (a tile queue): its variable is bound, not read; its body's statements have their own
 
     def visit(value: object) -> None:
         if isinstance(value, Expr):

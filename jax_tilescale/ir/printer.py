@@ -36,6 +36,7 @@ from .nodes import (
 )
 from .rules import RuleTable
 from .tile_ops import AtomicElement, AtomicRegion, CumSum, FetchAdd, Parallel, Reduce, Store
+from .tile_queue import TileQueue
 from .values import format_value
 
 # A statement's line, or (a statement with several bodies) one header line per body.
@@ -142,6 +143,11 @@ def _loop(s: Loop) -> str:
     if s.num_stages is None:
         return f"for {format_expr(s.var)} in serial({s.extent}):"
     return f"for {format_expr(s.var)} in Pipelined({s.extent}, num_stages={s.num_stages}):"
+
+
+@PRINT.register(TileQueue)
+def _tile_queue(s: TileQueue) -> str:
+    return f"for {format_expr(s.var)} in tile_queue({s.extent}, counter={s.counter.name}):"
 
 
 # ---- per-thread code -----------------------------------------------------------------------------

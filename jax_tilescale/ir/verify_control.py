@@ -1,5 +1,6 @@
-"""Verifier rules of per-thread code: ifs (thread-dependent or block-uniform, with element-value
-conditions) and register stores (registered in verify_base.VERIFY; ir/control.py has the model)."""
+"""Verifier rules of control: ifs (thread-dependent or block-uniform, with element-value conditions),
+register stores (ir/control.py has the model) and tile queues (ir/tile_queue.py); registered in
+verify_base.VERIFY."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import contextlib
 
 from ..errors import KernelTraceError
 from .buffers import BufferKind
+from .cluster import cluster_size
 from .control import THREAD_VAR, If, LocalStore, thread_dependent
 from .expr import format_expr, is_condition
 from .guards import guarded, known_conditions, narrowed
 from .kernel_ir import KernelIR
+from .nodes import walk_stmts
 from .ranges import Ranges
+from .tile_queue import TileQueue, needs_every_block
 from .values import BOOL, Value, format_value
 from .verify_base import VERIFY, check_region, thread_branch, verify_body
 from .verify_tile_ops import check_value
@@ -46,3 +50,21 @@ def verify_local_store(s: LocalStore, kernel: KernelIR, ranges: Ranges) -> None:
     if THREAD_VAR not in ranges:
         ranges = {**ranges, THREAD_VAR: (0, kernel.threads - 1)}
     check_region(s.dst, ranges, "store", s.loc)
+
+
+@VERIFY.register(TileQueue)
+def verify_tile_queue(s: TileQueue, kernel: KernelIR, ranges: Ranges) -> None:
+    """Once per launch, every block's own number of rounds: the conditions of ir/tile_queue.py."""
+    if not any(top is s for top in kernel.body):
+        raise KernelTraceError("tile_queue: it stands at the top level of the kernel's body (one queue per launch: "
+                               "inside a loop or an if the blocks would run its rounds out of step)", s.loc)
+    if cluster_size(kernel.cluster) > 1:
+        raise KernelTraceError(f"tile_queue: not in a kernel with clusters ({kernel.cluster}): the blocks of a "
+                               "cluster would take different numbers of tiles", s.loc)
+    for inner in walk_stmts(s.body):
+        if needs_every_block(inner):
+            raise KernelTraceError(
+                f"tile_queue: {inner.op_name} (at {inner.loc}) cannot stand in its body: every block must reach it "
+                "the same number of times, and the blocks of a queue run different numbers of tiles "
+                "(a deadlock on the GPU)", s.loc)
+    verify_body(s.body, kernel, {**ranges, s.var: (0, s.extent - 1)})

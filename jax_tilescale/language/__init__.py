@@ -10,7 +10,7 @@ count may be given and must agree).
   "device" | "node");
 - memory (`memory`, `alloc`): alloc_shared, alloc_signal, alloc_symmetric, copy, and
   alloc(shape, dtype, level="l0" | "l1" | "global" | "symmetric") (MemLevel);
-- compute (`compute`): serial, Pipelined, alloc_fragment, clear, fill,
+- compute (`compute`): serial, Pipelined, tile_queue, alloc_fragment, clear, fill,
   gemm (and `copy` between fragments and shared/global memory, casting dtypes);
 - element-wise compute (`elementwise`): Parallel, exp, exp2, log, max, min, abs, where, cast,
   ceildiv, reduce_sum, reduce_max, reduce_min, reduce_absmax, cumsum, atomic_add, atomic_max,
@@ -35,7 +35,7 @@ from __future__ import annotations
 from ..ir.nodes import Cmp, Scope, SignalOp
 from .alloc import MemLevel, alloc
 from .cluster import cluster_rank, cluster_sync, cluster_tile
-from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial
+from .compute import Pipelined, alloc_fragment, clear, fill, gemm, serial, tile_queue
 from .control import (
     Else,
     If,
@@ -238,6 +238,7 @@ __all__ = [
     "sync_all_block",
     "sync_all_warp",
     "thread_id",
+    "tile_queue",
     "view",
     "wait_eq",
     "wait_ge",

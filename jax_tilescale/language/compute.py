@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import KernelTraceError
+from ..ir.buffers import MemLevel
 from ..ir.expr import Expr, Var, VarKind, static_value
 from ..ir.nodes import BufferKind, Fill, Gemm, Loop
+from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from ._common import RefLike, region
 from .memory import _alloc, _shape
 from .refs import Ref
@@ -62,6 +64,30 @@ def Pipelined(n: int, num_stages: int = 2) -> _LoopRange:
     """`for k in T.Pipelined(n, num_stages=3):` a serial loop whose copies a GPU backend may
     software-pipeline over `num_stages` buffers; the interpreter runs it like `T.serial`."""
     return _LoopRange("Pipelined", n, num_stages)
+
+
+def tile_queue(n: int) -> Iterator[Var]:
+    """`for tile in T.tile_queue(n):` runs the body for every tile 0 .. n-1, each on exactly one block of
+    the launch: a block takes its next tile from a counter the blocks share, as it finishes the last one
+    (a dynamic tile scheduler for a persistent kernel, grid = SM count: a slow block takes fewer tiles).
+    Which block runs which tile changes from run to run; a block's tiles rise. At the top level of the
+    kernel only, not in a kernel with clusters, and with nothing in the body that every block must reach
+    (barrier_all, collectives, cluster statements): ir/tile_queue.py."""
+    loop = _LoopRange("tile_queue", n, None)
+    state = current_trace("tile_queue")
+    counter = _alloc("tile_queue", "tile_queue", (1,), np.int32, BufferKind.GLOBAL, "tile_queue",
+                     level=MemLevel.GLOBAL, left_zero=True).buffer
+    drawn = _alloc("tile_queue", "tile_drawn", (TICKET_SLOTS,), np.int32, BufferKind.SHARED, "tile_drawn").buffer
+    var = Var(VarKind.LOOP, state.next_loop_id)
+    state.next_loop_id += 1
+    state.loop_ranges[var] = (0, loop.n - 1)
+    body: list = []
+    state.open_bodies.append(body)
+    yield var
+    if not state.open_bodies or state.open_bodies[-1] is not body:
+        raise KernelTraceError("T.tile_queue: loops must nest", loop.loc)
+    state.open_bodies.pop()
+    state.emit(TileQueue(var, loop.n, tuple(body), counter, drawn, loc=loop.loc))
 
 
 def alloc_fragment(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:

@@ -61,6 +61,8 @@ inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {
   }));
 }
 template <typename T>
+inline T atomicExch(T* p, T v) { return std::atomic_ref<T>(*p).exchange(v); }
+template <typename T>
 inline T atomicMax(T* p, T v) { return ts_emu_atomic(p, [v](T old) { return old > v ? old : v; }); }
 template <typename T>
 inline T atomicMin(T* p, T v) { return ts_emu_atomic(p, [v](T old) { return old < v ? old : v; }); }
