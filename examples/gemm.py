@@ -65,7 +65,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
          edge_last: bool | None = None, group_columns: bool | None = None, pair_rows: bool | None = None,
          serpentine: bool | None = None, band_columns: int | None = None, band_rows: int | None = None,
-         split_reduce: str = "xla",
+         tile_queue: bool | None = None, split_reduce: str = "xla",
          autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
@@ -86,6 +86,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     takes one tile column at every wave (B's tile shared by the pair where gemm_sm90.MULTICAST is on).
     `serpentine=True` with `persistent`: every other group of the grouped order walks the other way (`grouped_tile`).
     `band_columns` and `band_rows` with `group_columns`: the column groups in bands (`banded_tile`).
+    `tile_queue=True` with `persistent`: each block takes its next tile in that order from a tile queue
+    (`T.tile_queue`) as it finishes the last, instead of every blocks-th tile from its own.
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
@@ -96,7 +98,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
                             num_stages=num_stages, threads=threads, group_m=group_m, split_k=split_k,
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
                             edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows,
-                            serpentine=serpentine, band_columns=band_columns, band_rows=band_rows)
+                            serpentine=serpentine, band_columns=band_columns, band_rows=band_rows,
+                            tile_queue=tile_queue)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -255,8 +258,9 @@ def swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig) -> ts.TileKer
 
 def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
     """One block per SM (at most one per tile); block b computes tiles b, b + blocks, ... in
-    grouped order. On the Hopper plan the producer loads the next tile's stages while the
-    consumers store the last one (jax_tilescale/codegen/gemm_sm90_nest.py)."""
+    grouped order, or with cfg.tile_queue whichever tiles it draws from the queue. On the Hopper plan
+    the producer loads the next tile's stages while the consumers store the last one
+    (jax_tilescale/codegen/gemm_sm90_nest.py)."""
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, num_sms)
 
@@ -266,18 +270,32 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
         A_s = T.alloc_shared((bm, bk), dtype)
         B_s = T.alloc_shared((bk, bn), dtype)
         C_f = T.alloc_fragment((bm, bn), jnp.float32)
-        for w in T.serial(T.ceildiv(tiles, blocks)):
-            tile = w * blocks + T.program_id(0)
-            if tile < tiles:  # the last wave has fewer tiles than blocks
-                tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg, edge=n % bn != 0)
-                T.clear(C_f)
-                for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
-                    T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
-                    T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
-                    T.gemm(A_s, B_s, C_f)
-                T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+        def one_tile(tile):
+            tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg, edge=n % bn != 0)
+            T.clear(C_f)
+            for ko in T.Pipelined(T.ceildiv(k, bk), num_stages=cfg.num_stages):
+                T.copy(A[T.ds(tm * bm, bm), T.ds(ko * bk, bk)], A_s)
+                T.copy(B[T.ds(ko * bk, bk), T.ds(tn * bn, bn)], B_s)
+                T.gemm(A_s, B_s, C_f)
+            T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
+
+        each_tile(tiles, blocks, cfg.tile_queue, one_tile)
 
     return gemm_persistent
+
+
+def each_tile(tiles: int, blocks: int, queue: bool, one_tile: Callable[[Any], None]) -> None:
+    """A persistent grid's tile loop around `one_tile(tile)`: the static deal (block b takes tiles b, b + blocks,
+    ...) or, with `queue`, a tile queue (each block draws its next tile as it finishes the last)."""
+    if queue:
+        for tile in T.tile_queue(tiles):
+            one_tile(tile)
+        return
+    for w in T.serial(T.ceildiv(tiles, blocks)):
+        tile = w * blocks + T.program_id(0)
+        with T.If(tile < tiles):  # the last wave has fewer tiles than blocks
+            one_tile(tile)
 
 
 def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: int) -> ts.TileKernel:
@@ -293,12 +311,13 @@ def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, nu
                pingpong=cfg.pingpong)
     def gemm_persistent_swapped(A, B, C):
         Ct = T.alloc_fragment((bn, bm), jnp.float32)
-        for w in T.serial(T.ceildiv(tiles, blocks)):
-            tile = w * blocks + T.program_id(0)
-            if tile < tiles:  # the last wave has fewer tiles than blocks
-                tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg)
-                swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
-                store_transposed(Ct, C, tm * bm, tn * bn)
+
+        def one_tile(tile):
+            tm, tn = persistent_tile(tile, tiles_m, tiles_n, group, cfg)
+            swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
+            store_transposed(Ct, C, tm * bm, tn * bn)
+
+        each_tile(tiles, blocks, cfg.tile_queue, one_tile)
 
     return gemm_persistent_swapped
 

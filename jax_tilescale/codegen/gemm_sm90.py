@@ -61,7 +61,9 @@ from typing import ClassVar
 
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Buffer, BufferKind, Copy, Fill, Loop, Stmt, walk_stmts
+from ..ir.tile_queue import TileQueue
 from . import gemm_sm90_trace as trace
+from .body import emit_body
 from .common import INDENT, indent
 from .context import Ctx, Frame
 from .expr_printer import var_name
@@ -97,9 +99,13 @@ from .gemm_sm90_load import (
     producer_lines,
 )
 from .gemm_sm90_multicast import pair_shares
-from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
+from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting, queue_of
 from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpong
 from .gemm_sm90_probe import extra_reads_lines
+from .gemm_sm90_queue import barrier_lines as queue_barrier_lines
+from .gemm_sm90_queue import barrier_words as queue_barrier_words
+from .gemm_sm90_queue import consumer_rounds
+from .gemm_sm90_queue import init_lines as queue_init_lines
 from .gemm_sm90_store import (
     TmaStore,
     plan_borrowed_store,
@@ -177,7 +183,12 @@ class Sm90Plan(TensorCorePlan):
         return rings
 
     def barrier_words(self) -> int:
-        return sum(2 * gl.stages for gl in self.loops)
+        return sum(2 * gl.stages for gl in self.loops) + (queue_barrier_words() if self.queue is not None else 0)
+
+    @property
+    def queue(self) -> TileQueue | None:
+        """The tile queue whose tickets the producer draws for the consumers (gemm_sm90_queue), if any."""
+        return queue_of(self.loops[0].nest) if self.loops else None
 
     def tensor_map_fields(self) -> tuple[int, ...]:
         fields = tuple(v for spec in self.tensor_maps for v in spec.encode())
@@ -222,12 +233,17 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"uint64_t* const {gl.full()} = ts_bars + {word};")
             lines.append(f"uint64_t* const {gl.empty()} = ts_bars + {word + gl.stages};")
             word += 2 * gl.stages
+        if self.queue is not None:
+            lines += queue_barrier_lines(word)
         lines.append("if (threadIdx.x == 0) {")
         for gl in self.loops:
             lines.append(f"{INDENT}for (int ts_s = 0; ts_s < {gl.stages}; ++ts_s) {{")
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.full()}[ts_s], {gl.full_arrivals()});")
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
+        if self.queue is not None:
+            copiers = any(gl.by_threads for gl in self.loops)  # every producer warp reads the tickets too
+            lines += indent(queue_init_lines((self.consumers + copiers) * WARPGROUP // 32))
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
         # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)
@@ -263,6 +279,8 @@ class Sm90Plan(TensorCorePlan):
             return ["// the loop's first products overwrite the accumulator (wgmma's scale-d 0): no clear"]
         if self.pingpong is not None and stmt is self.pingpong.tile_loop:
             return self.pingpong.tile_loop_lines(ctx, traced=STAGE_TRACE)
+        if self.queue is not None and stmt is self.queue:  # cooperative: ping-pong's tile loop is the queue
+            return consumer_rounds(stmt, emit_body(stmt.body, ctx), ctx)
         return super().lines(stmt, ctx)
 
     def _releases(self, gl: GemmLoop) -> int:
@@ -370,7 +388,7 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}ts_wgmma_commit();",
             *indent(extra_reads_lines(f"ts_smem_addr({ctx.pointers[a.buffer]}) + (uint32_t)(ts_s * {a.stage_bytes})",
                                       a.stage_bytes, WARPGROUP), 1),
-            *indent(self.pingpong.early_turn_lines(i, gl.loop.extent) if self.pingpong is not None else [], 1),
+            *indent(self.pingpong.early_turn_lines(i, gl.loop.extent, ctx) if self.pingpong is not None else [], 1),
             *indent(fence, 1),
             f"{INDENT}ts_wgmma_wait<1>();  // the previous stage's products are done: release it",
             *indent(fence, 1),
@@ -382,7 +400,7 @@ class Sm90Plan(TensorCorePlan):
             f"{INDENT}}}",
             "}",
             # ping-pong: every stage of this tile waited for and its products issued: the other warpgroup may start
-            *(self.pingpong.late_turn_lines() if self.pingpong is not None else []),
+            *(self.pingpong.late_turn_lines(ctx) if self.pingpong is not None else []),
         ]
         return [
             *(trace.loop_start(pingpong=self.pingpong is not None) if traced else []),
@@ -498,6 +516,10 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
             return None, [*reasons, got_regions]
         regions = got_regions
     loops = [_with_multicast(gl, kernel) for gl in loops]
+    queued = [gl for gl in loops if queue_of(gl.nest) is not None]
+    if queued and len(loops) != 1:
+        return None, [*reasons, f"loop at {queued[0].loop.loc}: in a tile queue the plan takes one pipelined loop "
+                      "(one producer thread draws the tickets for all): the portable code runs it"]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:
         return None, [*reasons, f"the pipelined loops mix element types ({', '.join(sorted(ptx))})"]
@@ -539,6 +561,7 @@ def _tma_stores(kernel: KernelIR, loops: list[GemmLoop], maps: list[TensorMapSpe
     stores = plan_tma_store(kernel, loops, maps)
     if any(gl.nest for gl in loops):  # tile loops: a staging tile of their own, where it fits
         used = sum(stage_bytes(loops).values()) + 8 * sum(2 * gl.stages for gl in loops) + SMEM_ALIGN
+        used += 8 * queue_barrier_words() if queue_of(loops[0].nest) is not None else 0
         used += sum(b.nbytes for b in kernel.allocs if b.kind is BufferKind.SHARED and b not in stage_bytes(loops))
         room = shared_budget(arch, kernel.blocks_per_sm) - used - SMEM_ALIGN
         borrowed = plan_borrowed_store(kernel, loops, maps, room) if BORROW_RING and staging_copies == 1 else {}
@@ -578,7 +601,7 @@ MULTICAST = False  # measured slower on H200, persistent kernels too (benchmarks
 def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
     # a multicast stage's barriers count TMA bytes only; the kernel's own clusters are not pairs along x
-    if not MULTICAST or gl.by_threads or kernel.cluster:
+    if not MULTICAST or gl.by_threads or kernel.cluster or queue_of(gl.nest) is not None:  # a queue's pair: 2 tiles
         return gl
     for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
         if pair_shares(op.copy, gl, kernel.grid):

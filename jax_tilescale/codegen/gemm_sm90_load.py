@@ -172,7 +172,7 @@ def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx
     if arrange is not None:  # a communicating kernel's regions (gemm_sm90_comm)
         programs = arrange(program)
     else:  # each loop's program, inside its tile loops where it has them (gemm_sm90_nest)
-        programs = [line for gl in loops for line in _nested(gl, _loop_program(gl, ctx, issuer=issuer), ctx)]
+        programs = [line for gl in loops for line in _nested(gl, _loop_program(gl, ctx, issuer=issuer), ctx, issuer)]
     prefetch = f"for (int ts_t = 0; ts_t < {map_count}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"
     if not threads:
         return [f"if (threadIdx.x == {user_threads}) {{", *indent([prefetch, *programs]), "}"]
@@ -182,13 +182,13 @@ def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx
     return lines + programs
 
 
-def _nested(gl: GemmLoop, program: list[str], ctx: Ctx) -> list[str]:
+def _nested(gl: GemmLoop, program: list[str], ctx: Ctx, issuer: str | None) -> list[str]:
     """A nested loop's program inside the loops and ifs around it (gemm_sm90_nest)."""
     if not gl.nest:
         return program
     from .gemm_sm90_nest import producer_skeleton  # the nest module builds on this one
 
-    return producer_skeleton(gl.nest, program, gl.index, gl.loop.extent, ctx)
+    return producer_skeleton(gl.nest, program, gl.index, gl.loop.extent, ctx, issuer)
 
 
 def iteration(gl: GemmLoop, i: str) -> str:

@@ -24,7 +24,8 @@ other's main loop runs.
 
 Conditions on the enclosing statements: serial loops (not pipelined) and ifs whose condition
 is block-uniform (no thread index) and reads no memory (the producer evaluates it too), the
-loop in the `then` branch.
+loop in the `then` branch. Or, outermost, a tile queue (`T.tile_queue`, ir/tile_queue.py): the
+producer draws its tickets and hands them to the consumers (gemm_sm90_queue).
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ from ..ir.control import If, thread_dependent
 from ..ir.expr import loads
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Copy, Loop, Stmt
+from ..ir.tile_queue import TileQueue
 from ..ir.values import Value
 from .common import INDENT
 from .context import Ctx
 from .expr_printer import var_name
+from .gemm_sm90_queue import producer_rounds
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 Nest = tuple[Stmt, ...]  # the statements enclosing a planned loop, outermost first
@@ -61,7 +64,7 @@ def nesting(kernel: KernelIR, loop: Loop) -> Nest | str:
                 return f"the if at {s.loc} depends on the thread"
             if isinstance(s.cond, Value) or loads(s.cond):
                 return f"the condition of the if at {s.loc} reads memory (the producer would evaluate it too)"
-        else:
+        elif not isinstance(s, TileQueue):
             return f"it is inside a {s.op_name} at {s.loc}"
     return path
 
@@ -94,11 +97,16 @@ def nested_counters(indices: Iterable[int]) -> list[str]:
     return [f"uint32_t {counter(index)} = 0;  // iterations of the loop so far (stage and phase)" for index in indices]
 
 
-def producer_skeleton(nest: Nest, program: list[str], index: int, extent: int, ctx: Ctx) -> list[str]:
+def producer_skeleton(nest: Nest, program: list[str], index: int, extent: int, ctx: Ctx,
+                      issuer: str | None = None) -> list[str]:
     """`program` (the producer's copies of one run of the loop, stage and phase counted from
-    `counter(index)`) inside the loops and ifs of `nest`, the count advanced after each run."""
+    `counter(index)`) inside the loops and ifs of `nest`, the count advanced after each run. `issuer`:
+    the condition of the producer thread that issues (draws a queue's tickets) where all of them copy."""
     body = [*program, f"{counter(index)} += {extent};"]
     for s in reversed(nest):
+        if isinstance(s, TileQueue):
+            body = producer_rounds(s, body, ctx, issuer)
+            continue
         if isinstance(s, Loop):
             i = var_name(s.var)
             head = f"for (int64_t {i} = 0; {i} < {s.extent}; ++{i}) {{"
@@ -123,6 +131,11 @@ def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: b
         release = f"{{ {release} ts_mbar_arrive_cluster(&{empty}[{last}], ts_crank ^ 1); }}"
     return [f"if (ts_lane == 0) {release}  // the producer may refill it for the next run",
             f"{counter(index)} += {extent};"]
+
+
+def queue_of(nest: Nest) -> TileQueue | None:
+    """The tile queue around the nest's statements, if it has one (outermost: the verifier keeps it at the top)."""
+    return nest[0] if nest and isinstance(nest[0], TileQueue) else None
 
 
 def inner_body(nest: Nest) -> tuple[Stmt, ...]:

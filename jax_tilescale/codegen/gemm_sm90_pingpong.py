@@ -44,6 +44,7 @@ from ..ir.control import If
 from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import BufferKind, Copy, Fill, Loop, Stmt
 from ..ir.tile_ops import Parallel
+from ..ir.tile_queue import TileQueue
 from . import gemm_sm90_trace as trace
 from .body import emit_body
 from .common import INDENT, indent
@@ -52,6 +53,7 @@ from .expr_printer import var_name
 from .gemm_pattern import register_epilogue, shared_with_others
 from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter, inner_body
+from .gemm_sm90_queue import ROUND, read_ticket
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 # Where a warpgroup passes the turn: after the loop's last `wgmma.wait_group 1` (False: the other
@@ -68,50 +70,65 @@ WG = f"(threadIdx.x / {WARPGROUP})"  # this consumer warpgroup, 0 or 1
 
 @dataclass(frozen=True)
 class PingPong:
-    """The tile loop whose iterations the two consumer warpgroups take in turn."""
+    """The tile loop whose iterations the two consumer warpgroups take in turn: a serial loop over the waves of a
+    static deal, or a tile queue's rounds (gemm_sm90_queue: every warp reads every round's ticket)."""
 
-    tile_loop: Loop
+    tile_loop: Loop | TileQueue
     guard: If | None  # the if around the tile's statements (the last wave has fewer tiles than blocks)
     loop_index: int  # the planned loop's index (its iteration count `counter(index)`)
     loop_extent: int  # the planned loop's iterations per tile
 
-    @property
-    def waves(self) -> int:
-        return self.tile_loop.extent
+    def _round(self) -> str:
+        """The C name of the tile loop's iteration: the wave, or the queue's round."""
+        return ROUND if isinstance(self.tile_loop, TileQueue) else var_name(self.tile_loop.var)
 
-    def turn_lines(self) -> list[str]:
-        """After a tile's main loop has waited for its last stage: the other warpgroup's turn."""
-        w = var_name(self.tile_loop.var)
-        return [f"if ({w} + 1 < {self.waves}) ts_named_arrive({TURN_BARRIER} + 1 - {WG}, {2 * WARPGROUP});"
-                "  // the other warpgroup's turn"]
+    def turn_lines(self, ctx: Ctx) -> list[str]:
+        """After a tile's main loop has waited for its last stage: the other warpgroup's turn, if it has a next tile
+        (the next wave's: static; the next round's ticket, which the producer published a round ahead: a queue)."""
+        arrive = f"ts_named_arrive({TURN_BARRIER} + 1 - {WG}, {2 * WARPGROUP});  // the other warpgroup's turn"
+        q = self.tile_loop
+        if isinstance(q, TileQueue):
+            return ["{  // the next round's ticket, looked at (read again in that round)",
+                    *indent(read_ticket(q, f"{ROUND} + 1u", ctx, "ts_qnext_tile", release=False)),
+                    f"{INDENT}if (ts_qnext_tile < {q.extent}) {arrive}",
+                    "}"]
+        return [f"if ({self._round()} + 1 < {q.extent}) {arrive}"]
 
-    def early_turn_lines(self, i: str, extent: int) -> list[str]:
+    def early_turn_lines(self, i: str, extent: int, ctx: Ctx) -> list[str]:
         """In the main loop, after a stage's products are committed: the turn, at the tile's last stage."""
         if not EARLY_TURN:
             return []
         return [f"if ({i} == {extent - 1}) {{  // every stage of this tile waited for, its products issued",
-                *indent(self.turn_lines()), "}"]
+                *indent(self.turn_lines(ctx)), "}"]
 
-    def late_turn_lines(self) -> list[str]:
+    def late_turn_lines(self, ctx: Ctx) -> list[str]:
         """After the main loop (its last `wait_group 1`): the turn, where EARLY_TURN is off."""
-        return [] if EARLY_TURN else self.turn_lines()
+        return [] if EARLY_TURN else self.turn_lines(ctx)
 
     def tile_loop_lines(self, ctx: Ctx, traced: bool = False) -> list[str]:
         """The tile loop as each consumer warpgroup runs it (the module doc); `traced`: the turn's wait counted for
         the stage trace (gemm_sm90_trace)."""
-        w = var_name(self.tile_loop.var)
+        w = self._round()
         inner = self.guard.then_body if self.guard is not None else self.tile_loop.body
         taken = self._condition(ctx)
         count = f"{counter(self.loop_index)} += {self.loop_extent};"
         skip = [count if taken == "true" else f"if ({taken}) {count}"]
         no_tile = ([f"if (!({taken})) {{  // no tile: the turn passes on at once",
-                    *indent(self.turn_lines()), f"{INDENT}continue;", "}"] if taken != "true" else [])
+                    *indent(self.turn_lines(ctx)), f"{INDENT}continue;", "}"] if taken != "true" else [])
         sync = f"ts_named_sync({TURN_BARRIER} + {WG}, {2 * WARPGROUP});"
         wait = ([f"if ({w} > 0) {line}" for line in trace.timed_turn(sync)] if traced
                 else [f"if ({w} > 0) {sync}  // the other warpgroup has waited for all its stages"])
+        q = self.tile_loop
+        if isinstance(q, TileQueue):
+            tile = var_name(q.var)
+            head = [f"for (uint32_t {w} = 0;; ++{w}) {{  // {q.extent} tiles dealt to the blocks as they ask",
+                    *indent(read_ticket(q, w, ctx, tile)),
+                    f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done"]
+        else:
+            head = [f"for (int64_t {w} = 0; {w} < {q.extent}; ++{w}) {{"]
         return [
             *(trace.turn_declaration() if traced else []),
-            f"for (int64_t {w} = 0; {w} < {self.waves}; ++{w}) {{",
+            *head,
             f"{INDENT}if ((int)({w} % 2) != {WG}) {{  // the other warpgroup's tile: its stages pass by",
             *indent(skip, 2),
             f"{INDENT * 2}continue;",
@@ -144,11 +161,14 @@ def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, commu
     if not asks_pingpong_it_may_take(kernel, consumers, communicates) or len(loops) != 1:
         return no + "it needs a kernel that does not communicate, 256 threads and one pipelined loop"
     gl = loops[0]
-    if not gl.nest or not isinstance(gl.nest[0], Loop) or gl.nest[0].num_stages is not None:
-        return no + "the pipelined loop is not inside a serial tile loop"
+    queue = gl.nest and isinstance(gl.nest[0], TileQueue)
+    if not gl.nest or not (queue or isinstance(gl.nest[0], Loop)) or getattr(gl.nest[0], "num_stages", None):
+        return no + "the pipelined loop is not inside a serial tile loop or a tile queue"
     tile_loop = gl.nest[0]
     if not isinstance(tile_loop.extent, int):
         return no + "the tile loop's trip count is not a constant"
+    if queue and len(gl.nest) != 1:
+        return no + "the pipelined loop is not right in the tile queue's body (each round's statements run as one tile)"
     if gl.m * gl.n // WARPGROUP > PINGPONG_MAX_ACCUMULATORS:
         return (no + f"a {gl.m} x {gl.n} tile needs {gl.m * gl.n // WARPGROUP} accumulators per thread in one "
                 f"warpgroup, more than {PINGPONG_MAX_ACCUMULATORS} (at most 128 x 192)")

@@ -107,10 +107,14 @@ class GemmConfig:
     # forty-fifth session)
     band_columns: int = 0
     band_rows: int = 0
+    # persistent: the blocks take their tiles from a tile queue (T.tile_queue: each block draws its next tile from a
+    # counter as it finishes the last) instead of block b taking tiles b, b + blocks, ...: a block on a slow SM takes
+    # fewer (benchmarks/NOTES.md, forty-seventh session)
+    tile_queue: bool = False
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`): the form bench_gemm.py's
-        --configs reads."""
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`, `/tq`): the form
+        bench_gemm.py's --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
@@ -121,7 +125,7 @@ class GemmConfig:
 
 # GemmConfig's switches by the suffix `describe` writes for each, in its order (bench_gemm.py's --configs reads them)
 FLAG_SUFFIXES = {"swap": "swap", "p": "persistent", "pp": "pingpong", "el": "edge_last", "gc": "group_columns",
-                 "pr": "pair_rows", "sn": "serpentine"}
+                 "pr": "pair_rows", "sn": "serpentine", "tq": "tile_queue"}
 
 
 DEFAULT = GemmConfig()

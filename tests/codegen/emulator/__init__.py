@@ -167,12 +167,12 @@ def _source(module) -> str:
         "#define TS_DIV_BY_ZERO(where, what, a) ts_fail(where, what, a, 0)",
         *(_header_function(DEVICE_HEADER.read_text(), f) for f in DEVICE_ARITHMETIC),
     ]
+    why = [w for w, bad in (("it communicates", module.uses_nvshmem),
+                            ("global scratch it does not leave zero", module.scratch_bytes
+                             and not module.scratch_left_zero)) if bad]
+    if why:
+        raise Unsupported(f"the emulator does not model {', '.join(why)}")
     if module.arch.startswith("sm_90"):
-        why = [w for w, bad in (("it communicates", module.uses_nvshmem),
-                                ("global scratch it does not leave zero", module.scratch_bytes
-                                 and not module.scratch_left_zero)) if bad]
-        if why:
-            raise Unsupported(f"the Hopper emulator does not model {', '.join(why)}")
         header = SM90_HEADER.read_text()
         parts += [f"#define TS_EMU_WAIT_S {WAIT_S}",
                   (HERE / "shim_sm90.h").read_text(), *(_header_function(header, f) for f in SM90_ARITHMETIC),

@@ -37,6 +37,11 @@ thread_local TsDim3 threadIdx;
 thread_local TsDim3 blockIdx;
 
 // TsLaunchArgs comes from jax_tilescale/abi/ts_abi.h, which build() puts before this file.
+// A plain kernel's launch: number 0, its scratch the call site's own (main: zero at the start; a kernel that
+// promises to leave it zero, left_zero, is checked at the end). Any arch's kernel may read them (a tile queue's
+// counter is left_zero scratch in the generic code too).
+inline uint64_t ts_launch_seq(const TsLaunchArgs&) { return 0; }
+inline unsigned char* ts_launch_scratch(const TsLaunchArgs& args, uint64_t) { return args.scratch; }
 
 static size_t ts_emu_smem_bytes;
 constexpr size_t TS_EMU_SMEM_MAX = 256 * 1024;

@@ -44,10 +44,7 @@ inline uint64_t ts_emu_globaltimer() {
       std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 inline long long clock64() { return static_cast<long long>(ts_emu_globaltimer() / 1000); }
-// A plain kernel's launch: number 0, its scratch the call site's own (main: zero at the start; a kernel that
-// promises to leave it zero, left_zero, is checked at the end)
-inline uint64_t ts_launch_seq(const TsLaunchArgs&) { return 0; }
-inline unsigned char* ts_launch_scratch(const TsLaunchArgs& args, uint64_t) { return args.scratch; }
+// ts_launch_seq, ts_launch_scratch: shim.h's (every arch's kernel may have left_zero scratch)
 inline void ts_launch_dependents() {}
 template <int R> inline void ts_setmaxnreg_inc() {}
 template <int R> inline void ts_setmaxnreg_dec() {}
