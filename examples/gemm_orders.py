@@ -29,6 +29,9 @@ def check_order(cfg: GemmConfig) -> None:
     if cfg.serpentine and (not cfg.persistent or cfg.split_k > 1):
         raise ValueError(f"serpentine orders the tiles of a persistent grid (unsplit), not {cfg.describe()}: take "
                          f"persistent=True without split_k")
+    if cfg.tile_queue and (not cfg.persistent or cfg.split_k > 1):
+        raise ValueError(f"tile_queue deals the tiles of a persistent grid (unsplit) to its blocks, not "
+                         f"{cfg.describe()}: take persistent=True without split_k")
     if cfg.edge_last and (not cfg.persistent or cfg.swap or cfg.split_k > 1):
         raise ValueError(f"edge_last orders the tiles of a persistent grid (unswapped, unsplit), not "
                          f"{cfg.describe()}: take persistent=True without swap and split_k")

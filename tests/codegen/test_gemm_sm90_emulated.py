@@ -90,6 +90,19 @@ CASES: dict[str, Callable[[], Emulated]] = {
         512, 448, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
     "PERSISTENT ping-pong in column groups of 2, rows in pairs, the third row alone, ragged": lambda: example(
         300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
+    # a tile queue (T.tile_queue): the producer draws the tickets and hands them over through a ring of 4 words; the
+    # emulator runs the blocks one after another, so block 0 takes every tile (the ring wraps many times)
+    "PERSISTENT ping-pong in banded column groups from a tile queue, 5 x 5 tiles": lambda: example(
+        640, 960, 256, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, band_columns=2, band_rows=2,
+                                           tile_queue=True)),
+    "WIDE from a tile queue, ragged (A and B thread-copied: every producer thread reads the ring)": lambda: example(
+        600, 700, 200, dataclasses.replace(WIDE, tile_queue=True)),
+    "DEFAULT_PERSISTENT 128x256 from a tile queue, ragged": lambda: example(
+        300, 520, 130, dataclasses.replace(DEFAULT_PERSISTENT, tile_queue=True)),
+    "SWAPPED persistent from a tile queue, 40 tokens": lambda: example(40, 512, 256, GemmConfig(
+        block_m=64, block_n=128, swap=True, persistent=True, threads=128, tile_queue=True)),
+    "PERSISTENT ping-pong from a tile queue, the edge column last": lambda: example(
+        256, 500, 200, dataclasses.replace(PERSISTENT, tile_queue=True, edge_last=True)),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),
     "NARROW_K128 64x128x128/4, ragged": lambda: example(100, 300, 777, NARROW_K128),
     "NARROW_K128 split in two": lambda: example(128, 256, 2048, dataclasses.replace(NARROW_K128, split_k=2)),

@@ -330,6 +330,22 @@ def test_serpentine_is_for_persistent_unsplit_grids():
             gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), serpentine=True, **kw)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_tile_queue_matches_dot(dtype, pingpong):
+    """A persistent grid whose blocks draw their tiles from a tile queue, through the interpreter (which deals the
+    tiles among the blocks it interleaves): 4 x 5 tiles of 64 x 32 (M and N ragged) on 3 blocks, in column groups."""
+    got, want = _product(200, 136, 72, dtype, 21 + pingpong, persistent=True, num_sms=3, group_columns=True,
+                         tile_queue=True, pingpong=pingpong, **dict(SMALL_TILES, group_m=2))
+    _assert_close(got, want, dtype)
+
+
+def test_tile_queue_is_for_persistent_unsplit_grids():
+    for kw in (dict(), dict(persistent=True, split_k=2)):
+        with pytest.raises(ValueError, match="tile_queue deals the tiles of a persistent grid"):
+            gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), tile_queue=True, **kw)
+
+
 def _banded_reference(tiles_m, tiles_n, group, band_columns, band_rows):
     """The banded order written as loops: super-groups of columns, bands of rows, column groups walking the band."""
     out = []
