@@ -138,10 +138,12 @@ def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_colu
 
 
 @needs_toolchain
-@pytest.mark.parametrize("order", [dict(serpentine=True), dict(band_columns=16, band_rows=16)])
+@pytest.mark.parametrize("order", [dict(serpentine=True), dict(band_columns=16, band_rows=16),
+                                   dict(band_columns=16, band_rows=16, tile_queue=True)])
 def test_the_pick_in_other_column_orders_compiles_without_spills(order):
     """The ping-pong pick at 16384 x 8192 x 1024 in serpentine or banded column groups (the producer's index
-    arithmetic longer: the banded order computes two super-group widths' cases and selects): 168 registers, no
+    arithmetic longer: the banded order computes two super-group widths' cases and selects), and banded with its
+    tiles from a tile queue (the consumers read each round's ticket from shared memory): 168 registers, no
     spills, no serialized wgmma."""
     m, n, k = 16384, 8192, 1024
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,

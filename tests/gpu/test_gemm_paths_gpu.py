@@ -465,6 +465,13 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
     # banded column groups: the pick's tiles in bands of 16 columns x 16 rows (the last super-group 11 columns)
     (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4, persistent=True, pingpong=True,
                              group_columns=True, band_columns=16, band_rows=16)),
+    # the same from a tile queue (T.tile_queue: the blocks draw their tiles), and the ragged ping-pong and the
+    # cooperative 256x192 (8192^3's pick) from one
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4, persistent=True, pingpong=True,
+                             group_columns=True, band_columns=16, band_rows=16, tile_queue=True)),
+    (1000, 3000, 768, dict(block_m=128, block_n=192, num_stages=4, group_m=2, persistent=True, pingpong=True,
+                           group_columns=True, tile_queue=True, num_sms=7)),
+    (2048, 3072, 1024, dict(block_m=256, block_n=192, persistent=True, group_columns=True, tile_queue=True)),
 ])
 def test_column_groups_match_dot(m, n, k, kw):
     """The persistent grid's tiles in groups of columns walking the rows (GemmConfig.group_columns): every element
