@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from jax_tilescale.codegen import generate_cuda
+from jax_tilescale.codegen.cuda import CudaModule
 from jax_tilescale.compiler import compile_cubin
 from tests.codegen import emulator
 from tests.compute import tile_queue_kernels as tq
@@ -23,7 +24,7 @@ SDS = jax.ShapeDtypeStruct
 ARCHS = ["sm_90", "sm_80"]
 
 
-def _module(tiles: int, grid: tuple[int, ...], arch: str):
+def _module(tiles: int, grid: tuple[int, ...], arch: str) -> CudaModule:
     kern = tq.scale_rows(tiles, grid)
     return generate_cuda(kern.trace(SDS((tiles * tq.ROWS, tq.COLS), np.float32), SDS((tiles,), np.float32)), arch)
 
@@ -36,8 +37,7 @@ def test_every_tile_once_on_the_emulator(arch, tiles, grid):
     x, scale = tq.inputs(np.random.default_rng(tiles + 100 * len(grid)), tiles)
     y, who, rnd = emulator.run(_module(tiles, grid, arch), [x, scale], tq.poisoned_outputs(tiles))
     np.testing.assert_array_equal(y, tq.want_y(x, scale))
-    dealt = tq.check_deal(who, rnd, grid)
-    assert sorted(t for mine in dealt.values() for t in mine) == list(range(tiles))
+    tq.check_deal(who, rnd, grid)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -7,8 +7,6 @@ Its CUDA: tests/codegen/test_tile_queue_emulated.py; on GPUs: tests/gpu/test_til
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,16 +37,14 @@ def _run(kern: ts.TileKernel, *args: np.ndarray) -> list[np.ndarray]:
                          ids=["fewer-blocks", "as-many", "more-blocks", "2d-grid", "one-tile"])
 def test_every_tile_once_on_the_block_that_drew_it(tiles, grid):
     """y against numpy (a tile run twice, never or with the wrong number shows), each block's tiles rising in the
-    order it ran them; a 2-D grid counts its blocks as the product (else the counter would not be left zero, and
-    the interpreter's end-of-launch check would fail)."""
+    order it ran them; a 2-D grid counts its blocks as the product (with one axis' count the counter would go back
+    to zero too early or never: tiles dealt twice, or the interpreter's end-of-launch left_zero check)."""
     x, scale = tq.inputs(np.random.default_rng(tiles * 10 + len(grid)), tiles)
     y, who, rnd = _run(tq.scale_rows(tiles, grid), x, scale)
     np.testing.assert_array_equal(y, tq.want_y(x, scale))
     dealt = tq.check_deal(who, rnd, grid)
-    assert sorted(t for mine in dealt.values() for t in mine) == list(range(tiles))
     # the interpreter runs a step of each block in turn: with more than one tile, more than one block draws one
     assert len(dealt) > 1 if tiles > 1 else len(dealt) == 1, dealt
-    assert len(dealt) <= min(tiles, math.prod(grid))
 
 
 def test_two_launches_in_one_jit_find_the_counter_zero():
@@ -88,8 +84,7 @@ def test_each_pe_deals_its_own_tiles():
     y, who, rnd = (np.asarray(o) for o in shard_run(kern, mesh_of((pes,)), x, scale))
     for pe, (xp, sp) in enumerate(parts):
         np.testing.assert_array_equal(y[pe * tiles * tq.ROWS:(pe + 1) * tiles * tq.ROWS], tq.want_y(xp, sp))
-        dealt = tq.check_deal(who[pe * tiles:(pe + 1) * tiles], rnd[pe * tiles:(pe + 1) * tiles], grid)
-        assert sorted(t for mine in dealt.values() for t in mine) == list(range(tiles))
+        assert len(tq.check_deal(who[pe * tiles:(pe + 1) * tiles], rnd[pe * tiles:(pe + 1) * tiles], grid)) > 1
 
 
 def test_two_queues_in_one_kernel_have_a_counter_each():

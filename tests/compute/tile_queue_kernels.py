@@ -71,8 +71,8 @@ def poisoned_outputs(tiles: int, rows: int = ROWS, cols: int = COLS) -> list[np.
 
 
 def check_deal(who: np.ndarray, rnd: np.ndarray, grid: tuple[int, ...]) -> dict[int, list[int]]:
-    """Every tile was drawn by a block of the grid; each block's tiles, in the order it ran them (rnd), are
-    0, 1, 2, ... rounds of rising tile numbers (tickets are drawn in counter order). Returns each block's tiles."""
+    """Every tile was recorded by a block of the grid (an unwritten -1 poison fails); each block's tiles, in the
+    order it ran them (rnd: 0, 1, 2, ...), rise (tickets are drawn in counter order). Returns each block's tiles."""
     blocks = math.prod(grid)
     assert who.shape == rnd.shape
     assert ((who >= 0) & (who < blocks)).all(), f"a tile without a block of the grid: {who}"
