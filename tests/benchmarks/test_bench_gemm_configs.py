@@ -79,6 +79,11 @@ def test_named_configs_parse_with_their_suffixes():
     assert bench.parse_config(banded) == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
              group_columns=True, band_columns=16, band_rows=16), {})
+    queued = replace(columns, band_columns=16, band_rows=16, tile_queue=True).describe()  # tiles from a tile queue
+    assert queued == "128x192x64/4/g8/p/pp/gc/tq/band16x16"
+    assert bench.parse_config(queued) == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             group_columns=True, tile_queue=True, band_columns=16, band_rows=16), {})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")
 
