@@ -15,12 +15,14 @@ waits on it (acquire), reads the ticket and arrives on its empty barrier, which 
 before it writes the word again, TICKET_SLOTS rounds later. Where the static form has the producer
 recompute the tile from the loop variable, here only the producer knows it first.
 
-The producer draws a round ahead: it publishes round r + 1's ticket before it issues round r's loads.
-The atomic's round trip to L2 then overlaps a tile's loads instead of standing between two tiles, and
-the consumers find every ticket published long before they need it; ping-pong's warpgroups look at the
-next round's ticket to know whether to pass the turn (gemm_sm90_pingpong), which must not wait. The
-cost: a block holds one tile more in reserve than it is loading, a tile's worth of lost balance in
-the last wave at most.
+The producer draws a round ahead: it issues the atomic for round r + 1's ticket before round r's loads
+and publishes the ticket after them, so the atomic's round trip to L2 (1-2 us with 132 SMs drawing)
+overlaps a tile's loads instead of standing between two tiles (drawn between them, blocking, the ping-pong
+pick ran 1.24x XLA's cycles at 16384 x 8192 x 1024 against 1.02: benchmarks/NOTES.md, forty-seventh
+session), and the consumers find every ticket published before they need it; ping-pong's warpgroups look
+at the next round's ticket to know whether to pass the turn (gemm_sm90_pingpong), published once the
+tile's last load is issued, before the tile's main loop can end. The cost: a block holds one tile more in
+reserve than it is loading, a tile's worth of lost balance in the last wave at most.
 
 The queue goes through this ring when it is the first statement of the planned loop's nest (the
 verifier keeps it at the top level of the kernel) and the plan has this one loop (no multicast: a pair
@@ -30,6 +32,8 @@ TMA cannot load), one of them draws and all of them read the ring, as the consum
 """
 
 from __future__ import annotations
+
+import math
 
 from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from .common import INDENT, indent
@@ -75,45 +79,50 @@ def _phase(r: str) -> str:
 
 
 def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None = None) -> list[str]:
-    """The producer's rounds: draw, publish a round ahead, run `inner` (the copies of the queue's tile, the
-    skeleton of the statements between the queue and the loop around them) with the tile variable bound.
-    `issuer`: None where one thread runs the producer, else the condition of the thread that draws among the
-    producer warpgroup's threads, which all copy tiles (`by_threads`): they learn each round's ticket from the
-    ring as the consumers do (and release it with them: `readers`)."""
+    """The producer's rounds: the tile variable bound to the round's ticket, the next round's atomic issued, `inner`
+    (the copies of the queue's tile, the skeleton of the statements between the queue and the loop around them),
+    then the next ticket settled and published. `issuer`: None where one thread runs the producer, else the
+    condition of the thread that draws among the producer warpgroup's threads, which all copy tiles (`by_threads`):
+    they learn each round's ticket from the ring as the consumers do (and release it with them)."""
     tile = var_name(q.var)
+    counter = f"reinterpret_cast<int32_t*>({ctx.pointers[q.counter]})"
+    last = q.last_ticket(math.prod(ctx.kernel.grid))
 
     def publish(r: str) -> list[str]:  # round r's ticket, ts_qnext, into its word once every reader has its last
         return [f"if ({r} >= {TICKET_SLOTS}u) ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});",
                 f"{_drawn(q, ctx)}[{_slot(r)}] = ts_qnext;",
                 f"ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word"]
 
-    draw = f"ts_qnext = {queue_draw(q, ctx)};"
+    take = f"ts_qnext = ts_queue_take({counter});  // the next round's ticket: the atomic's trip overlaps the loads"
+    settle = [f"ts_queue_settle({counter}, ts_qnext, {last});", *publish(f"{ROUND} + 1u")]
+    first = [f"ts_qnext = {queue_draw(q, ctx)};", *publish("0u")]
     if issuer is not None:
         return [
             "{  // the tile queue's rounds: the tickets drawn by one thread, handed to all a round ahead",
             f"{INDENT}int32_t ts_qnext = 0;",
-            f"{INDENT}if ({issuer}) {{ {draw}",
-            *indent(publish("0u"), 2),
+            f"{INDENT}if ({issuer}) {{",
+            *indent(first, 2),
             f"{INDENT}}}",
             f"{INDENT}for (uint32_t {ROUND} = 0;; ++{ROUND}) {{",
             *indent(read_ticket(q, ROUND, ctx, tile), 2),
             f"{INDENT * 2}if ({tile} >= {q.extent}) break;  // none left: the block is done",
-            f"{INDENT * 2}if ({issuer}) {{ {draw}  // the next round's, before this tile's loads",
-            *indent(publish(f"{ROUND} + 1u"), 3),
-            f"{INDENT * 2}}}",
+            f"{INDENT * 2}if ({issuer}) {take}",
             *indent(inner, 2),
+            f"{INDENT * 2}if ({issuer}) {{",
+            *indent(settle, 3),
+            f"{INDENT * 2}}}",
             f"{INDENT}}}",
             "}",
         ]
     return [
         "{  // the tile queue's rounds: the tickets drawn, and handed to the consumers a round ahead",
-        f"{INDENT}int32_t ts_qnext = {queue_draw(q, ctx)};",
-        *indent(publish("0u")),
+        f"{INDENT}int32_t ts_qnext;",
+        *indent(first),
         f"{INDENT}for (uint32_t {ROUND} = 0; ts_qnext < {q.extent}; ++{ROUND}) {{",
         f"{INDENT * 2}const int64_t {tile} = ts_qnext;",
-        f"{INDENT * 2}{draw}  // the next round's, before this tile's loads",
-        *indent(publish(f"{ROUND} + 1u"), 2),
+        f"{INDENT * 2}{take}",
         *indent(inner, 2),
+        *indent(settle, 2),
         f"{INDENT}}}",
         "}",
     ]
