@@ -215,22 +215,14 @@ def test_a_queue_in_a_kernel_with_clusters_is_refused():
         _trace(body, grid=(4,), cluster=2)
 
 
-def _barrier_all(x, y):
-    for t in T.tile_queue(8):
-        _copy_tile(x, y, t)
-        T.barrier_all()
+def _after_each_tile(statement):
+    """A queue whose body copies its tile and then calls `statement()` (a barrier every block must reach)."""
+    def body(x, y):
+        for t in T.tile_queue(8):
+            _copy_tile(x, y, t)
+            statement()
 
-
-def _sync_all(x, y):
-    for t in T.tile_queue(8):
-        _copy_tile(x, y, t)
-        T.sync_all()
-
-
-def _team_barrier(x, y):
-    for t in T.tile_queue(8):
-        _copy_tile(x, y, t)
-        T.barrier_all_block()
+    return body
 
 
 def _nested_queue(x, y):
@@ -247,7 +239,8 @@ def _barrier_deeper(x, y):
 
 
 @pytest.mark.parametrize("body,what", [
-    (_barrier_all, "barrier_all"), (_sync_all, "sync_all"), (_team_barrier, "barrier_all_block"),
+    (_after_each_tile(T.barrier_all), "barrier_all"), (_after_each_tile(T.sync_all), "sync_all"),
+    (_after_each_tile(T.barrier_all_block), "barrier_all_block"),
     (_nested_queue, "tile_queue"), (_barrier_deeper, "barrier_all"),
 ], ids=["barrier_all", "sync_all", "team-barrier", "nested-queue", "barrier-in-a-loop-and-if"])
 def test_what_every_block_must_reach_is_refused_in_the_body(body, what):
