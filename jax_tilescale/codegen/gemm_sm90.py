@@ -104,7 +104,7 @@ from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpo
 from .gemm_sm90_probe import extra_reads_lines
 from .gemm_sm90_queue import barrier_lines as queue_barrier_lines
 from .gemm_sm90_queue import barrier_words as queue_barrier_words
-from .gemm_sm90_queue import consumer_rounds
+from .gemm_sm90_queue import consumer_rounds, drawer_lines
 from .gemm_sm90_queue import init_lines as queue_init_lines
 from .gemm_sm90_store import (
     TmaStore,
@@ -242,8 +242,7 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
         if self.queue is not None:
-            copiers = any(gl.by_threads for gl in self.loops)  # every producer warp reads the tickets too
-            lines += indent(queue_init_lines((self.consumers + copiers) * WARPGROUP // 32))
+            lines += indent(queue_init_lines(self._ticket_readers()))
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
         # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)
@@ -257,7 +256,8 @@ class Sm90Plan(TensorCorePlan):
         if self.regions is not None:
             regions = self.regions
             arrange = functools.partial(nested_producer, ctx.kernel, regions, ctx)
-        return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx, arrange)
+        drawer = drawer_lines(self.queue, ctx) if self.queue is not None else []
+        return producer_lines(self.loops, len(self.tensor_maps), self.user_threads, ctx, arrange, drawer)
 
     def accumulators(self) -> list[str]:
         return [*(f"float {acc_name(b)}[{slabs}][{self.acc_n[b] // 2}];" for b, slabs in self.acc_slabs.items()),
@@ -282,6 +282,12 @@ class Sm90Plan(TensorCorePlan):
         if self.queue is not None and stmt is self.queue:  # cooperative: ping-pong's tile loop is the queue
             return consumer_rounds(stmt, emit_body(stmt.body, ctx), ctx)
         return super().lines(stmt, ctx)
+
+    def _ticket_readers(self) -> int:
+        """Arrivals that free a word of the tile queue's ring: every consumer warp's, and the loads' issuing thread's
+        (every producer warp's where all the producer's threads copy: gemm_sm90_queue)."""
+        copiers = any(gl.by_threads for gl in self.loops)
+        return self.consumers * WARPGROUP // 32 + (WARPGROUP // 32 if copiers else 1)
 
     def _releases(self, gl: GemmLoop) -> int:
         """Arrivals that free a stage of the loop: every consumer warp (ping-pong: of the warpgroup whose tile it

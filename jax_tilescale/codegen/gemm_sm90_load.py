@@ -155,12 +155,15 @@ def plan_operand(copy: Copy, params: tuple[Buffer, ...], maps: list[TensorMapSpe
 
 
 def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx: Ctx,
-                   arrange: Callable[[Callable[[Loop], list[str] | None]], list[str]] | None = None) -> list[str]:
+                   arrange: Callable[[Callable[[Loop], list[str] | None]], list[str]] | None = None,
+                   drawer: list[str] | None = None) -> list[str]:
     """The producer warpgroup's program: every planned loop's copies, in kernel order, or as
     `arrange(program)` orders them (gemm_sm90_comm: inside the `if`s that hold the loops;
     `program(loop)` is a loop's copies, None for a loop the plan did not take). Without a
     thread-copied tile only its first thread runs it (TMA); with one, all its threads run it and
-    the first also issues the boxes (`ts_ptid`: the thread's rank in the producer warpgroup)."""
+    the first also issues the boxes (`ts_ptid`: the thread's rank in the producer warpgroup). `drawer`: a tile
+    queue's drawing thread (gemm_sm90_queue), the first thread of the producer's second warp, where only the first
+    thread issues (with thread copies the issuer draws itself)."""
     threads = any(gl.by_threads for gl in loops)
     issuer = "ts_ptid == 0" if threads else None
     by_loop = {id(gl.loop): gl for gl in loops}
@@ -175,7 +178,8 @@ def producer_lines(loops: list[GemmLoop], map_count: int, user_threads: int, ctx
         programs = [line for gl in loops for line in _nested(gl, _loop_program(gl, ctx, issuer=issuer), ctx, issuer)]
     prefetch = f"for (int ts_t = 0; ts_t < {map_count}; ++ts_t) ts_tma_prefetch_desc(&ts_maps.m[ts_t]);"
     if not threads:
-        return [f"if (threadIdx.x == {user_threads}) {{", *indent([prefetch, *programs]), "}"]
+        draws = [f"}} else if (threadIdx.x == {user_threads + 32}) {{", *indent(drawer)] if drawer else []
+        return [f"if (threadIdx.x == {user_threads}) {{", *indent([prefetch, *programs]), *draws, "}"]
     lines = [f"const int ts_ptid = (int)threadIdx.x - {user_threads};"]
     if map_count:
         lines.append(f"if (ts_ptid == 0) {prefetch}")

@@ -7,33 +7,32 @@
         for ko in T.Pipelined(...): copy, copy, gemm
         T.copy(C_f, C[tm * bm, tn * bn])
 
-The producer thread draws the tickets (an atomic add on the queue's global counter) and hands each to
-the consumer warpgroups through a ring of TICKET_SLOTS words of shared memory (`TileQueue.drawn`) with
-a full and an empty mbarrier per word, as the stages go through theirs: the producer writes round r's
-ticket into word r % TICKET_SLOTS and arrives on its full barrier (a release); each consumer warp
-waits on it (acquire), reads the ticket and arrives on its empty barrier, which the producer waits on
-before it writes the word again, TICKET_SLOTS rounds later. Where the static form has the producer
-recompute the tile from the loop variable, here only the producer knows it first.
+A thread of its own, the first of the producer warpgroup's second warp, draws the tickets (an atomic add on
+the queue's global counter) and hands each to the readers through a ring of TICKET_SLOTS words of shared
+memory (`TileQueue.drawn`) with a full and an empty mbarrier per word, as the stages go through theirs: it
+writes round r's ticket into word r % TICKET_SLOTS and arrives on its full barrier (a release); each reader
+(every consumer warp, and the thread that issues the loads) waits on it (acquire), reads the ticket and
+arrives on its empty barrier, which the drawing thread waits on before it writes the word again,
+TICKET_SLOTS rounds later. So it draws up to two rounds ahead of the slowest reader, and every ticket is
+published before anyone needs it; ping-pong's warpgroups look at the next round's ticket to know whether
+to pass the turn (gemm_sm90_pingpong), which must not wait.
 
-The producer draws a round ahead: it issues the atomic for round r + 1's ticket before round r's loads
-and publishes the ticket after them, so the atomic's round trip to L2 (1-2 us with 132 SMs drawing)
-overlaps a tile's loads instead of standing between two tiles (drawn between them, blocking, the ping-pong
-pick ran 1.24x XLA's cycles at 16384 x 8192 x 1024 against 1.02: benchmarks/NOTES.md, forty-seventh
-session), and the consumers find every ticket published before they need it; ping-pong's warpgroups look
-at the next round's ticket to know whether to pass the turn (gemm_sm90_pingpong), published once the
-tile's last load is issued, before the tile's main loop can end. The cost: a block holds one tile more in
-reserve than it is loading, a tile's worth of lost balance in the last wave at most.
+Why a thread of its own: an arrival on an mbarrier is a release, which waits until the thread's earlier
+memory operations are performed, its atomic's round trip to L2 (1-2 us with 132 SMs drawing) among them.
+Drawn by the thread that issues the loads, each tile's first stage arrival stood behind the draw, the
+tensor pipe waited ~2,500 cycles a tile and the ping-pong pick ran 1.24x XLA's cycles at 16384 x 8192 x
+1024 against 1.02 (benchmarks/NOTES.md, forty-seventh session), whether the atomic was issued just
+before the loads or a whole tile earlier.
 
 The queue goes through this ring when it is the first statement of the planned loop's nest (the
 verifier keeps it at the top level of the kernel) and the plan has this one loop (no multicast: a pair
 of blocks would take different tiles); otherwise the portable code runs the loop (codegen/control.py's
 queue, a block barrier a round). Where the producer's threads all copy tiles (`by_threads`: an operand
-TMA cannot load), one of them draws and all of them read the ring, as the consumers do.
+TMA cannot load) no thread is left over: the issuing thread draws each next round's ticket before the
+tile's loads, and all of the producer's threads read the ring as the consumers do.
 """
 
 from __future__ import annotations
-
-import math
 
 from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from .common import INDENT, indent
@@ -78,62 +77,70 @@ def _phase(r: str) -> str:
     return f"(uint32_t)((({r}) / {TICKET_SLOTS}u) & 1u)"
 
 
-def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None = None) -> list[str]:
-    """The producer's rounds: the tile variable bound to the round's ticket, the next round's atomic issued, `inner`
-    (the copies of the queue's tile, the skeleton of the statements between the queue and the loop around them),
-    then the next ticket settled and published. `issuer`: None where one thread runs the producer, else the
-    condition of the thread that draws among the producer warpgroup's threads, which all copy tiles (`by_threads`):
-    they learn each round's ticket from the ring as the consumers do (and release it with them)."""
-    tile = var_name(q.var)
-    counter = f"reinterpret_cast<int32_t*>({ctx.pointers[q.counter]})"
-    last = q.last_ticket(math.prod(ctx.kernel.grid))
-
-    def publish(r: str) -> list[str]:  # round r's ticket, ts_qnext, into its word once every reader has its last
-        return [f"if ({r} >= {TICKET_SLOTS}u) ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});",
-                f"{_drawn(q, ctx)}[{_slot(r)}] = ts_qnext;",
-                f"ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word"]
-
-    take = f"ts_qnext = ts_queue_take({counter});  // the next round's ticket: the atomic's trip overlaps the loads"
-    settle = [f"ts_queue_settle({counter}, ts_qnext, {last});", *publish(f"{ROUND} + 1u")]
-    first = [f"ts_qnext = {queue_draw(q, ctx)};", *publish("0u")]
-    if issuer is not None:
-        return [
-            "{  // the tile queue's rounds: the tickets drawn by one thread, handed to all a round ahead",
-            f"{INDENT}int32_t ts_qnext = 0;",
-            f"{INDENT}if ({issuer}) {{",
-            *indent(first, 2),
-            f"{INDENT}}}",
-            f"{INDENT}for (uint32_t {ROUND} = 0;; ++{ROUND}) {{",
-            *indent(read_ticket(q, ROUND, ctx, tile), 2),
-            f"{INDENT * 2}if ({tile} >= {q.extent}) break;  // none left: the block is done",
-            f"{INDENT * 2}if ({issuer}) {take}",
-            *indent(inner, 2),
-            f"{INDENT * 2}if ({issuer}) {{",
-            *indent(settle, 3),
-            f"{INDENT * 2}}}",
-            f"{INDENT}}}",
-            "}",
-        ]
+def drawer_lines(q: TileQueue, ctx: Ctx) -> list[str]:
+    """The drawing thread's program (a thread of the producer warpgroup that issues no copies): draw round r's
+    ticket once every reader has read round r - TICKET_SLOTS's, publish it, stop after the first past the tiles.
+    Its arrival on a word's full barrier is a release, which waits for its own atomic to come back from L2: in
+    the thread that issues the loads, each stage's arrival (a release too) stood behind the atomic (benchmarks/
+    NOTES.md, forty-seventh session); here nothing waits for it but the next draw."""
+    r = "ts_qd"
     return [
-        "{  // the tile queue's rounds: the tickets drawn, and handed to the consumers a round ahead",
-        f"{INDENT}int32_t ts_qnext;",
-        *indent(first),
-        f"{INDENT}for (uint32_t {ROUND} = 0; ts_qnext < {q.extent}; ++{ROUND}) {{",
-        f"{INDENT * 2}const int64_t {tile} = ts_qnext;",
-        f"{INDENT * 2}{take}",
-        *indent(inner, 2),
-        *indent(settle, 2),
-        f"{INDENT}}}",
+        f"for (uint32_t {r} = 0;; ++{r}) {{  // the tile queue's tickets, drawn for the block's readers",
+        f"{INDENT}if ({r} >= {TICKET_SLOTS}u) "
+        f"ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});",
+        f"{INDENT}const int32_t ts_qt = {queue_draw(q, ctx)};",
+        f"{INDENT}{_drawn(q, ctx)}[{_slot(r)}] = ts_qt;",
+        f"{INDENT}ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word",
+        f"{INDENT}if (ts_qt >= {q.extent}) break;  // the block's last: every reader leaves on it",
         "}",
     ]
 
 
-def read_ticket(q: TileQueue, r: str, ctx: Ctx, into: str, release: bool = True) -> list[str]:
-    """`into` := round `r`'s ticket (every consumer thread), the word released by each warp after its lanes
-    read it (`release`; False: a look ahead at a round the warp will read again)."""
+def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None = None) -> list[str]:
+    """The producer's rounds: each round's ticket read from the ring, the tile variable bound to it, `inner` (the
+    copies of the queue's tile, the skeleton of the statements between the queue and the loop around them).
+    `issuer`: None where one thread issues the loads (the drawing thread, `drawer_lines`, draws for it), else the
+    condition of the producer thread that issues where all of them copy tiles (`by_threads`: no thread is left
+    to draw, and they all read every ticket, so the drawing thread's loop runs in the issuer, before the loads)."""
+    tile = var_name(q.var)
+    lone = issuer is None
+    lines = [f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // the tile queue's rounds",
+             *indent(read_ticket(q, ROUND, ctx, tile, lone=lone)),
+             f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done",
+             *indent(inner),
+             "}"]
+    if lone:
+        return lines
+    publish = [f"{INDENT * 2}if ({ROUND} + 1u >= {TICKET_SLOTS}u) "
+               f"ts_mbar_wait(&{EMPTY}[{_slot(f'{ROUND} + 1u')}], {_phase(f'{ROUND} + 1u - {TICKET_SLOTS}u')});",
+               f"{INDENT * 2}const int32_t ts_qt = {queue_draw(q, ctx)};",
+               f"{INDENT * 2}{_drawn(q, ctx)}[{_slot(f'{ROUND} + 1u')}] = ts_qt;",
+               f"{INDENT * 2}ts_mbar_arrive(&{FULL}[{_slot(f'{ROUND} + 1u')}]);"]
+    return [
+        "{  // the tile queue's rounds: the issuer draws each next ticket before the tile's loads",
+        f"{INDENT}if ({issuer}) {{",
+        f"{INDENT * 2}const int32_t ts_qt = {queue_draw(q, ctx)};",
+        f"{INDENT * 2}{_drawn(q, ctx)}[0] = ts_qt;",
+        f"{INDENT * 2}ts_mbar_arrive(&{FULL}[0]);",
+        f"{INDENT}}}",
+        *indent(lines[:3]),
+        f"{INDENT * 2}if ({issuer}) {{  // the next round's, once every reader has read the word's last",
+        *indent(publish),
+        f"{INDENT * 2}}}",
+        *indent(lines[3:]),
+        "}",
+    ]
+
+
+def read_ticket(q: TileQueue, r: str, ctx: Ctx, into: str, release: bool = True, lone: bool = False) -> list[str]:
+    """`into` := round `r`'s ticket, the word released by each warp after its lanes read it (`release`; False: a
+    look ahead at a round the warp will read again), or by the thread itself where it reads alone (`lone`: the
+    producer thread that issues the loads)."""
     lines = [f"ts_mbar_wait(&{FULL}[{_slot(r)}], {_phase(r)});",
              f"const int64_t {into} = {_drawn(q, ctx)}[{_slot(r)}];"]
-    if release:
+    if lone:
+        lines.append(f"ts_mbar_arrive(&{EMPTY}[{_slot(r)}]);  // read: the drawing thread may reuse the word")
+    elif release:
         lines += ["__syncwarp();  // every lane has its copy: the warp releases the word",
                   f"if (threadIdx.x % 32 == 0) ts_mbar_arrive(&{EMPTY}[{_slot(r)}]);"]
     return lines

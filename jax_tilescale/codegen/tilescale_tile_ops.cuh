@@ -79,16 +79,10 @@ __device__ __forceinline__ void ts_atomic_add(uint64_t* p, uint64_t v) {
 
 // A tile queue's draw (ir/tile_queue.py): the next ticket of the launch; the drawer of its last ticket (every
 // block has drawn its last one, the one past the tiles, by then) sets the counter back to zero for the next launch.
-// It orders no memory: a queue only deals tile numbers. In two halves for a thread with work to do before it needs
-// the ticket: `take` issues the atomic and the thread goes on while its result travels back from L2 (a use of the
-// register waits for it), `settle` is the rest, once the thread needs the ticket anyway.
-__device__ __forceinline__ int32_t ts_queue_take(int32_t* counter) { return atomicAdd(counter, 1); }
-__device__ __forceinline__ void ts_queue_settle(int32_t* counter, int32_t ticket, int32_t last) {
-  if (ticket == last) atomicExch(counter, 0);
-}
+// It orders no memory: a queue only deals tile numbers.
 __device__ __forceinline__ int32_t ts_queue_draw(int32_t* counter, int32_t last) {
-  const int32_t ticket = ts_queue_take(counter);
-  ts_queue_settle(counter, ticket, last);
+  const int32_t ticket = atomicAdd(counter, 1);
+  if (ticket == last) atomicExch(counter, 0);
   return ticket;
 }
 

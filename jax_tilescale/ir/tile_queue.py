@@ -38,9 +38,9 @@ from .expr import Var
 from .nodes import BarrierAll, Stmt
 
 # Words of the block's shared memory through which its threads learn each round's ticket (`TileQueue.drawn`): the
-# drawing thread writes round r's into word r % TICKET_SLOTS (the generic code uses two, the Hopper GEMM plan's
-# producer runs up to four rounds ahead of its consumers).
-TICKET_SLOTS = 4
+# drawing thread writes round r's into word r % TICKET_SLOTS, so it draws at most TICKET_SLOTS rounds ahead of the
+# slowest reader (the Hopper GEMM plan's drawing thread: a block holds that many tiles in reserve at most).
+TICKET_SLOTS = 2
 
 
 @dataclass(frozen=True)
