@@ -18,11 +18,14 @@ published before anyone needs it; ping-pong's warpgroups look at the next round'
 to pass the turn (gemm_sm90_pingpong), which must not wait.
 
 Why a thread of its own: an arrival on an mbarrier is a release, which waits until the thread's earlier
-memory operations are performed, its atomic's round trip to L2 (1-2 us with 132 SMs drawing) among them.
-Drawn by the thread that issues the loads, each tile's first stage arrival stood behind the draw, the
-tensor pipe waited ~2,500 cycles a tile and the ping-pong pick ran 1.24x XLA's cycles at 16384 x 8192 x
-1024 against 1.02 (benchmarks/NOTES.md, forty-seventh session), whether the atomic was issued just
-before the loads or a whole tile earlier.
+memory operations are performed, so a draw in the thread that issues the loads could hold a tile's first
+stage behind the atomic's round trip to L2. Measured (benchmarks/NOTES.md, forty-seventh session, H100,
+16384 x 8192 x 1024, the ping-pong pick from the queue): 1.24x XLA's cycles with the draw between two
+tiles, 1.23x with its atomic issued a tile earlier, 1.25x with this drawing thread, against 1.02 for the
+static deal; the busiest SM's tensor pipe idles ~2,500 cycles a tile more in all three. So the draw's
+place was not the cost, and what is has not been found (a stage trace of the queue's kernel is the next
+step: tools/stage_trace.py builds it). The cooperative 256x192 kernel from the queue runs level with its
+static deal at 8192^3 (128 k-steps a tile). The GEMM example keeps the static deal (`tile_queue` off).
 
 The queue goes through this ring when it is the first statement of the planned loop's nest (the
 verifier keeps it at the top level of the kernel) and the plan has this one loop (no multicast: a pair
