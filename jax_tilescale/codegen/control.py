@@ -176,7 +176,7 @@ def emit_tile_queue(s: TileQueue, ctx: Ctx) -> list[str]:
         f"for (uint32_t {rounds} = 0;; ++{rounds}) {{  // {s.extent} tiles dealt to the blocks as they ask",
         f"{INDENT}if (threadIdx.x == 0) {drawn}[{rounds} & 1u] = {queue_draw(s, ctx)};",
         *(INDENT + line for line in ctx.block_sync("the round's ticket drawn")),
-        f"{INDENT}const int64_t {tile} = {drawn}[{rounds} & 1u];",
+        f"{INDENT}const int64_t {tile} = (int64_t)(uint32_t){drawn}[{rounds} & 1u];  // never negative",
         f"{INDENT}if ({tile} >= {s.extent}) break;  // none left: the block is done",
         *indent(emit_body(s.body, ctx)),
         "}",

@@ -55,7 +55,8 @@ def test_the_draw_and_the_last_ticket_in_the_source_and_it_builds(arch, session_
     assert int(draw.group(3)) == last
     words, tile = draw.group(1), draw.group(2)
     after = src[draw.end():]
-    steps = ["__syncthreads();", f"const int64_t {tile} = reinterpret_cast<int32_t*>({words})[{tile}_round & 1u];",
+    steps = ["__syncthreads();",
+             f"const int64_t {tile} = (int64_t)(uint32_t)reinterpret_cast<int32_t*>({words})[{tile}_round & 1u];",
              f"if ({tile} >= {tiles}) break;"]
     at = 0
     for step in steps:  # each right after the one before
