@@ -90,7 +90,7 @@ CASES: dict[str, Callable[[], Emulated]] = {
         512, 448, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
     "PERSISTENT ping-pong in column groups of 2, rows in pairs, the third row alone, ragged": lambda: example(
         300, 500, 200, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, pair_rows=True)),
-    # a tile queue (T.tile_queue): the producer draws the tickets and hands them over through a ring of 4 words; the
+    # a tile queue (T.tile_queue): a producer thread draws the tickets and hands them over through a ring of words; the
     # emulator runs the blocks one after another, so block 0 takes every tile (the ring wraps many times)
     "PERSISTENT ping-pong in banded column groups from a tile queue, 5 x 5 tiles": lambda: example(
         640, 960, 256, dataclasses.replace(PERSISTENT, group_m=2, group_columns=True, band_columns=2, band_rows=2,
