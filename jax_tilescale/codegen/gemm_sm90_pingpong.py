@@ -29,7 +29,8 @@ each warpgroup has a staging tile of its own.
 Conditions (`plan_pingpong`): the kernel asks for it (`ts.kernel(pingpong=True)`, KernelIR.pingpong;
 examples/gemm.py's GemmConfig.pingpong, the tile table's pick at 16384 x 8192 x 1024), it does not
 communicate, two consumer warpgroups, one planned loop, in a serial tile loop either directly or in the `then`
-branch (no `else`) of the if that is the tile loop's whole body; the innermost body holds only the
+branch (no `else`) of the if that is the tile loop's whole body, or directly in a tile queue (`T.tile_queue`: the
+warpgroups take its rounds in turn, gemm_sm90_queue); the innermost body holds only the
 accumulator's clear folded into the loop (gemm_sm90._with_folded_clear), the loop, element-wise
 epilogues on the accumulator and its final whole copy (not into shared memory: both warpgroups' tiles
 would meet in the one shared tile, in flight at once); a whole tile fits in one warpgroup's
