@@ -46,7 +46,7 @@ from .control import queue_draw
 from .expr_printer import var_name
 
 FULL, EMPTY = "ts_qfull", "ts_qempty"  # the ring's barriers (shared memory, after the stages' own)
-ROUND = "ts_qr"  # the round: the count of tickets this block has drawn so far
+ROUND = "ts_qr"  # a reader's round: the count of tickets it has read so far
 
 
 def barrier_words() -> int:
@@ -93,9 +93,7 @@ def drawer_lines(q: TileQueue, ctx: Ctx) -> list[str]:
         f"for (uint32_t {r} = 0;; ++{r}) {{  // the tile queue's tickets, drawn for the block's readers",
         f"{INDENT}if ({r} >= {TICKET_SLOTS}u) "
         f"ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});",
-        f"{INDENT}const int32_t ts_qt = {queue_draw(q, ctx)};",
-        f"{INDENT}{_drawn(q, ctx)}[{_slot(r)}] = ts_qt;",
-        f"{INDENT}ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word",
+        *indent(_publish(q, r, ctx)),
         f"{INDENT}if (ts_qt >= {q.extent}) break;  // the block's last: every reader leaves on it",
         "}",
     ]
@@ -109,32 +107,31 @@ def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None
     to draw, and they all read every ticket, so the drawing thread's loop runs in the issuer, before the loads)."""
     tile = var_name(q.var)
     lone = issuer is None
-    lines = [f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // the tile queue's rounds",
-             *indent(read_ticket(q, ROUND, ctx, tile, lone=lone)),
-             f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done",
-             *indent(inner),
-             "}"]
+    head = [f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // the tile queue's rounds",
+            *indent(read_ticket(q, ROUND, ctx, tile, lone=lone)),
+            f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done"]
     if lone:
-        return lines
-    publish = [f"{INDENT * 2}if ({ROUND} + 1u >= {TICKET_SLOTS}u) "
-               f"ts_mbar_wait(&{EMPTY}[{_slot(f'{ROUND} + 1u')}], {_phase(f'{ROUND} + 1u - {TICKET_SLOTS}u')});",
-               f"{INDENT * 2}const int32_t ts_qt = {queue_draw(q, ctx)};",
-               f"{INDENT * 2}{_drawn(q, ctx)}[{_slot(f'{ROUND} + 1u')}] = ts_qt;",
-               f"{INDENT * 2}ts_mbar_arrive(&{FULL}[{_slot(f'{ROUND} + 1u')}]);"]
-    return [
-        "{  // the tile queue's rounds: the issuer draws each next ticket before the tile's loads",
-        f"{INDENT}if ({issuer}) {{",
-        f"{INDENT * 2}const int32_t ts_qt = {queue_draw(q, ctx)};",
-        f"{INDENT * 2}{_drawn(q, ctx)}[0] = ts_qt;",
-        f"{INDENT * 2}ts_mbar_arrive(&{FULL}[0]);",
-        f"{INDENT}}}",
-        *indent(lines[:3]),
-        f"{INDENT * 2}if ({issuer}) {{  // the next round's, once every reader has read the word's last",
-        *indent(publish),
-        f"{INDENT * 2}}}",
-        *indent(lines[3:]),
-        "}",
-    ]
+        return [*head, *indent(inner), "}"]
+    nxt = f"{ROUND} + 1u"
+    # after the exit test: a block draws once per tile it takes and once past the tiles, no more (ir/tile_queue.py)
+    draw_next = [f"if ({issuer}) {{  // the next round's, once every reader has read the word's last",
+                 f"{INDENT}if ({nxt} >= {TICKET_SLOTS}u) "
+                 f"ts_mbar_wait(&{EMPTY}[{_slot(nxt)}], {_phase(f'{nxt} - {TICKET_SLOTS}u')});",
+                 *indent(_publish(q, nxt, ctx)),
+                 "}"]
+    return ["{  // the tile queue's rounds: the issuer draws each next ticket before the tile's loads",
+            f"{INDENT}if ({issuer}) {{",
+            *indent(_publish(q, "0u", ctx), 2),
+            f"{INDENT}}}",
+            *indent([*head, *indent(draw_next), *indent(inner), "}"]),
+            "}"]
+
+
+def _publish(q: TileQueue, r: str, ctx: Ctx) -> list[str]:
+    """Draw round `r`'s ticket into its word (free: the caller waited for it) and arrive on its full barrier."""
+    return [f"const int32_t ts_qt = {queue_draw(q, ctx)};",
+            f"{_drawn(q, ctx)}[{_slot(r)}] = ts_qt;",
+            f"ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word"]
 
 
 def read_ticket(q: TileQueue, r: str, ctx: Ctx, into: str, release: bool = True, lone: bool = False) -> list[str]:

@@ -97,6 +97,10 @@ CASES: dict[str, Callable[[], Emulated]] = {
                                            tile_queue=True)),
     "WIDE from a tile queue, ragged (A and B thread-copied: every producer thread reads the ring)": lambda: example(
         600, 700, 200, dataclasses.replace(WIDE, tile_queue=True)),
+    # 3 tiles on 3 blocks: a block that drew once more than its tiles and one past them would leave the counter
+    # nonzero (the emulator checks left_zero scratch after the grid; with 4 blocks such extra draws happen to cancel)
+    "WIDE from a tile queue, 3 tiles on 3 blocks, B thread-copied": lambda: example(
+        600, 150, 200, dataclasses.replace(WIDE, tile_queue=True)),
     "DEFAULT_PERSISTENT 128x256 from a tile queue, ragged": lambda: example(
         300, 520, 130, dataclasses.replace(DEFAULT_PERSISTENT, tile_queue=True)),
     "SWAPPED persistent from a tile queue, 40 tokens": lambda: example(40, 512, 256, GemmConfig(
