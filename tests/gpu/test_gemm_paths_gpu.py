@@ -472,6 +472,9 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
     (1000, 3000, 768, dict(block_m=128, block_n=192, num_stages=4, group_m=2, persistent=True, pingpong=True,
                            group_columns=True, tile_queue=True, num_sms=7)),
     (2048, 3072, 1024, dict(block_m=256, block_n=192, persistent=True, group_columns=True, tile_queue=True)),
+    # K = 777: A's rows are not 16-byte multiples, every producer thread copies and the issuing one draws; 7 blocks
+    (1000, 3000, 777, dict(block_m=256, block_n=192, persistent=True, group_columns=True, tile_queue=True,
+                           num_sms=7)),
 ])
 def test_column_groups_match_dot(m, n, k, kw):
     """The persistent grid's tiles in groups of columns walking the rows (GemmConfig.group_columns): every element
