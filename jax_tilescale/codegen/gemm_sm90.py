@@ -99,13 +99,14 @@ from .gemm_sm90_load import (
     producer_lines,
 )
 from .gemm_sm90_multicast import pair_shares
-from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting, queue_of
+from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpong
 from .gemm_sm90_probe import extra_reads_lines
 from .gemm_sm90_queue import barrier_lines as queue_barrier_lines
 from .gemm_sm90_queue import barrier_words as queue_barrier_words
-from .gemm_sm90_queue import consumer_rounds, drawer_lines
+from .gemm_sm90_queue import consumer_rounds, drawer_lines, queue_of, ticket_readers
 from .gemm_sm90_queue import init_lines as queue_init_lines
+from .gemm_sm90_queue import refusal as queue_refusal
 from .gemm_sm90_store import (
     TmaStore,
     plan_borrowed_store,
@@ -242,7 +243,8 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
         if self.queue is not None:
-            lines += indent(queue_init_lines(self._ticket_readers()))
+            copiers = any(gl.by_threads for gl in self.loops)
+            lines += indent(queue_init_lines(ticket_readers(self.consumers * WARPGROUP // 32, copiers)))
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
         # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)
@@ -282,12 +284,6 @@ class Sm90Plan(TensorCorePlan):
         if self.queue is not None and stmt is self.queue:  # cooperative: ping-pong's tile loop is the queue
             return consumer_rounds(stmt, emit_body(stmt.body, ctx), ctx)
         return super().lines(stmt, ctx)
-
-    def _ticket_readers(self) -> int:
-        """Arrivals that free a word of the tile queue's ring: every consumer warp's, and the loads' issuing thread's
-        (every producer warp's where all the producer's threads copy: gemm_sm90_queue)."""
-        copiers = any(gl.by_threads for gl in self.loops)
-        return self.consumers * WARPGROUP // 32 + (WARPGROUP // 32 if copiers else 1)
 
     def _releases(self, gl: GemmLoop) -> int:
         """Arrivals that free a stage of the loop: every consumer warp (ping-pong: of the warpgroup whose tile it
@@ -522,10 +518,8 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
             return None, [*reasons, got_regions]
         regions = got_regions
     loops = [_with_multicast(gl, kernel) for gl in loops]
-    queued = [gl for gl in loops if queue_of(gl.nest) is not None]
-    if queued and len(loops) != 1:
-        return None, [*reasons, f"loop at {queued[0].loop.loc}: in a tile queue the plan takes one pipelined loop "
-                      "(one producer thread draws the tickets for all): the portable code runs it"]
+    if (why := queue_refusal(loops)) is not None:
+        return None, [*reasons, why]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
     if len(ptx) != 1:
         return None, [*reasons, f"the pipelined loops mix element types ({', '.join(sorted(ptx))})"]

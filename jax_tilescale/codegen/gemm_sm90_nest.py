@@ -133,11 +133,6 @@ def consumer_tail(index: int, empty: str, stages: int, extent: int, multicast: b
             f"{counter(index)} += {extent};"]
 
 
-def queue_of(nest: Nest) -> TileQueue | None:
-    """The tile queue around the nest's statements, if it has one (outermost: the verifier keeps it at the top)."""
-    return nest[0] if nest and isinstance(nest[0], TileQueue) else None
-
-
 def inner_body(nest: Nest) -> tuple[Stmt, ...]:
     """The statements of the innermost body of `nest` (a loop's body or an if's `then` branch, where
     the planned loop stands: `nesting` refuses `else` branches)."""

@@ -39,14 +39,38 @@ tile's loads, and all of the producer's threads read the ring as the consumers d
 
 from __future__ import annotations
 
+from ..ir.nodes import Stmt
 from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from .common import INDENT, indent
 from .context import Ctx
 from .control import queue_draw
 from .expr_printer import var_name
+from .gemm_sm90_load import WARPGROUP
 
 FULL, EMPTY = "ts_qfull", "ts_qempty"  # the ring's barriers (shared memory, after the stages' own)
 ROUND = "ts_qr"  # a reader's round: the count of tickets it has read so far
+
+
+def queue_of(nest: tuple[Stmt, ...]) -> TileQueue | None:
+    """The tile queue around a planned loop's nest of statements, if it has one (outermost: the verifier keeps it at
+    the top)."""
+    return nest[0] if nest and isinstance(nest[0], TileQueue) else None
+
+
+def refusal(loops: list) -> str | None:
+    """Why the plan cannot take the tile queue around its loops (None: it can): one drawing thread draws for one
+    loop's producer."""
+    queued = [gl for gl in loops if queue_of(gl.nest) is not None]
+    if queued and len(loops) != 1:
+        return (f"loop at {queued[0].loop.loc}: in a tile queue the plan takes one pipelined loop (one thread draws "
+                "the tickets for one producer): the portable code runs it")
+    return None
+
+
+def ticket_readers(consumer_warps: int, copiers: bool) -> int:
+    """Arrivals that free a word of the ring: every consumer warp's, and the loads' issuing thread's (every producer
+    warp's where all the producer's threads copy)."""
+    return consumer_warps + (WARPGROUP // 32 if copiers else 1)
 
 
 def barrier_words() -> int:
