@@ -104,7 +104,7 @@ from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpo
 from .gemm_sm90_probe import extra_reads_lines
 from .gemm_sm90_queue import barrier_lines as queue_barrier_lines
 from .gemm_sm90_queue import barrier_words as queue_barrier_words
-from .gemm_sm90_queue import consumer_rounds, drawer_lines, queue_of, ticket_readers
+from .gemm_sm90_queue import consumer_rounds, drawer_lines, queue_of
 from .gemm_sm90_queue import init_lines as queue_init_lines
 from .gemm_sm90_queue import refusal as queue_refusal
 from .gemm_sm90_store import (
@@ -243,8 +243,9 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"{INDENT * 2}ts_mbar_init(&{gl.empty()}[ts_s], {self._releases(gl)});")
             lines.append(f"{INDENT}}}")
         if self.queue is not None:
+            # the ring's readers: every consumer warp, and the issuing thread (every producer warp where all copy)
             copiers = any(gl.by_threads for gl in self.loops)
-            lines += indent(queue_init_lines(ticket_readers(self.consumers * WARPGROUP // 32, copiers)))
+            lines += indent(queue_init_lines((self.consumers + copiers) * WARPGROUP // 32 + (not copiers)))
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
         # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)

@@ -45,7 +45,6 @@ from .common import INDENT, indent
 from .context import Ctx
 from .control import queue_draw
 from .expr_printer import var_name
-from .gemm_sm90_load import WARPGROUP
 
 FULL, EMPTY = "ts_qfull", "ts_qempty"  # the ring's barriers (shared memory, after the stages' own)
 ROUND = "ts_qr"  # a reader's round: the count of tickets it has read so far
@@ -65,12 +64,6 @@ def refusal(loops: list) -> str | None:
         return (f"loop at {queued[0].loop.loc}: in a tile queue the plan takes one pipelined loop (one thread draws "
                 "the tickets for one producer): the portable code runs it")
     return None
-
-
-def ticket_readers(consumer_warps: int, copiers: bool) -> int:
-    """Arrivals that free a word of the ring: every consumer warp's, and the loads' issuing thread's (every producer
-    warp's where all the producer's threads copy)."""
-    return consumer_warps + (WARPGROUP // 32 if copiers else 1)
 
 
 def barrier_words() -> int:
