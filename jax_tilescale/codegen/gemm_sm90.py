@@ -244,8 +244,8 @@ class Sm90Plan(TensorCorePlan):
             lines.append(f"{INDENT}}}")
         if self.queue is not None:
             # the ring's readers: every consumer warp, and the issuing thread (every producer warp where all copy)
-            copiers = any(gl.by_threads for gl in self.loops)
-            lines += indent(queue_init_lines((self.consumers + copiers) * WARPGROUP // 32 + (not copiers)))
+            producer_readers = WARPGROUP // 32 if any(gl.by_threads for gl in self.loops) else 1
+            lines += indent(queue_init_lines(self.consumers * WARPGROUP // 32 + producer_readers))
         # every thread of the block, the producer's too, meets here (not the consumers' barrier);
         # a cluster peer multicasts into our barriers: they must be initialised cluster-wide first (and
         # a kernel's own clusters meet before any block addresses a peer's tiles: ir/cluster.py)

@@ -54,7 +54,7 @@ from .expr_printer import var_name
 from .gemm_pattern import register_epilogue, shared_with_others
 from .gemm_sm90_load import WARPGROUP, GemmLoop
 from .gemm_sm90_nest import counter, inner_body
-from .gemm_sm90_queue import ROUND, read_ticket
+from .gemm_sm90_queue import ROUND, read_ticket, round_head
 from .tile_ops import ValuePrinter, condition, enclosing_ranges
 
 # Where a warpgroup passes the turn: after the loop's last `wgmma.wait_group 1` (False: the other
@@ -120,13 +120,8 @@ class PingPong:
         wait = ([f"if ({w} > 0) {line}" for line in trace.timed_turn(sync)] if traced
                 else [f"if ({w} > 0) {sync}  // the other warpgroup has waited for all its stages"])
         q = self.tile_loop
-        if isinstance(q, TileQueue):
-            tile = var_name(q.var)
-            head = [f"for (uint32_t {w} = 0;; ++{w}) {{  // {q.extent} tiles dealt to the blocks as they ask",
-                    *indent(read_ticket(q, w, ctx, tile)),
-                    f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done"]
-        else:
-            head = [f"for (int64_t {w} = 0; {w} < {q.extent}; ++{w}) {{"]
+        head = (round_head(q, ctx) if isinstance(q, TileQueue)
+                else [f"for (int64_t {w} = 0; {w} < {q.extent}; ++{w}) {{"])
         return [
             *(trace.turn_declaration() if traced else []),
             *head,
@@ -162,10 +157,10 @@ def plan_pingpong(kernel: KernelIR, loops: list[GemmLoop], consumers: int, commu
     if not asks_pingpong_it_may_take(kernel, consumers, communicates) or len(loops) != 1:
         return no + "it needs a kernel that does not communicate, 256 threads and one pipelined loop"
     gl = loops[0]
-    queue = gl.nest and isinstance(gl.nest[0], TileQueue)
-    if not gl.nest or not (queue or isinstance(gl.nest[0], Loop)) or getattr(gl.nest[0], "num_stages", None):
+    tile_loop = gl.nest[0] if gl.nest else None
+    queue = isinstance(tile_loop, TileQueue)
+    if not (queue or (isinstance(tile_loop, Loop) and tile_loop.num_stages is None)):
         return no + "the pipelined loop is not inside a serial tile loop or a tile queue"
-    tile_loop = gl.nest[0]
     if not isinstance(tile_loop.extent, int):
         return no + "the tile loop's trip count is not a constant"
     if queue and len(gl.nest) != 1:

@@ -108,12 +108,20 @@ def drawer_lines(q: TileQueue, ctx: Ctx) -> list[str]:
     r = "ts_qd"
     return [
         f"for (uint32_t {r} = 0;; ++{r}) {{  // the tile queue's tickets, drawn for the block's readers",
-        f"{INDENT}if ({r} >= {TICKET_SLOTS}u) "
-        f"ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});",
         *indent(_publish(q, r, ctx)),
         f"{INDENT}if (ts_qt >= {q.extent}) break;  // the block's last: every reader leaves on it",
         "}",
     ]
+
+
+def round_head(q: TileQueue, ctx: Ctx, lone: bool = False) -> list[str]:
+    """The head of a reader's loop over the queue's rounds: the round's ticket read into the tile variable
+    (`read_ticket`; `lone`: by the issuing thread alone), the loop left on the first ticket past the tiles. The
+    caller adds the round's body and the closing brace."""
+    tile = var_name(q.var)
+    return [f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // {q.extent} tiles dealt to the blocks as they ask",
+            *indent(read_ticket(q, ROUND, ctx, tile, lone=lone)),
+            f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done"]
 
 
 def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None = None) -> list[str]:
@@ -122,31 +130,26 @@ def producer_rounds(q: TileQueue, inner: list[str], ctx: Ctx, issuer: str | None
     `issuer`: None where one thread issues the loads (the drawing thread, `drawer_lines`, draws for it), else the
     condition of the producer thread that issues where all of them copy tiles (`by_threads`: no thread is left
     to draw, and they all read every ticket, so the drawing thread's loop runs in the issuer, before the loads)."""
-    tile = var_name(q.var)
-    lone = issuer is None
-    head = [f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // the tile queue's rounds",
-            *indent(read_ticket(q, ROUND, ctx, tile, lone=lone)),
-            f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done"]
-    if lone:
-        return [*head, *indent(inner), "}"]
-    nxt = f"{ROUND} + 1u"
+    if issuer is None:
+        return [*round_head(q, ctx, lone=True), *indent(inner), "}"]
     # after the exit test: a block draws once per tile it takes and once past the tiles, no more (ir/tile_queue.py)
     draw_next = [f"if ({issuer}) {{  // the next round's, once every reader has read the word's last",
-                 f"{INDENT}if ({nxt} >= {TICKET_SLOTS}u) "
-                 f"ts_mbar_wait(&{EMPTY}[{_slot(nxt)}], {_phase(f'{nxt} - {TICKET_SLOTS}u')});",
-                 *indent(_publish(q, nxt, ctx)),
+                 *indent(_publish(q, f"{ROUND} + 1u", ctx)),
                  "}"]
     return ["{  // the tile queue's rounds: the issuer draws each next ticket before the tile's loads",
             f"{INDENT}if ({issuer}) {{",
-            *indent(_publish(q, "0u", ctx), 2),
+            *indent(_publish(q, "0u", ctx, first=True), 2),
             f"{INDENT}}}",
-            *indent([*head, *indent(draw_next), *indent(inner), "}"]),
+            *indent([*round_head(q, ctx), *indent(draw_next), *indent(inner), "}"]),
             "}"]
 
 
-def _publish(q: TileQueue, r: str, ctx: Ctx) -> list[str]:
-    """Draw round `r`'s ticket into its word (free: the caller waited for it) and arrive on its full barrier."""
-    return [f"const int32_t ts_qt = {queue_draw(q, ctx)};",
+def _publish(q: TileQueue, r: str, ctx: Ctx, first: bool = False) -> list[str]:
+    """Round `r`'s ticket drawn into its word, once every reader has read the word's last (round r - TICKET_SLOTS;
+    none before the `first` round), and its full barrier arrived on."""
+    wait = f"if ({r} >= {TICKET_SLOTS}u) ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});"
+    return [*([] if first else [wait]),
+            f"const int32_t ts_qt = {queue_draw(q, ctx)};",
             f"{_drawn(q, ctx)}[{_slot(r)}] = ts_qt;",
             f"ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word"]
 
@@ -169,11 +172,4 @@ def read_ticket(q: TileQueue, r: str, ctx: Ctx, into: str, release: bool = True,
 
 def consumer_rounds(q: TileQueue, body: list[str], ctx: Ctx) -> list[str]:
     """The cooperative consumers' rounds: every warpgroup takes every ticket and runs `body` for it."""
-    tile = var_name(q.var)
-    return [
-        f"for (uint32_t {ROUND} = 0;; ++{ROUND}) {{  // {q.extent} tiles dealt to the blocks as they ask",
-        *indent(read_ticket(q, ROUND, ctx, tile)),
-        f"{INDENT}if ({tile} >= {q.extent}) break;  // none left: the block is done",
-        *indent(body),
-        "}",
-    ]
+    return [*round_head(q, ctx), *indent(body), "}"]

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import KernelTraceError
 from ..ir.buffers import MemLevel
 from ..ir.expr import Expr, Var, VarKind, static_value
-from ..ir.nodes import BufferKind, Fill, Gemm, Loop
+from ..ir.nodes import BufferKind, Fill, Gemm, Loop, Stmt
 from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from ._common import RefLike, region
 from .memory import _alloc, _shape
@@ -43,6 +43,7 @@ class _LoopRange:
 
     def __iter__(self) -> Iterator[Var]:
         state = current_trace(self.op)
+        self._allocate()
         var = Var(VarKind.LOOP, state.next_loop_id)
         state.next_loop_id += 1
         state.loop_ranges[var] = (0, self.n - 1)  # T.copy decides with it whether a window may clip
@@ -52,7 +53,26 @@ class _LoopRange:
         if not state.open_bodies or state.open_bodies[-1] is not body:
             raise KernelTraceError(f"T.{self.op}: loops must nest", self.loc)
         state.open_bodies.pop()
-        state.emit(Loop(var, self.n, tuple(body), self.num_stages, loc=self.loc))
+        state.emit(self._statement(var, tuple(body)))
+
+    def _allocate(self) -> None:
+        """The buffers the loop's statement needs, allocated as its tracing starts (none for a loop)."""
+
+    def _statement(self, var: Var, body: tuple) -> Stmt:
+        return Loop(var, self.n, body, self.num_stages, loc=self.loc)
+
+
+class _TileQueueRange(_LoopRange):
+    """What `T.tile_queue(n)` returns: a loop range whose statement is a TileQueue, with its counter and words."""
+
+    def _allocate(self) -> None:
+        self.counter = _alloc("tile_queue", "tile_queue", (1,), np.int32, BufferKind.GLOBAL, "tile_queue",
+                              level=MemLevel.GLOBAL, left_zero=True).buffer
+        self.drawn = _alloc("tile_queue", "tile_drawn", (TICKET_SLOTS,), np.int32, BufferKind.SHARED,
+                            "tile_drawn").buffer
+
+    def _statement(self, var: Var, body: tuple) -> Stmt:
+        return TileQueue(var, self.n, body, self.counter, self.drawn, loc=self.loc)
 
 
 def serial(n: int) -> _LoopRange:
@@ -66,28 +86,14 @@ def Pipelined(n: int, num_stages: int = 2) -> _LoopRange:
     return _LoopRange("Pipelined", n, num_stages)
 
 
-def tile_queue(n: int) -> Iterator[Var]:
+def tile_queue(n: int) -> _LoopRange:
     """`for tile in T.tile_queue(n):` runs the body for every tile 0 .. n-1, each on exactly one block of
     the launch: a block takes its next tile from a counter the blocks share, as it finishes the last one
     (a dynamic tile scheduler for a persistent kernel, grid = SM count: a slow block takes fewer tiles).
     Which block runs which tile changes from run to run; a block's tiles rise. At the top level of the
     kernel only, not in a kernel with clusters, and with nothing in the body that every block must reach
     (barrier_all, collectives, cluster statements): ir/tile_queue.py."""
-    loop = _LoopRange("tile_queue", n, None)
-    state = current_trace("tile_queue")
-    counter = _alloc("tile_queue", "tile_queue", (1,), np.int32, BufferKind.GLOBAL, "tile_queue",
-                     level=MemLevel.GLOBAL, left_zero=True).buffer
-    drawn = _alloc("tile_queue", "tile_drawn", (TICKET_SLOTS,), np.int32, BufferKind.SHARED, "tile_drawn").buffer
-    var = Var(VarKind.LOOP, state.next_loop_id)
-    state.next_loop_id += 1
-    state.loop_ranges[var] = (0, loop.n - 1)
-    body: list = []
-    state.open_bodies.append(body)
-    yield var
-    if not state.open_bodies or state.open_bodies[-1] is not body:
-        raise KernelTraceError("T.tile_queue: loops must nest", loop.loc)
-    state.open_bodies.pop()
-    state.emit(TileQueue(var, loop.n, tuple(body), counter, drawn, loc=loop.loc))
+    return _TileQueueRange("tile_queue", n, None)
 
 
 def alloc_fragment(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
