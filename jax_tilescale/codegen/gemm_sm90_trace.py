@@ -107,8 +107,18 @@ def decode_slab(get: Callable[[int, int], int]) -> dict[str, int]:
 
 def timed_turn(sync: str) -> list[str]:
     """The ping-pong turn's barrier (`sync`, a statement) with the cycles it took kept in TURN_WAIT (declared before
-    the tile loop: turn_declaration)."""
-    return [f"{{ const long long ts_dg_tt = clock64(); {sync} {TURN_WAIT} = (uint32_t)(clock64() - ts_dg_tt); }}"]
+    the tile loop: turn_declaration).
+
+    Hopper's `bar.sync` (SASS `BAR.SYNC.DEFER_BLOCKING`) lets the warp issue on past it until an instruction
+    that must see the barrier's effect (a memory access, a branch): a clock read right after it returns at once, and
+    the wait lands on the next such instruction, in the queue's kernel the first stage's wait (benchmarks/NOTES.md,
+    forty-eighth session). So the second clock is read after a `nanosleep` of 0-1 ns taken from a shared-memory load
+    that follows the barrier: the load waits for the barrier, the sleep for the load (a branch on the load, or a trap,
+    spilled the ping-pong kernel; a `__syncwarp` with a mask ptxas can fold was dropped)."""
+    settled = ('{ uint32_t ts_dg_seen; asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(ts_dg_seen) : '
+               '"r"((uint32_t)__cvta_generic_to_shared(ts_smem))); __nanosleep(ts_dg_seen & 1u); } '
+               f'{TURN_WAIT} = (uint32_t)(clock64() - ts_dg_tt);')
+    return [f"{{ const long long ts_dg_tt = clock64(); {sync} {settled} }}"]
 
 
 def turn_declaration() -> list[str]:

@@ -39,6 +39,11 @@ def test_traced_kernels_build_without_spills_and_only_when_asked(session_cache, 
     # the ping-pong turn's wait counted around its barrier; none to count in the cooperative form
     timed = "ts_dg_turn_wait = (uint32_t)(clock64() - ts_dg_tt);" in mod.source
     assert timed == cfg.get("pingpong", False)
+    if timed:  # the clock read after a sleep on a shared load behind the barrier (bar.sync defers its blocking)
+        line = next(x for x in mod.source.splitlines() if "ts_dg_turn_wait = (uint32_t)" in x)
+        order = [line.index(s) for s in ("ts_named_sync(", "ld.volatile.shared.u32", "__nanosleep(ts_dg_seen",
+                                          "ts_dg_turn_wait = (uint32_t)(clock64()")]
+        assert order == sorted(order), line
     turn = "ts_dg_turn_wait" if timed else "0u"
     assert f"const uint32_t ts_dg_turn = {turn};" in mod.source
     report = _no_spills(compile_cubin(mod.source, arch=mod.arch, entry=mod.entry, nvshmem=False))
