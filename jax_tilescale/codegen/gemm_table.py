@@ -151,7 +151,13 @@ SHORT_K = 1024
 # graph / calls 0.97 / 0.98 / 0.98 against 0.96 / 0.97 / 0.97, and 0.95 / 0.97 / 0.96 against 0.95 / 0.95 / 0.96);
 # level at 8192 x 8192 x 1024 (benchmarks/NOTES.md, forty-fifth session). Where the columns make fewer than three
 # super-groups (3072 x 3072 x 1024: one) A is read once a group of 8 at most three times and the bands are not taken.
-PERSISTENT_BANDED = replace(PERSISTENT_COLUMNS, band_columns=16, band_rows=16)
+# The bands' column groups are of 4, not 8 (each of A's rows wanted by about 4 blocks at a time): the same median
+# cycles under ncu (1.022-1.029 against 1.021-1.026x XLA's) with fewer slow launches (0 of 30 against 20 of 48),
+# timed in three calls at 16384 x 8192 x 1024 loop / graph / calls 0.99 / 0.99 / 0.99, 0.98 / 0.98 / 0.98 and
+# 0.99 / 1.00 / 0.98 against groups of 8's 0.99 / 0.98 / 0.98, 0.97 / 0.96 / 0.98 and 0.98 / 0.97 / 0.99; level at
+# 8192 x 8192 x 1024 (1.02 / 0.99 / 1.01 against 1.02 / 0.99 / 1.00) (benchmarks/NOTES.md, forty-sixth and
+# forty-eighth sessions)
+PERSISTENT_BANDED = replace(PERSISTENT_COLUMNS, group_m=4, band_columns=16, band_rows=16)
 # two per SM: 128x128 tiles, one consumer warpgroup (128 accumulators per thread in a 216-register
 # share), 3 stages of 32 KiB (2 x ~98 KiB per SM; 4 stages would not fit twice)
 PAIRED = GemmConfig(block_m=128, block_n=128, num_stages=3, threads=128, blocks_per_sm=2)

@@ -442,7 +442,7 @@ def test_the_ping_pong_pick_takes_column_groups_up_to_short_k_in_bands_where_the
     from jax_tilescale.codegen.gemm_table import PERSISTENT, PERSISTENT_BANDED, PERSISTENT_COLUMNS
 
     assert pick_config(16384, 8192, 1024, "bfloat16") == PERSISTENT_BANDED
-    assert PERSISTENT_BANDED.describe() == "128x192x64/4/g8/p/pp/gc/band16x16"
+    assert PERSISTENT_BANDED.describe() == "128x192x64/4/g4/p/pp/gc/band16x16"
     assert pick_config(8192, 8192, 1024, "bfloat16") == PERSISTENT_BANDED
     assert pick_config(3072, 3072, 1024, "bfloat16") == PERSISTENT_COLUMNS
     assert PERSISTENT_COLUMNS.describe() == "128x192x64/4/g8/p/pp/gc"

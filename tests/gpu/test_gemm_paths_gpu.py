@@ -447,7 +447,7 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
 
 
 @pytest.mark.parametrize("m,n,k,kw", [
-    # the table's pick there: PERSISTENT_BANDED (43 tile columns in groups of 8, in bands of 16 x 16)
+    # the table's pick there: PERSISTENT_BANDED (43 tile columns in groups of 4, in bands of 16 x 16)
     (16384, 8192, 1024, dict()),
     # ragged, 16 tile columns of 192 in groups of 2 on 7 blocks (with a partial last group, e.g. groups of 3, this
     # small grid's ping-pong kernel spills in either order: ptxas C7507, benchmarks/NOTES.md forty-second session);
