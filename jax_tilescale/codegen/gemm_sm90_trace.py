@@ -115,8 +115,7 @@ def timed_turn(sync: str) -> list[str]:
     forty-eighth session). So the second clock is read after a `nanosleep` of 0-1 ns taken from a shared-memory load
     that follows the barrier: the load waits for the barrier, the sleep for the load (a branch on the load, or a trap,
     spilled the ping-pong kernel; a `__syncwarp` with a mask ptxas can fold was dropped)."""
-    settled = ('{ uint32_t ts_dg_seen; asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(ts_dg_seen) : '
-               '"r"((uint32_t)__cvta_generic_to_shared(ts_smem))); __nanosleep(ts_dg_seen & 1u); } '
+    settled = ('__nanosleep(*reinterpret_cast<volatile uint32_t*>(ts_smem) & 1u); '
                f'{TURN_WAIT} = (uint32_t)(clock64() - ts_dg_tt);')
     return [f"{{ const long long ts_dg_tt = clock64(); {sync} {settled} }}"]
 

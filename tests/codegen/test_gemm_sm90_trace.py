@@ -41,7 +41,7 @@ def test_traced_kernels_build_without_spills_and_only_when_asked(session_cache, 
     assert timed == cfg.get("pingpong", False)
     if timed:  # the clock read after a sleep on a shared load behind the barrier (bar.sync defers its blocking)
         line = next(x for x in mod.source.splitlines() if "ts_dg_turn_wait = (uint32_t)" in x)
-        order = [line.index(s) for s in ("ts_named_sync(", "ld.volatile.shared.u32", "__nanosleep(ts_dg_seen",
+        order = [line.index(s) for s in ("ts_named_sync(", "__nanosleep(*reinterpret_cast<volatile uint32_t*>",
                                           "ts_dg_turn_wait = (uint32_t)(clock64()")]
         assert order == sorted(order), line
     turn = "ts_dg_turn_wait" if timed else "0u"

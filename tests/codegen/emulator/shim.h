@@ -114,6 +114,7 @@ inline uint32_t ts_smem_u32(const void* p) {
 }
 // What the kernels' prologue aligns the dynamic shared memory by (codegen/cuda.py): the shared-space address.
 inline size_t __cvta_generic_to_shared(const void* p) { return ts_smem_u32(p); }
+inline void __nanosleep(unsigned) {}  // the stage trace's turn (gemm_sm90_trace.timed_turn): no time to sleep here
 static unsigned char* ts_emu_smem(uint32_t addr, uint32_t bytes) {
   if (addr + bytes > ts_emu_smem_bytes) ts_emu_die("shared-memory access past the dynamic shared memory", addr);
   return ts_emu_smem_base + addr;
