@@ -164,6 +164,14 @@ def queue_draw(s: TileQueue, ctx: Ctx) -> str:
             f"{s.last_ticket(math.prod(ctx.kernel.grid))})")
 
 
+def ticket_value(word: str) -> str:
+    """A drawn ticket, read from its int32 word, as the tile index: zero-extended (a ticket is never negative), so
+    that with the loop's exit test the compiler knows the tile's range and a tile order's divisions by constants stay
+    divisions by constants (read signed, nvcc divided at run time in the Hopper GEMM's producer k-loop: 1.23-1.25x
+    XLA's cycles, benchmarks/NOTES.md, forty-seventh session)."""
+    return f"(int64_t)(uint32_t){word}"
+
+
 @EMIT.register(TileQueue)
 def emit_tile_queue(s: TileQueue, ctx: Ctx) -> list[str]:
     """Thread 0 draws each round's ticket into a word of `s.drawn`, the block meets and every thread reads it.
@@ -176,7 +184,7 @@ def emit_tile_queue(s: TileQueue, ctx: Ctx) -> list[str]:
         f"for (uint32_t {rounds} = 0;; ++{rounds}) {{  // {s.extent} tiles dealt to the blocks as they ask",
         f"{INDENT}if (threadIdx.x == 0) {drawn}[{rounds} & 1u] = {queue_draw(s, ctx)};",
         *(INDENT + line for line in ctx.block_sync("the round's ticket drawn")),
-        f"{INDENT}const int64_t {tile} = (int64_t)(uint32_t){drawn}[{rounds} & 1u];  // never negative",
+        f"{INDENT}const int64_t {tile} = {ticket_value(f'{drawn}[{rounds} & 1u]')};  // never negative",
         f"{INDENT}if ({tile} >= {s.extent}) break;  // none left: the block is done",
         *indent(emit_body(s.body, ctx)),
         "}",

@@ -23,11 +23,12 @@ stage behind the atomic's round trip to L2. Measured (benchmarks/NOTES.md, forty
 16384 x 8192 x 1024, the ping-pong pick from the queue): 1.24x XLA's cycles with the draw between two
 tiles, 1.23x with its atomic issued a tile earlier, 1.25x with this drawing thread, against 1.02 for the
 static deal; the busiest SM's tensor pipe idles ~2,500 cycles a tile more in all three. So the draw's
-place was not the cost. What was, found afterwards in the SASS (not yet timed): the ticket read as a signed
-int let nvcc turn the banded order's select between two constant divisors into a division at run time, in
-the producer's k-loop; read zero-extended (`read_ticket`), the divisions stay multiplications, as in the
-static deal. The cooperative 256x192 kernel from the queue runs level with its static deal at 8192^3. The
-GEMM example keeps the static deal (`tile_queue` off) until the queue is timed again.
+place was not the cost. Part of it was the ticket read as a signed int, which let nvcc turn the banded
+order's select between two constant divisors into a division at run time, in the producer's k-loop; read
+zero-extended (control.ticket_value) the divisions stay multiplications, and the queue took 1.13-1.19x
+XLA's cycles, 0.91x timed against the static deal's 0.97 (forty-eighth session; its traced loops as fast as
+the static deal's: the rest is not found). The cooperative 256x192 kernel from the queue runs level with
+its static deal at 8192^3. The GEMM table keeps the static deal (`tile_queue` off).
 
 The queue goes through this ring when it is the first statement of the planned loop's nest (the
 verifier keeps it at the top level of the kernel) and the plan has this one loop (no multicast: a pair
@@ -43,7 +44,7 @@ from ..ir.nodes import Stmt
 from ..ir.tile_queue import TICKET_SLOTS, TileQueue
 from .common import INDENT, indent
 from .context import Ctx
-from .control import queue_draw
+from .control import queue_draw, ticket_value
 from .expr_printer import var_name
 
 FULL, EMPTY = "ts_qfull", "ts_qempty"  # the ring's barriers (shared memory, after the stages' own)
@@ -159,9 +160,7 @@ def read_ticket(q: TileQueue, r: str, ctx: Ctx, into: str, release: bool = True,
     look ahead at a round the warp will read again), or by the thread itself where it reads alone (`lone`: the
     producer thread that issues the loads)."""
     lines = [f"ts_mbar_wait(&{FULL}[{_slot(r)}], {_phase(r)});",
-             # zero-extended: a ticket is never negative, and with the loop's exit test the compiler knows the tile's
-             # range, so the tile order's divisions by constants stay divisions by constants
-             f"const int64_t {into} = (int64_t)(uint32_t){_drawn(q, ctx)}[{_slot(r)}];"]
+             f"const int64_t {into} = {ticket_value(f'{_drawn(q, ctx)}[{_slot(r)}]')};"]
     if lone:
         lines.append(f"ts_mbar_arrive(&{EMPTY}[{_slot(r)}]);  // read: the drawing thread may reuse the word")
     elif release:
