@@ -328,7 +328,8 @@ if [[ " ${STEPS:-} " == *" swap_probe "* ]]; then
 fi
 # Only when asked for: tools/stage_trace.py for each "SHAPE CONFIG" of STAGE_TRACES (separated by ";"), e.g.
 # STAGE_TRACES="16384x8192x1024 128x192x64/4/g8/p/pp;16384x8192x1024 160x128x64/4/g8/p/pp/swap"; STAGE_TRACE_HEAT
-# seconds of heat before each trace (default 2: the power cap's steady state).
+# seconds of heat before each trace (default 2: the power cap's steady state); STAGE_TRACE_LAUNCHES consecutive
+# launches decoded after it, each on one time axis (default 0: none).
 if [[ " ${STEPS:-} " == *" stage_trace "* ]]; then
   stage_traces() {
     local entry rc=0
@@ -336,7 +337,7 @@ if [[ " ${STEPS:-} " == *" stage_trace "* ]]; then
     for entry in "${entries[@]}"; do
       # shellcheck disable=SC2086
       timeout -k 5 240 env CUDA_VISIBLE_DEVICES=0 python3 tools/stage_trace.py $entry --heat "${STAGE_TRACE_HEAT:-2}" \
-        || rc=1
+        --launches "${STAGE_TRACE_LAUNCHES:-0}" || rc=1
     done
     return "$rc"
   }

@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("shape")
     ap.add_argument("config")
     ap.add_argument("--heat", type=float, default=2.0)
+    ap.add_argument("--launches", type=int, default=0,
+                    help="after the heat, this many products back to back, each decoded: a per-launch timeline")
 
     args = ap.parse_args()
     import jax
@@ -89,6 +91,10 @@ def main() -> None:
     # form both warpgroups' halves share the tensor pipe: the loop of either takes the whole tile's time)
     ideal = bm * bn * bk // 2048
     print("\n".join(summarize(recs, -(-k // bk), ideal, persistent)))
+    if args.launches:
+        outs = [f(a, b) for _ in range(args.launches)]  # queued back to back: the GPU runs them one after another
+        jax.block_until_ready(outs)
+        print("\n".join(launch_timeline([traced_tiles(np.asarray(o.astype(jnp.float32)), m, n, cfg) for o in outs])))
     out = os.path.join(os.environ.get("OUT", "/tmp"), f"stage_trace_{args.shape}_{args.config.replace('/', '_')}.npy")
     np.save(out, np.array([[r[f] for f in COLUMNS] for r in recs], np.int64))
     print(f"records ({', '.join(COLUMNS)}): {out}")
@@ -142,6 +148,40 @@ def between_loops(recs: list[dict]) -> list[str]:
             f"{np.percentile(g, 10):.0f}, p90 {np.percentile(g, 90):.0f}, max {g.max():.0f} ({len(g)} gaps)",
             f"loops' cycles over the SM's span from its first loop's start to its last's end: median "
             f"{np.median(busy):.3f}, min {min(busy):.3f} (above 1 where loops overlap)"]
+
+
+def launch_timeline(launches: list[list[dict]]) -> list[str]:
+    """Consecutive launches' loops on one time axis (%globaltimer, us from the first launch's first loop): per launch,
+    the span from its first loop's start to its last loop's end, the time since the launch before ended its loops
+    (the kernel's tail, the launch gap and the next kernel's set-up together), how far apart the SMs' first loops
+    start and their last loops end (a late SM holds the launch), and the tiles per SM (a dynamic deal changes them
+    from launch to launch). Warpgroup 0's records only: in the cooperative form both share each tile."""
+    ref = min(r["start"] for r in launches[0])
+    lines, prev_end, spans, gaps = [], None, [], []
+    for i, recs in enumerate(launches):
+        own = [r for r in recs if r["wg"] == 0]
+        start = np.array([(r["start"] - ref) % (1 << 32) for r in own], float) / 1e3
+        end = start + np.array([r["ns"] for r in own], float) / 1e3
+        sms = np.array([r["sm"] for r in own])
+        firsts = np.array([start[sms == s].min() for s in np.unique(sms)])
+        lasts = np.array([end[sms == s].max() for s in np.unique(sms)])
+        tiles = np.array([(sms == s).sum() for s in np.unique(sms)])
+        span = end.max() - start.min()
+        gap = "" if prev_end is None else f", {start.min() - prev_end:.2f} us after the last launch's loops"
+        if prev_end is not None:
+            gaps.append(start.min() - prev_end)
+        spans.append(span)
+        late = int(np.unique(sms)[lasts.argmax()])
+        lines.append(f"launch {i}: loops {start.min():.2f}-{end.max():.2f} us ({span:.2f}{gap}); SMs' first loops "
+                     f"start within {np.median(firsts) - firsts.min():.2f} (median) / {firsts.max() - firsts.min():.2f}"
+                     f" (last) us; last loops end {end.max() - np.median(lasts):.2f} us after the median SM's (SM "
+                     f"{late}, {tiles[lasts.argmax()]} tiles); tiles per SM {tiles.min()}-{tiles.max()} "
+                     f"({len(tiles)} SMs)")
+        prev_end = end.max()
+    if len(launches) > 1:
+        lines.append(f"launches: loops' span median {np.median(spans):.2f} us, between launches median "
+                     f"{np.median(gaps):.2f} us (min {min(gaps):.2f}, max {max(gaps):.2f})")
+    return lines
 
 
 def summarize(recs: list[dict], ksteps: int, ideal: int, persistent: bool) -> list[str]:
