@@ -84,14 +84,16 @@ def test_launch_timeline_puts_consecutive_launches_on_one_axis():
     after them; %globaltimer's low 32 bits wrap between the two launches."""
     base = 2**32 - 6_000  # ns: launch 1 starts past the wrap
 
-    def rec(sm, start_ns, ns, wg=0):
-        return dict(tm=0, tn=0, wg=wg, sm=sm, start=(base + start_ns) % (1 << 32), ns=ns)
+    def rec(sm, start_ns, ns, wg=0):  # each loop 3,000 cycles, 2 k of them stage waits and 500 the turn's
+        return dict(tm=0, tn=0, wg=wg, sm=sm, start=(base + start_ns) % (1 << 32), ns=ns, cycles=3_000, wait=2_000,
+                    turn=500)
 
     launch0 = [rec(0, 0, 2_000), rec(1, 500, 2_000), rec(1, 2_600, 2_400), rec(1, 2_600, 9_999, wg=1)]
     launch1 = [rec(0, 8_000, 2_000), rec(1, 8_200, 2_000)]
     lines = stage_trace.launch_timeline([launch0, launch1])
     assert lines[0].startswith("launch 0: loops 0.00-5.00 us (5.00); SMs' first loops start within 0.25 (median) "
                                "/ 0.50 (last) us; last loops end 1.50 us after the median SM's (SM 1, 2 tiles); "
-                               "tiles per SM 1-2 (2 SMs)"), lines[0]
+                               "tiles per SM 1-2 (2 SMs); loops median 3000 cycles, 2.00 us at 1.500 GHz, stage "
+                               "waits 2000, turn waits 500"), lines[0]
     assert lines[1].startswith("launch 1: loops 8.00-10.20 us (2.20, 3.00 us after the last launch's loops)"), lines[1]
     assert lines[2] == "launches: loops' span median 3.60 us, between launches median 3.00 us (min 3.00, max 3.00)"
