@@ -70,9 +70,9 @@ def main() -> None:
     b = jax.random.normal(kb, (k, n), jnp.float32).astype(jnp.bfloat16)
     f(a, b).block_until_ready()
     # Batches of products queued back to back; what is decoded comes from the last batch, so it ran at the power
-    # cap's steady state behind the products before it (a product launched alone after a sync, as the trace took
-    # until the forty-ninth session, runs after the GPU idled: at a higher clock, 448 against 362 us of loops on an
-    # H100, benchmarks/NOTES.md).
+    # cap's steady state behind the products before it (products launched after the host's second of decoding, as
+    # the first --launches run took them, ran on a cooled GPU at a higher clock: 362 us of loops a launch against
+    # 448 at the cap on an H100, benchmarks/NOTES.md, forty-ninth session).
     t0, calls = time.perf_counter(), 0
     while True:  # at least one batch
         batch = [f(a, b) for _ in range(max(20, args.launches))]
