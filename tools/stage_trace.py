@@ -1,12 +1,14 @@
 """Where the consumers of a Hopper GEMM wait for their operands, per tile (a GPU diagnostic).
 
-    python tools/stage_trace.py 16384x8192x1024 128x192x64/4/g8/p/pp [--heat 3]
+    python tools/stage_trace.py 16384x8192x1024 128x192x64/4/g8/p/pp [--heat 3] [--launches 8]
 
 Builds `examples/gemm.py`'s kernel for that shape and `bench_gemm.py`-style config with
 `gemm_sm90.STAGE_TRACE` on (jax_tilescale/codegen/gemm_sm90_trace.py: each consumer warpgroup writes,
 per tile, its stage-wait cycles, the loop's cycles, its start, its SM and, in ping-pong, the cycles it waited for its
 turn over the product), runs it
---heat seconds (the power cap's steady state), decodes the last product and prints where the waits go.
+--heat seconds (the power cap's steady state), decodes the last product and prints where the waits go;
+`--launches N` decodes the heat's last N products too, each on one time axis (launch_timeline: where a launch's time
+goes between its SMs and between launches).
 Findings: benchmarks/NOTES.md, nineteenth session.
 """
 
