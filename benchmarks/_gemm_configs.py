@@ -151,10 +151,12 @@ def parse_config(text: str) -> tuple[dict, dict[tuple, object]]:
             cfg["blocks_per_sm"] = int(suffix[1:])
         elif re.fullmatch(r"band\d+x\d+", suffix):  # group_columns in bands: band{columns}x{rows}
             cfg["band_columns"], cfg["band_rows"] = map(int, suffix[4:].split("x"))
+        elif re.fullmatch(r"qt\d+", suffix):  # with tq: the last N waves drawn, the rounds before dealt statically
+            cfg["queue_tail"] = int(suffix[2:])
         elif suffix in ("xla", "kernel", "cluster"):
             cfg["split_reduce"] = suffix
         else:
-            known = (f"tN, sN, bN, bandCxR, xla, kernel, cluster, {', '.join(FLAG_SUFFIXES)}, table, "
+            known = (f"tN, sN, bN, bandCxR, qtN, xla, kernel, cluster, {', '.join(FLAG_SUFFIXES)}, table, "
                      f"{', '.join(SWITCHES)}")
             raise ValueError(f"config {text!r}: unknown suffix {suffix!r} ({known})")
     return cfg, switches

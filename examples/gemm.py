@@ -65,7 +65,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
          blocks_per_sm: int | None = None, pingpong: bool | None = None, swap: bool | None = None,
          edge_last: bool | None = None, group_columns: bool | None = None, pair_rows: bool | None = None,
          serpentine: bool | None = None, band_columns: int | None = None, band_rows: int | None = None,
-         tile_queue: bool | None = None, split_reduce: str = "xla",
+         tile_queue: bool | None = None, queue_tail: int | None = None, split_reduce: str = "xla",
          autotune: bool = False) -> Callable[..., jax.Array]:
     """A [m, k] @ B [k, n] -> C [m, n] in `dtype` (fp32 accumulation). Arguments left None come from
     the table of jax_tilescale/codegen/gemm_table.py for this shape, dtype and `num_sms` (the
@@ -87,7 +87,8 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
     `serpentine=True` with `persistent`: every other group of the grouped order walks the other way (`grouped_tile`).
     `band_columns` and `band_rows` with `group_columns`: the column groups in bands (`banded_tile`).
     `tile_queue=True` with `persistent`: each block takes its next tile in that order from a tile queue
-    (`T.tile_queue`) as it finishes the last, instead of every blocks-th tile from its own.
+    (`T.tile_queue`) as it finishes the last, instead of every blocks-th tile from its own; `queue_tail=N` with it:
+    only the last N waves drawn, the rounds before dealt statically (`T.tile_queue`'s static_rounds).
     `autotune=True` (no configuration arguments then): the table's pick and the others gemm_table.tune_candidates
     names are built, checked against jnp.dot and timed on the GPU the first time this problem is seen, and the
     fastest (the earliest given within ts.tune.MARGIN of it: the table's pick unless another is clearly faster) is
@@ -99,7 +100,7 @@ def gemm(m: int, n: int, k: int, dtype: jnp.dtype = jnp.bfloat16, block_m: int |
                             persistent=persistent, blocks_per_sm=blocks_per_sm, pingpong=pingpong, swap=swap,
                             edge_last=edge_last, group_columns=group_columns, pair_rows=pair_rows,
                             serpentine=serpentine, band_columns=band_columns, band_rows=band_rows,
-                            tile_queue=tile_queue)
+                            tile_queue=tile_queue, queue_tail=queue_tail)
     if autotune:
         return build(m, n, k, dtype, tuned_config(m, n, k, dtype, sms, split_reduce).config, sms, split_reduce)
     tiles_given = any(f in given for f in ("block_m", "block_n", "block_k"))
@@ -280,16 +281,18 @@ def persistent_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, num_sms: i
                 T.gemm(A_s, B_s, C_f)
             T.copy(C_f, C[T.ds(tm * bm, bm), T.ds(tn * bn, bn)])
 
-        each_tile(tiles, blocks, cfg.tile_queue, one_tile)
+        each_tile(tiles, blocks, cfg, one_tile)
 
     return gemm_persistent
 
 
-def each_tile(tiles: int, blocks: int, queue: bool, one_tile: Callable[[Any], None]) -> None:
+def each_tile(tiles: int, blocks: int, cfg: GemmConfig, one_tile: Callable[[Any], None]) -> None:
     """A persistent grid's tile loop around `one_tile(tile)`: the static deal (block b takes tiles b, b + blocks,
-    ...) or, with `queue`, a tile queue (each block draws its next tile as it finishes the last)."""
-    if queue:
-        for tile in T.tile_queue(tiles):
+    ...) or, with cfg.tile_queue, a tile queue (each block draws its next tile as it finishes the last; with
+    cfg.queue_tail only in the last queue_tail waves, the full waves before them dealt statically)."""
+    if cfg.tile_queue:
+        static = max(0, tiles // blocks - cfg.queue_tail) if cfg.queue_tail else 0
+        for tile in T.tile_queue(tiles, static_rounds=static):
             one_tile(tile)
         return
     for w in T.serial(T.ceildiv(tiles, blocks)):
@@ -317,7 +320,7 @@ def persistent_swapped_kernel(m: int, n: int, k: int, dtype, cfg: GemmConfig, nu
             swapped_product(A, B, Ct, tm, tn, T.ceildiv(k, cfg.block_k), 0, cfg, dtype)
             store_transposed(Ct, C, tm * bm, tn * bn)
 
-        each_tile(tiles, blocks, cfg.tile_queue, one_tile)
+        each_tile(tiles, blocks, cfg, one_tile)
 
     return gemm_persistent_swapped
 

@@ -29,6 +29,9 @@ def check_order(cfg: GemmConfig) -> None:
     if cfg.serpentine and (not cfg.persistent or cfg.split_k > 1):
         raise ValueError(f"serpentine orders the tiles of a persistent grid (unsplit), not {cfg.describe()}: take "
                          f"persistent=True without split_k")
+    if cfg.queue_tail < 0 or (cfg.queue_tail and not cfg.tile_queue):
+        raise ValueError(f"queue_tail (waves at the launch's end drawn from the tile queue, the rounds before dealt "
+                         f"statically) takes tile_queue=True and a count >= 0, not {cfg.describe()}")
     if cfg.tile_queue and (not cfg.persistent or cfg.split_k > 1):
         raise ValueError(f"tile_queue deals the tiles of a persistent grid (unsplit) to its blocks, not "
                          f"{cfg.describe()}: take persistent=True without split_k")

@@ -158,10 +158,18 @@ def emit_local_store(s: LocalStore, ctx: Ctx) -> list[str]:
 EXPR_HOOKS.append(c_condition_expr)
 
 
-def queue_draw(s: TileQueue, ctx: Ctx) -> str:
-    """The C call that draws the next ticket of queue `s` (tilescale_tile_ops.cuh: it leaves the counter zero)."""
-    return (f"ts_queue_draw(reinterpret_cast<int32_t*>({ctx.pointers[s.counter]}), "
-            f"{s.last_ticket(math.prod(ctx.kernel.grid))})")
+def queue_draw(s: TileQueue, ctx: Ctx, round_: str) -> str:
+    """The C expression of queue `s`'s ticket for round `round_` (a C expression of the block's round, unsigned): the
+    counter's next (tilescale_tile_ops.cuh's ts_queue_draw, which leaves it zero), or in the queue's static rounds
+    `round * blocks + block` with no atomic, the drawn tickets offset past the static tiles (ir/tile_queue.py)."""
+    grid = ctx.kernel.grid
+    draw = f"ts_queue_draw(reinterpret_cast<int32_t*>({ctx.pointers[s.counter]}), {s.last_ticket(math.prod(grid))})"
+    if not s.static_rounds:
+        return draw
+    block = " + ".join(f"(int32_t)blockIdx.{axis}" + "".join(f" * {g}" for g in grid[:i])
+                       for i, axis in enumerate("xyz"[:len(grid)]))
+    return (f"(({round_}) < {s.static_rounds}u ? (int32_t)({round_}) * {math.prod(grid)} + {block} : "
+            f"{s.static_tiles(math.prod(grid))} + {draw})")
 
 
 def ticket_value(word: str) -> str:
@@ -182,7 +190,7 @@ def emit_tile_queue(s: TileQueue, ctx: Ctx) -> list[str]:
     drawn = f"reinterpret_cast<int32_t*>({ctx.pointers[s.drawn]})"
     return [
         f"for (uint32_t {rounds} = 0;; ++{rounds}) {{  // {s.extent} tiles dealt to the blocks as they ask",
-        f"{INDENT}if (threadIdx.x == 0) {drawn}[{rounds} & 1u] = {queue_draw(s, ctx)};",
+        f"{INDENT}if (threadIdx.x == 0) {drawn}[{rounds} & 1u] = {queue_draw(s, ctx, rounds)};",
         *(INDENT + line for line in ctx.block_sync("the round's ticket drawn")),
         f"{INDENT}const int64_t {tile} = {ticket_value(f'{drawn}[{rounds} & 1u]')};  // never negative",
         f"{INDENT}if ({tile} >= {s.extent}) break;  // none left: the block is done",

@@ -150,7 +150,7 @@ def _publish(q: TileQueue, r: str, ctx: Ctx, first: bool = False) -> list[str]:
     none before the `first` round), and its full barrier arrived on."""
     wait = f"if ({r} >= {TICKET_SLOTS}u) ts_mbar_wait(&{EMPTY}[{_slot(r)}], {_phase(f'{r} - {TICKET_SLOTS}u')});"
     return [*([] if first else [wait]),
-            f"const int32_t ts_qt = {queue_draw(q, ctx)};",
+            f"const int32_t ts_qt = {queue_draw(q, ctx, r)};",
             f"{_drawn(q, ctx)}[{_slot(r)}] = ts_qt;",
             f"ts_mbar_arrive(&{FULL}[{_slot(r)}]);  // a release: the readers' wait sees the word"]
 

@@ -111,16 +111,21 @@ class GemmConfig:
     # counter as it finishes the last) instead of block b taking tiles b, b + blocks, ...: a block on a slow SM takes
     # fewer (benchmarks/NOTES.md, forty-seventh session)
     tile_queue: bool = False
+    # with tile_queue: only the launch's last `queue_tail` waves drawn from the queue, the rounds before dealt
+    # statically (T.tile_queue's static_rounds): a slow SM held the static deal's launch 3-4% past its median SM
+    # (benchmarks/NOTES.md, forty-ninth session); 0: every tile drawn
+    queue_tail: int = 0
 
     def describe(self) -> str:
-        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`, `/tq`): the form
+        """`128x256x64/4/g8` (+ `/t128`, `/s4`, `/p`, `/swap`, `/el`, `/gc`, `/pr`, `/sn`, `/tq`, `/qtN`): the form
         bench_gemm.py's --configs reads."""
         text = f"{self.block_m}x{self.block_n}x{self.block_k}/{self.num_stages}/g{self.group_m}"
         text += f"/t{self.threads}" if self.threads != 256 else ""
         text += f"/s{self.split_k}" if self.split_k > 1 else ""
         text += f"/b{self.blocks_per_sm}" if self.blocks_per_sm > 1 else ""
         text += "".join(f"/{suffix}" for suffix, flag in FLAG_SUFFIXES.items() if getattr(self, flag))
-        return text + (f"/band{self.band_columns}x{self.band_rows}" if self.band_columns else "")
+        text += f"/band{self.band_columns}x{self.band_rows}" if self.band_columns else ""
+        return text + (f"/qt{self.queue_tail}" if self.queue_tail else "")
 
 
 # GemmConfig's switches by the suffix `describe` writes for each, in its order (bench_gemm.py's --configs reads them)

@@ -14,6 +14,7 @@ registers are registers.py's.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -68,6 +69,14 @@ def run_if(ctx: BlockContext, s: If) -> Body:
         ctx.threads = outer
 
 
+def _static_ticket(ctx: BlockContext, s: TileQueue, round_: int) -> int:
+    """Round `round_`'s tile in the queue's static rounds: `round * blocks + block`, the block's linear number
+    counting axis 0 fastest (CUDA's blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))."""
+    grid = ctx.world.kernel.grid
+    block = sum(b * math.prod(grid[:i]) for i, b in enumerate(ctx.block))
+    return round_ * math.prod(grid) + block
+
+
 def _draw(ctx: BlockContext, s: TileQueue) -> int:
     """The block's next ticket from the queue's counter: an atomic add (it orders no other memory: two tiles'
     accesses to one element race as they would in any two blocks), the counter set back to zero by the launch's
@@ -75,8 +84,9 @@ def _draw(ctx: BlockContext, s: TileQueue) -> int:
     word = ctx.resolve(full_region(s.counter), "tile queue counter", s)
     view = ctx.world.memory.access(ctx.access(AccessKind.ATOMIC, word, s))
     ticket = int(view.reshape(-1)[0])
-    view[...] = 0 if ticket == s.last_ticket(math.prod(ctx.world.kernel.grid)) else ticket + 1
-    return ticket
+    blocks = math.prod(ctx.world.kernel.grid)
+    view[...] = 0 if ticket == s.last_ticket(blocks) else ticket + 1
+    return s.static_tiles(blocks) + ticket
 
 
 @INTERPRET.register(TileQueue, kind=RunKind.BODY)
@@ -85,9 +95,9 @@ def run_tile_queue(ctx: BlockContext, s: TileQueue) -> Body:
     rounds (each draw is a step of the block, so the scheduler deals the tiles among the blocks that run)."""
     ctx.loops.append(s)
     try:
-        while True:
+        for round_ in itertools.count():
             ctx.stmt = s
-            ticket = _draw(ctx, s)
+            ticket = _static_ticket(ctx, s, round_) if round_ < s.static_rounds else _draw(ctx, s)
             if ticket >= s.extent:
                 return
             yield None  # another block may draw before this one runs its tile

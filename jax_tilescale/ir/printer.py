@@ -147,7 +147,8 @@ def _loop(s: Loop) -> str:
 
 @PRINT.register(TileQueue)
 def _tile_queue(s: TileQueue) -> str:
-    return f"for {format_expr(s.var)} in tile_queue({s.extent}, counter={s.counter.name}):"
+    static = f", static_rounds={s.static_rounds}" if s.static_rounds else ""
+    return f"for {format_expr(s.var)} in tile_queue({s.extent}{static}, counter={s.counter.name}):"
 
 
 # ---- per-thread code -----------------------------------------------------------------------------

@@ -21,6 +21,12 @@ exactly one ticket past the last tile (the one that ends its loop), so the launc
 `tiles + blocks` tickets in all, and the block that draws the last of them (`tiles + blocks - 1`)
 sets the word back to zero; by then no block will read it again.
 
+`static_rounds` W (`T.tile_queue(n, static_rounds=W)`): a block's first W rounds take tiles `w * blocks + block`
+(the static deal, no atomic), the rounds after draw from the counter, offset by `W * blocks`: the deal is static
+where the blocks run level and dynamic in the launch's tail, where a slow SM would hold the launch
+(benchmarks/NOTES.md, forty-ninth session). `W * blocks <= n`, so that every block reaches the drawn rounds and
+draws once past the tiles (which resets the counter as above, its last raw value `n - W * blocks + blocks - 1`).
+
 Where it may stand (verify_control): at the top level of the kernel's body (once per launch: in a loop
 the blocks would run the queue's rounds out of step with each other), not in a kernel with clusters,
 and with nothing in its body that every block must reach the same number of times (barrier_all /
@@ -53,15 +59,21 @@ class TileQueue(Stmt):
     body: tuple[Stmt, ...]
     counter: Buffer  # one int32 word of global scratch, left zero (the language allocates it)
     drawn: Buffer  # TICKET_SLOTS int32 words of shared memory: the rounds' tickets, for the block's threads
+    static_rounds: int = 0  # a block's first rounds dealt statically (tile w * blocks + block), the rest drawn
     op_name = "tile_queue"
 
     @property
     def bodies(self) -> tuple[tuple[Stmt, ...], ...]:
         return (self.body,)
 
+    def static_tiles(self, blocks: int) -> int:
+        """Tiles dealt statically in a launch of `blocks` blocks (the drawn tickets start there)."""
+        return self.static_rounds * blocks
+
     def last_ticket(self, blocks: int) -> int:
-        """The ticket drawn last in a launch of `blocks` blocks: its drawer sets the counter back to zero."""
-        return self.extent + blocks - 1
+        """The counter's value drawn last in a launch of `blocks` blocks (a ticket less the static tiles): its drawer
+        sets the counter back to zero."""
+        return self.extent - self.static_tiles(blocks) + blocks - 1
 
 
 def needs_every_block(s: Stmt) -> bool:

@@ -5,6 +5,7 @@ verify_base.VERIFY."""
 from __future__ import annotations
 
 import contextlib
+import math
 
 from ..errors import KernelTraceError
 from .buffers import BufferKind
@@ -61,6 +62,12 @@ def verify_tile_queue(s: TileQueue, kernel: KernelIR, ranges: Ranges) -> None:
     if cluster_size(kernel.cluster) > 1:
         raise KernelTraceError(f"tile_queue: not in a kernel with clusters ({kernel.cluster}): the blocks of a "
                                "cluster would take different numbers of tiles", s.loc)
+    blocks = math.prod(kernel.grid)
+    if s.static_rounds < 0 or s.static_tiles(blocks) > s.extent:
+        raise KernelTraceError(
+            f"tile_queue: static_rounds={s.static_rounds} deals {s.static_tiles(blocks)} tiles statically over "
+            f"{blocks} blocks, more than the queue's {s.extent} (or fewer than none): take static_rounds from 0 to "
+            f"{s.extent // blocks}, so that every block reaches the drawn rounds", s.loc)
     for inner in walk_stmts(s.body):
         if needs_every_block(inner):
             raise KernelTraceError(

@@ -71,8 +71,10 @@ class _TileQueueRange(_LoopRange):
         self.drawn = _alloc("tile_queue", "tile_drawn", (TICKET_SLOTS,), np.int32, BufferKind.SHARED,
                             "tile_drawn").buffer
 
+    static_rounds = 0
+
     def _statement(self, var: Var, body: tuple) -> Stmt:
-        return TileQueue(var, self.n, body, self.counter, self.drawn, loc=self.loc)
+        return TileQueue(var, self.n, body, self.counter, self.drawn, self.static_rounds, loc=self.loc)
 
 
 def serial(n: int) -> _LoopRange:
@@ -86,14 +88,21 @@ def Pipelined(n: int, num_stages: int = 2) -> _LoopRange:
     return _LoopRange("Pipelined", n, num_stages)
 
 
-def tile_queue(n: int) -> _LoopRange:
+def tile_queue(n: int, static_rounds: int = 0) -> _LoopRange:
     """`for tile in T.tile_queue(n):` runs the body for every tile 0 .. n-1, each on exactly one block of
     the launch: a block takes its next tile from a counter the blocks share, as it finishes the last one
     (a dynamic tile scheduler for a persistent kernel, grid = SM count: a slow block takes fewer tiles).
     Which block runs which tile changes from run to run; a block's tiles rise. At the top level of the
     kernel only, not in a kernel with clusters, and with nothing in the body that every block must reach
-    (barrier_all, collectives, cluster statements): ir/tile_queue.py."""
-    return _TileQueueRange("tile_queue", n, None)
+    (barrier_all, collectives, cluster statements): ir/tile_queue.py.
+    `static_rounds=W`: each block's first W rounds take tiles `w * blocks + block` without the counter (the static
+    deal), the rest are drawn: dynamic only in the launch's tail (W * blocks at most n)."""
+    if isinstance(static_rounds, bool) or not isinstance(static_rounds, (int, np.integer)) or static_rounds < 0:
+        raise KernelTraceError(f"T.tile_queue: static_rounds must be an int >= 0, got {static_rounds!r}",
+                               user_source_loc())
+    queue = _TileQueueRange("tile_queue", n, None)
+    queue.static_rounds = int(static_rounds)
+    return queue
 
 
 def alloc_fragment(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:

@@ -47,6 +47,36 @@ def test_every_tile_once_on_the_block_that_drew_it(tiles, grid):
     assert len(dealt) > 1 if tiles > 1 else len(dealt) == 1, dealt
 
 
+@pytest.mark.parametrize("tiles,grid,static", [(13, (4,), 2), (12, (4,), 3), (11, (2, 2), 1), (6, (3,), 1)],
+                         ids=["tail-of-5", "all-static", "2d-grid", "tail-of-3"])
+def test_static_rounds_deal_the_first_waves_and_draw_the_rest(tiles, grid, static):
+    """`static_rounds`: tile t < static * blocks on block t % blocks as its round t // blocks (the static deal, no
+    draw), the rest drawn in counter order past them; every tile once, and the counter left zero for the second
+    call (its last raw draw, tiles - static * blocks + blocks - 1, resets it; the interpreter checks left_zero at
+    each launch's end). With as many static tiles as tiles every block draws only the ticket that ends its loop."""
+    kern = tq.scale_rows(tiles, grid, static_rounds=static)
+    for seed in (1, 2):  # two calls: the second finds the counter zero
+        x, scale = tq.inputs(np.random.default_rng(seed * 100 + tiles), tiles)
+        y, who, rnd = _run(kern, x, scale)
+        np.testing.assert_array_equal(y, tq.want_y(x, scale))
+        tq.check_deal(who, rnd, grid, static_rounds=static)
+
+
+@pytest.mark.parametrize("static,match", [
+    (4, r"tile_queue: static_rounds=4 deals 16 tiles statically over 4 blocks, more than the queue's 8 \(or fewer "
+        r"than none\): take static_rounds from 0 to 2"),
+    (-1, r"T.tile_queue: static_rounds must be an int >= 0, got -1"),
+    (1.0, r"T.tile_queue: static_rounds must be an int >= 0, got 1.0"),
+], ids=["more-than-the-tiles", "negative", "float"])
+def test_static_rounds_past_the_tiles_or_not_an_int_are_refused(static, match):
+    def body(x, y):
+        for t in T.tile_queue(8, static_rounds=static):
+            _copy_tile(x, y, t)
+
+    with pytest.raises(KernelTraceError, match=match):
+        _trace(body)
+
+
 def test_two_launches_in_one_jit_find_the_counter_zero():
     """The second launch takes its input from the first's output (XLA neither merges nor reorders them): had the
     first left its counter past zero, the second would skip tiles (and the interpreter's left_zero check at the
@@ -169,6 +199,9 @@ def test_the_printed_ir_shows_the_queue_its_counter_and_its_ticket_words():
     at = next(i for i, ln in enumerate(lines) if " in tile_queue(" in ln)
     assert lines[at].startswith("  for i") and lines[at].endswith(" in tile_queue(5, counter=tile_queue):")
     assert lines[at + 1].startswith("    ")  # its body, one level in
+    text = format_kernel(tq.scale_rows(5, (2,), static_rounds=2).trace(SDS((5 * tq.ROWS, tq.COLS), jnp.float32),
+                                                                       SDS((5,), jnp.float32)))
+    assert " in tile_queue(5, static_rounds=2, counter=tile_queue):" in text
 
 
 # ---- where it may stand: the verifier's errors --------------------------------------------------

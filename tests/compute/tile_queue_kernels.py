@@ -24,9 +24,10 @@ ROWS, COLS = 2, 16
 
 
 def scale_rows(tiles: int, grid: tuple[int, ...], threads: int = 64, rows: int = ROWS,
-               cols: int = COLS) -> ts.TileKernel:
+               cols: int = COLS, static_rounds: int = 0) -> ts.TileKernel:
     """`(x[tiles*rows, cols], scale[tiles]) -> (y, who[tiles], rnd[tiles])`, the tiles dealt by one T.tile_queue
-    over `grid` (one or two axes: the block's linear number is program_id(0) + grid[0] * program_id(1))."""
+    over `grid` (one or two axes: the block's linear number is program_id(0) + grid[0] * program_id(1)), its first
+    `static_rounds` rounds dealt statically."""
     assert 1 <= len(grid) <= 2
 
     @ts.kernel(out_shape=(SDS((tiles * rows, cols), jnp.float32), SDS((tiles,), jnp.int32),
@@ -36,7 +37,7 @@ def scale_rows(tiles: int, grid: tuple[int, ...], threads: int = 64, rows: int =
         done = T.alloc_shared((1,), jnp.int32)  # the tiles this block has run so far
         for i in T.Parallel(1):
             done[i] = 0
-        for t in T.tile_queue(tiles):
+        for t in T.tile_queue(tiles, static_rounds=static_rounds):
             s = T.alloc_shared((rows, cols), jnp.float32)
             T.copy(x[T.ds(t * rows, rows), :], s)
             for i, j in T.Parallel(rows, cols):
@@ -70,11 +71,16 @@ def poisoned_outputs(tiles: int, rows: int = ROWS, cols: int = COLS) -> list[np.
             np.full(tiles, -1, np.int32)]
 
 
-def check_deal(who: np.ndarray, rnd: np.ndarray, grid: tuple[int, ...]) -> dict[int, list[int]]:
+def check_deal(who: np.ndarray, rnd: np.ndarray, grid: tuple[int, ...], static_rounds: int = 0) -> dict[int, list[int]]:
     """Every tile was recorded by a block of the grid (an unwritten -1 poison fails); each block's tiles, in the
-    order it ran them (rnd: 0, 1, 2, ...), rise (tickets are drawn in counter order). Returns each block's tiles."""
+    order it ran them (rnd: 0, 1, 2, ...), rise (tickets are drawn in counter order); the first `static_rounds` *
+    blocks tiles on the static deal's block (tile t on block t % blocks as its round t // blocks). Returns each
+    block's tiles."""
     blocks = math.prod(grid)
     assert who.shape == rnd.shape
+    static = np.arange(static_rounds * blocks)
+    np.testing.assert_array_equal(who[static], static % blocks, "a static round's tile on another block")
+    np.testing.assert_array_equal(rnd[static], static // blocks, "a static round's tile in another round")
     assert ((who >= 0) & (who < blocks)).all(), f"a tile without a block of the grid: {who}"
     by_block: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for tile, (b, r) in enumerate(zip(who.tolist(), rnd.tolist())):
