@@ -84,6 +84,11 @@ def test_named_configs_parse_with_their_suffixes():
     assert bench.parse_config(queued) == (
         dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
              group_columns=True, tile_queue=True, band_columns=16, band_rows=16), {})
+    tail = replace(columns, tile_queue=True, queue_tail=3).describe()  # only the last 3 waves from the queue
+    assert tail == "128x192x64/4/g8/p/pp/gc/tq/qt3"
+    assert bench.parse_config(tail) == (
+        dict(block_m=128, block_n=192, block_k=64, num_stages=4, group_m=8, persistent=True, pingpong=True,
+             group_columns=True, tile_queue=True, queue_tail=3), {})
     with pytest.raises(ValueError, match="unknown suffix 'q'"):
         bench.parse_config("128x256x64/3/g8/q")
 

@@ -34,6 +34,7 @@ from jax_tilescale.codegen.gemm_table import (
     NARROW_K128,
     NARROW_WIDE,
     PERSISTENT,
+    PERSISTENT_BANDED,
     WIDE,
     GemmConfig,
     swapped_config,
@@ -105,6 +106,12 @@ CASES: dict[str, Callable[[], Emulated]] = {
         300, 520, 130, dataclasses.replace(DEFAULT_PERSISTENT, tile_queue=True)),
     "SWAPPED persistent from a tile queue, 40 tokens": lambda: example(40, 512, 256, GemmConfig(
         block_m=64, block_n=128, swap=True, persistent=True, threads=128, tile_queue=True)),
+    # the queue's tail only: the first full waves dealt statically, the last drawn (T.tile_queue's static_rounds)
+    "PERSISTENT ping-pong in banded column groups, the last wave from a tile queue": lambda: example(
+        640, 640, 128, dataclasses.replace(PERSISTENT_BANDED, band_columns=2, band_rows=2, tile_queue=True,
+                                           queue_tail=1)),
+    "WIDE from a tile queue's last wave, ragged (A and B thread-copied)": lambda: example(
+        600, 700, 200, dataclasses.replace(WIDE, tile_queue=True, queue_tail=1)),
     "PERSISTENT ping-pong from a tile queue, the edge column last": lambda: example(
         256, 500, 200, dataclasses.replace(PERSISTENT, tile_queue=True, edge_last=True)),
     "NARROW 64x128/8, every operand thread-copied": lambda: example(100, 300, 777, NARROW),

@@ -140,7 +140,8 @@ def test_the_edge_loop_compiles_without_serialized_wgmma(monkeypatch, group_colu
 @needs_toolchain
 @pytest.mark.parametrize("order", [dict(serpentine=True), dict(band_columns=16, band_rows=16),
                                    dict(band_columns=16, band_rows=16, group_m=4),  # the table's pick
-                                   dict(band_columns=16, band_rows=16, tile_queue=True)])
+                                   dict(band_columns=16, band_rows=16, tile_queue=True),
+                                   dict(band_columns=16, band_rows=16, group_m=4, tile_queue=True, queue_tail=3)])
 def test_the_pick_in_other_column_orders_compiles_without_spills(order):
     """The ping-pong pick at 16384 x 8192 x 1024 in serpentine or banded column groups (the producer's index
     arithmetic longer: the banded order computes two super-group widths' cases and selects), and banded with its
@@ -156,9 +157,9 @@ def test_the_pick_in_other_column_orders_compiles_without_spills(order):
 
 
 @needs_toolchain
-@pytest.mark.parametrize("tile_queue,group", [(False, 4), (False, 8), (True, 8)],
-                         ids=["static-g4", "static-g8", "tile-queue-g8"])
-def test_the_banded_pick_divides_only_by_constants(tile_queue, group, tmp_path):
+@pytest.mark.parametrize("tile_queue,group,tail", [(False, 4, 0), (False, 8, 0), (True, 8, 0), (True, 4, 3)],
+                         ids=["static-g4", "static-g8", "tile-queue-g8", "queue-tail-g4"])
+def test_the_banded_pick_divides_only_by_constants(tile_queue, group, tail, tmp_path):
     """The banded order's index arithmetic (two super-group widths, a select between their divisors) compiles to
     divisions by constants (multiplications) in the static deal, and from a tile queue too: the ticket is read
     zero-extended, so with the loop's exit test its range is known. Read as a signed int, nvcc divided by the
@@ -172,10 +173,11 @@ def test_the_banded_pick_divides_only_by_constants(tile_queue, group, tmp_path):
     m, n, k = 16384, 8192, 1024
     kern = gemm_example.gemm(m, n, k, jnp.dtype(jnp.bfloat16), block_m=128, block_n=192, num_stages=4,
                              persistent=True, pingpong=True, group_columns=True, band_columns=16, band_rows=16,
-                             group_m=group, tile_queue=tile_queue, num_sms=132)
+                             group_m=group, tile_queue=tile_queue, queue_tail=tail or None, num_sms=132)
     mod = generate_cuda(kern.trace(jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
                                    jax.ShapeDtypeStruct((k, n), jnp.bfloat16)), "sm_90")
     assert ("ts_qfull" in mod.source) == tile_queue
+    assert ("< 38u ?" in mod.source) == (tail == 3)  # 41 full waves of 132 blocks: the first 38 dealt statically
     src, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
     src.write_text(mod.source)
     subprocess.run([str(find_nvcc().path), *arch_flags(mod.arch), *COMPILE_FLAGS, "-ptx", "-o", str(ptx), str(src)],

@@ -24,8 +24,8 @@ SDS = jax.ShapeDtypeStruct
 ARCHS = ["sm_90", "sm_80"]
 
 
-def _module(tiles: int, grid: tuple[int, ...], arch: str) -> CudaModule:
-    kern = tq.scale_rows(tiles, grid)
+def _module(tiles: int, grid: tuple[int, ...], arch: str, static_rounds: int = 0) -> CudaModule:
+    kern = tq.scale_rows(tiles, grid, static_rounds=static_rounds)
     return generate_cuda(kern.trace(SDS((tiles * tq.ROWS, tq.COLS), np.float32), SDS((tiles,), np.float32)), arch)
 
 
@@ -38,6 +38,21 @@ def test_every_tile_once_on_the_emulator(arch, tiles, grid):
     y, who, rnd = emulator.run(_module(tiles, grid, arch), [x, scale], tq.poisoned_outputs(tiles))
     np.testing.assert_array_equal(y, tq.want_y(x, scale))
     tq.check_deal(who, rnd, grid)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tiles,grid,static", [(13, (4,), 2), (9, (3,), 3), (11, (2, 2), 1)],
+                         ids=["tail-of-5", "all-static", "2d-grid"])
+def test_static_rounds_on_the_emulator(arch, tiles, grid, static):
+    """The static rounds' tiles on their blocks (blockIdx.x + gridDim.x * blockIdx.y, as the interpreter counts),
+    the rest drawn past them, the counter zero after the grid (the emulator checks left_zero scratch)."""
+    emulator.require()
+    x, scale = tq.inputs(np.random.default_rng(tiles + 7 * static), tiles)
+    mod = _module(tiles, grid, arch, static_rounds=static)
+    y, who, rnd = emulator.run(mod, [x, scale], tq.poisoned_outputs(tiles))
+    np.testing.assert_array_equal(y, tq.want_y(x, scale))
+    tq.check_deal(who, rnd, grid, static_rounds=static)
+    assert f"< {static}u ?" in mod.source  # the static rounds take no ticket from the counter
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -340,6 +340,22 @@ def test_tile_queue_matches_dot(dtype, pingpong):
     _assert_close(got, want, dtype)
 
 
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_a_tile_queue_s_tail_matches_dot(pingpong):
+    """queue_tail=1: 4 x 5 tiles on 3 blocks, the first 5 full waves dealt statically and the last 5 tiles drawn,
+    through the interpreter, against jnp.dot in float32."""
+    dtype = jnp.bfloat16
+    got, want = _product(200, 136, 72, dtype, 31 + pingpong, persistent=True, num_sms=3, group_columns=True,
+                         tile_queue=True, queue_tail=1, pingpong=pingpong, **dict(SMALL_TILES, group_m=2))
+    _assert_close(got, want, dtype)
+
+
+def test_a_queue_tail_takes_a_tile_queue():
+    for kw in (dict(persistent=True), dict(persistent=True, tile_queue=True, queue_tail=-1)):
+        with pytest.raises(ValueError, match=r"queue_tail .* takes tile_queue=True and a count >= 0"):
+            gemm_example.gemm(100, 100, 64, jnp.dtype(jnp.bfloat16), queue_tail=kw.pop("queue_tail", 2), **kw)
+
+
 def test_tile_queue_is_for_persistent_unsplit_grids():
     for kw in (dict(), dict(persistent=True, split_k=2)):
         with pytest.raises(ValueError, match="tile_queue deals the tiles of a persistent grid"):
