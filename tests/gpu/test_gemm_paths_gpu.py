@@ -475,6 +475,12 @@ def test_edge_tiles_with_narrower_products_match_dot(monkeypatch, m, n, k, cfg):
     # K = 777: A's rows are not 16-byte multiples, every producer thread copies and the issuing one draws; 7 blocks
     (1000, 3000, 777, dict(block_m=256, block_n=192, persistent=True, group_columns=True, tile_queue=True,
                            num_sms=7)),
+    # only the last waves from the queue (T.tile_queue's static_rounds): the table's pick with its last 3 waves drawn,
+    # and the thread-copying producer with its last one
+    (16384, 8192, 1024, dict(block_m=128, block_n=192, num_stages=4, group_m=4, persistent=True, pingpong=True,
+                             group_columns=True, band_columns=16, band_rows=16, tile_queue=True, queue_tail=3)),
+    (1000, 3000, 777, dict(block_m=256, block_n=192, persistent=True, group_columns=True, tile_queue=True,
+                           queue_tail=1, num_sms=7)),
 ])
 def test_column_groups_match_dot(m, n, k, kw):
     """The persistent grid's tiles in groups of columns walking the rows (GemmConfig.group_columns): every element

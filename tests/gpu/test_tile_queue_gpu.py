@@ -47,6 +47,22 @@ def test_every_tile_once_in_launch_after_launch(tiles, grid):
         assert min(shared) > 1, shared
 
 
+@pytest.mark.parametrize("tiles,grid,static", [(4096, (132,), 28), (1000, (66, 2), 7)], ids=["1d", "2d-grid"])
+def test_static_rounds_then_drawn_tiles_in_launch_after_launch(tiles, grid, static):
+    """T.tile_queue(tiles, static_rounds=...): the first rounds' tiles on the static deal's blocks, the rest drawn
+    by the blocks as they finish (several of them), every tile once, launch after launch (the counter reset by the
+    last raw draw)."""
+    kern = jax.jit(tq.scale_rows(tiles, grid, static_rounds=static))
+    rng = np.random.default_rng(tiles + static)
+    for call in range(CALLS):
+        x, scale = tq.inputs(rng, tiles)
+        y, who, rnd = _poisoned_call(kern, x, scale)
+        np.testing.assert_array_equal(y, tq.want_y(x, scale), err_msg=f"call {call}")
+        tq.check_deal(who, rnd, grid, static_rounds=static)
+        drawn = who[static * int(np.prod(grid)):]
+        assert len(set(drawn.tolist())) > 1, "one block took every drawn tile"
+
+
 def test_two_launches_in_one_jit():
     """The second launch reads the first's output (XLA runs them in order, one right after the other on the
     stream): it finds the counter zero and scales every tile again."""
