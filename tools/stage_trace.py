@@ -54,6 +54,10 @@ def main() -> None:
     args = ap.parse_args()
     import jax
     import jax.numpy as jnp
+
+    if jax.default_backend() != "gpu":  # elsewhere the interpreter computes the product: nothing to decode
+        sys.exit(f"stage_trace: the trace is written by the Hopper kernel on a GPU; JAX's backend here is "
+                 f"{jax.default_backend()!r}")
     from bench_gemm import parse_config
     from gemm import device_sm_count, gemm, persistent_grid, persistent_tile
 
