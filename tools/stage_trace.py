@@ -89,24 +89,28 @@ def main() -> None:
     per = (time.perf_counter() - t0) / calls * 1e3
     print(f"{args.shape} {args.config}: {calls} products, {per:.3f} ms each ({2 * m * n * k / per / 1e9:.0f} TFLOP/s,"
           " traced build)")
-    c = np.asarray(batch[-1].astype(jnp.float32))
     bm, bn, bk = kw["block_m"], kw["block_n"], kw["block_k"]
     persistent = kw.get("persistent", False)
     cfg = GemmConfig(**{key: v for key, v in kw.items() if key in GemmConfig.__dataclass_fields__})
-    recs = traced_tiles(c, m, n, cfg)
     tiles_m, tiles_n, tiles, blocks, group = persistent_grid(m, n, cfg, device_sm_count())  # as gemm() builds it
     order = {persistent_tile(t, tiles_m, tiles_n, group, cfg, edge=n % bn != 0): t for t in range(tiles)}
-    for r in recs:
-        r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
+
+    def records(product) -> list[dict]:
+        """One product's trace records, each with its tile's wave in the static order (-1 without a persistent
+        grid)."""
+        recs = traced_tiles(np.asarray(product.astype(jnp.float32)), m, n, cfg)
+        for r in recs:
+            r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
+        return recs
+
+    recs = records(batch[-1])
     # a stage of the tile at the SM's dense 16-bit rate, 2048 multiply-adds a cycle (in the cooperative
     # form both warpgroups' halves share the tensor pipe: the loop of either takes the whole tile's time)
     ideal = bm * bn * bk // 2048
     print("\n".join(summarize(recs, -(-k // bk), ideal, persistent)))
     out = os.path.join(os.environ.get("OUT", "/tmp"), f"stage_trace_{args.shape}_{args.config.replace('/', '_')}.npy")
     if args.launches:  # the batch's last products, back to back on the GPU
-        launches = [traced_tiles(np.asarray(o.astype(jnp.float32)), m, n, cfg) for o in batch[-args.launches:]]
-        for r in (r for recs in launches for r in recs):
-            r["wave"] = order[(r["tm"], r["tn"])] // blocks if persistent else -1
+        launches = [records(o) for o in batch[-args.launches:]]
         print("\n".join(launch_timeline(launches)))
         np.save(out.replace(".npy", "_launches.npy"),
                 np.array([[i, *(r[f] for f in COLUMNS)] for i, recs in enumerate(launches) for r in recs], np.int64))
@@ -177,15 +181,16 @@ def launch_timeline(launches: list[list[dict]]) -> list[str]:
         start = np.array([(r["start"] - ref) % (1 << 32) for r in own], float) / 1e3
         end = start + np.array([r["ns"] for r in own], float) / 1e3
         sms = np.array([r["sm"] for r in own])
-        firsts = np.array([start[sms == s].min() for s in np.unique(sms)])
-        lasts = np.array([end[sms == s].max() for s in np.unique(sms)])
-        tiles = np.array([(sms == s).sum() for s in np.unique(sms)])
+        ids = np.unique(sms)
+        firsts = np.array([start[sms == s].min() for s in ids])
+        lasts = np.array([end[sms == s].max() for s in ids])
+        tiles = np.array([(sms == s).sum() for s in ids])
         span = end.max() - start.min()
         gap = "" if prev_end is None else f", {start.min() - prev_end:.2f} us after the last launch's loops"
         if prev_end is not None:
             gaps.append(start.min() - prev_end)
         spans.append(span)
-        late = int(np.unique(sms)[lasts.argmax()])
+        late = int(ids[lasts.argmax()])
         cyc = np.array([r["cycles"] for r in own], float)
         ns = np.array([max(r["ns"], 1) for r in own], float)
         loops = (f"; loops median {np.median(cyc):.0f} cycles, {np.median(ns) / 1e3:.2f} us at "

@@ -65,13 +65,17 @@ class _LoopRange:
 class _TileQueueRange(_LoopRange):
     """What `T.tile_queue(n)` returns: a loop range whose statement is a TileQueue, with its counter and words."""
 
+    def __init__(self, n: Any, static_rounds: int):
+        super().__init__("tile_queue", n, None)
+        if isinstance(static_rounds, bool) or not isinstance(static_rounds, (int, np.integer)) or static_rounds < 0:
+            raise KernelTraceError(f"T.tile_queue: static_rounds must be an int >= 0, got {static_rounds!r}", self.loc)
+        self.static_rounds = int(static_rounds)
+
     def _allocate(self) -> None:
         self.counter = _alloc("tile_queue", "tile_queue", (1,), np.int32, BufferKind.GLOBAL, "tile_queue",
                               level=MemLevel.GLOBAL, left_zero=True).buffer
         self.drawn = _alloc("tile_queue", "tile_drawn", (TICKET_SLOTS,), np.int32, BufferKind.SHARED,
                             "tile_drawn").buffer
-
-    static_rounds = 0
 
     def _statement(self, var: Var, body: tuple) -> Stmt:
         return TileQueue(var, self.n, body, self.counter, self.drawn, self.static_rounds, loc=self.loc)
@@ -97,12 +101,7 @@ def tile_queue(n: int, static_rounds: int = 0) -> _LoopRange:
     (barrier_all, collectives, cluster statements): ir/tile_queue.py.
     `static_rounds=W`: each block's first W rounds take tiles `w * blocks + block` without the counter (the static
     deal), the rest are drawn: dynamic only in the launch's tail (W * blocks at most n)."""
-    if isinstance(static_rounds, bool) or not isinstance(static_rounds, (int, np.integer)) or static_rounds < 0:
-        raise KernelTraceError(f"T.tile_queue: static_rounds must be an int >= 0, got {static_rounds!r}",
-                               user_source_loc())
-    queue = _TileQueueRange("tile_queue", n, None)
-    queue.static_rounds = int(static_rounds)
-    return queue
+    return _TileQueueRange(n, static_rounds)
 
 
 def alloc_fragment(shape: Any, dtype: Any, *, name: str | None = None) -> Ref:
