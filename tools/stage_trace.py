@@ -136,6 +136,7 @@ def slab_rows(block_m: int, threads: int, pingpong: bool) -> list[int]:
 
 
 COLUMNS = ("tm", "tn", "wg", "wave", *(f.name for f in FIELDS))  # the tile's place, then the trace's fields
+HOST_BOUND_GAP_US = 30  # more between launches than a kernel's exit and start (~5-7 us measured): the host lagged
 
 
 def between_loops(recs: list[dict]) -> list[str]:
@@ -205,6 +206,11 @@ def launch_timeline(launches: list[list[dict]]) -> list[str]:
     if len(launches) > 1:
         lines.append(f"launches: loops' span median {np.median(spans):.2f} us, between launches median "
                      f"{np.median(gaps):.2f} us (min {min(gaps):.2f}, max {max(gaps):.2f})")
+        if np.median(gaps) > HOST_BOUND_GAP_US:  # the fiftieth session's first trace: 128-262 us, at 1.38 GHz
+            lines.append(f"WARNING: the launches were not back to back (median {np.median(gaps):.0f} us between "
+                         f"them, over {HOST_BOUND_GAP_US} us): the host did not keep the GPU busy, so these "
+                         "launches ran off the power cap's steady state; their times and clocks do not compare "
+                         "with back-to-back ones (their cycles do)")
     return lines
 
 

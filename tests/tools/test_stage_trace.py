@@ -97,3 +97,15 @@ def test_launch_timeline_puts_consecutive_launches_on_one_axis():
                                "waits 2000, turn waits 500"), lines[0]
     assert lines[1].startswith("launch 1: loops 8.00-10.20 us (2.20, 3.00 us after the last launch's loops)"), lines[1]
     assert lines[2] == "launches: loops' span median 3.60 us, between launches median 3.00 us (min 3.00, max 3.00)"
+
+
+def test_launch_timeline_warns_when_the_host_left_gaps():
+    """Launches 100 us apart did not run back to back (the host lagged, the GPU cooled): the timeline says so, and
+    says nothing where they ran 3 us apart (the test above: three lines, no warning)."""
+    def rec(sm, start_ns):
+        return dict(tm=0, tn=0, wg=0, sm=sm, start=start_ns, ns=2_000, cycles=3_000, wait=0, turn=0)
+
+    launches = [[rec(0, t), rec(1, t)] for t in (0, 102_000, 204_000)]
+    lines = stage_trace.launch_timeline(launches)
+    assert lines[-2].startswith("launches: loops' span median 2.00 us, between launches median 100.00 us")
+    assert lines[-1].startswith("WARNING: the launches were not back to back (median 100 us between them"), lines[-1]
