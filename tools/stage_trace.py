@@ -187,9 +187,10 @@ def launch_timeline(launches: list[list[dict]]) -> list[str]:
         lasts = np.array([end[sms == s].max() for s in ids])
         tiles = np.array([(sms == s).sum() for s in ids])
         span = end.max() - start.min()
-        gap = "" if prev_end is None else f", {start.min() - prev_end:.2f} us after the last launch's loops"
+        gap = ""
         if prev_end is not None:
             gaps.append(start.min() - prev_end)
+            gap = f", {gaps[-1]:.2f} us after the last launch's loops"
         spans.append(span)
         late = int(ids[lasts.argmax()])
         cyc = np.array([r["cycles"] for r in own], float)
@@ -204,10 +205,11 @@ def launch_timeline(launches: list[list[dict]]) -> list[str]:
                      f"({len(tiles)} SMs){loops}")
         prev_end = end.max()
     if len(launches) > 1:
+        gap_median = np.median(gaps)
         lines.append(f"launches: loops' span median {np.median(spans):.2f} us, between launches median "
-                     f"{np.median(gaps):.2f} us (min {min(gaps):.2f}, max {max(gaps):.2f})")
-        if np.median(gaps) > HOST_BOUND_GAP_US:  # the fiftieth session's first trace: 128-262 us, at 1.38 GHz
-            lines.append(f"WARNING: the launches were not back to back (median {np.median(gaps):.0f} us between "
+                     f"{gap_median:.2f} us (min {min(gaps):.2f}, max {max(gaps):.2f})")
+        if gap_median > HOST_BOUND_GAP_US:  # the fiftieth session's first trace: 128-262 us, at 1.38 GHz
+            lines.append(f"WARNING: the launches were not back to back (median {gap_median:.0f} us between "
                          f"them, over {HOST_BOUND_GAP_US} us): the host did not keep the GPU busy, so these "
                          "launches ran off the power cap's steady state; their times and clocks do not compare "
                          "with back-to-back ones (their cycles do)")

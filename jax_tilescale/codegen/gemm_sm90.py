@@ -98,7 +98,7 @@ from .gemm_sm90_load import (
     plan_operand,
     producer_lines,
 )
-from .gemm_sm90_multicast import pair_shares
+from .gemm_sm90_multicast import with_multicast
 from .gemm_sm90_nest import consumer_tail, counter, inner_body, last_statement, nested_counters, nesting
 from .gemm_sm90_pingpong import PingPong, asks_pingpong_it_may_take, plan_pingpong
 from .gemm_sm90_probe import extra_reads_lines
@@ -518,7 +518,7 @@ def plan_with_reasons(kernel: KernelIR, arch: str) -> tuple[Sm90Plan | None, lis
         if isinstance(got_regions, str):
             return None, [*reasons, got_regions]
         regions = got_regions
-    loops = [_with_multicast(gl, kernel) for gl in loops]
+    loops = [with_multicast(gl, kernel) if MULTICAST else gl for gl in loops]
     if (why := queue_refusal(loops)) is not None:
         return None, [*reasons, why]
     ptx = {WGMMA_INPUT_TYPES[gl.a.buffer.dtype] for gl in loops}
@@ -593,18 +593,7 @@ def _with_folded_clear(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
     return gl
 
 
-# ---- clusters: which tile two neighbouring blocks can load once for both (gemm_sm90_multicast) -----------------
+# ---- switches read while planning and emitting ----------------------------------------------------------------
 
 STAGE_TRACE = False  # the consumers' stage waits written over the product (gemm_sm90_trace; tools/stage_trace.py)
 MULTICAST = False  # measured slower on H200, persistent kernels too (benchmarks/NOTES.md); tests turn it on
-
-
-def _with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
-    """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
-    # a multicast stage's barriers count TMA bytes only; the kernel's own clusters are not pairs along x
-    if not MULTICAST or gl.by_threads or kernel.cluster or queue_of(gl.nest) is not None:  # a queue's pair: 2 tiles
-        return gl
-    for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
-        if pair_shares(op.copy, gl, kernel.grid):
-            return dataclasses.replace(gl, multicast=role)
-    return gl

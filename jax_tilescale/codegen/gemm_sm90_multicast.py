@@ -4,13 +4,17 @@ pair and iteration (exact, not a guess)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..ir.control import If
 from ..ir.evaluate import evaluate_array
 from ..ir.expr import Expr, Var, VarKind
+from ..ir.kernel_ir import KernelIR
 from ..ir.nodes import Copy, Loop
 from .gemm_sm90_load import GemmLoop
+from .gemm_sm90_queue import queue_of
 
 MAX_CHECKED_POINTS = 1 << 23  # (block pairs x iterations) the sharing check evaluates at most
 
@@ -43,3 +47,14 @@ def pair_shares(copy: Copy, gl: GemmLoop, grid: tuple[int, ...]) -> bool:
         if a is None or b is None or not np.array_equal(*np.broadcast_arrays(a, b)):
             return False
     return True
+
+
+def with_multicast(gl: GemmLoop, kernel: KernelIR) -> GemmLoop:
+    """The loop with the bigger of its tiles that a block pair shares multicast, if either is."""
+    # a multicast stage's barriers count TMA bytes only; the kernel's own clusters are not pairs along x
+    if gl.by_threads or kernel.cluster or queue_of(gl.nest) is not None:  # a queue's pair would draw 2 tiles
+        return gl
+    for role, op in sorted((("a", gl.a), ("b", gl.b)), key=lambda r: -r[1].stage_bytes):
+        if pair_shares(op.copy, gl, kernel.grid):
+            return dataclasses.replace(gl, multicast=role)
+    return gl
